@@ -1,0 +1,524 @@
+/* The destination engine: accept the source, check what it proposes,
+ * register RAM for it, drive the plugin, take the device state in, verify
+ * and acknowledge. */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "error.h"
+#include "net.h"
+#include "session.h"
+
+#define TARGET_SLICE_NS 1000000ull
+#define CONTROL_SLICE_MS 50
+
+int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
+{
+	if (s->role != LMT_ROLE_DESTINATION)
+		return lmt__fail(s, LMT_ESTATE, "load listen: this session is a source");
+	int expected = LMT_STATE_NEW;
+	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_LISTENING))
+		return lmt__fail(s, LMT_ESTATE, "load listen: called twice");
+	struct sockaddr_storage addr;
+	socklen_t len;
+	struct lmt_net_error e;
+	int rc = lmt_net_parse(uri, &addr, &len, &e);
+	if (!rc)
+		rc = lmt_net_listen((struct sockaddr *)&addr, len, 4, &s->listen_fd, &e);
+	if (rc) {
+		atomic_store(&s->state, LMT_STATE_NEW);
+		return lmt__fail(s, rc, "%s", e.msg);
+	}
+	if (port)
+		*port = lmt_net_local_port(s->listen_fd);
+	return 0;
+}
+
+static int send_status(struct lmt_session *s, uint16_t type, int code, const char *text)
+{
+	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .code = code};
+	snprintf(st.text, sizeof(st.text), "%s", text);
+	int rc = lmt__enc_status(&s->out, type, &st);
+	return rc ? lmt__fail(s, rc, "encoding %s", lmt__msg_name(type)) : lmt__ctrl_send(s);
+}
+
+/* Fail, and say why to the source in the reply it waits for. */
+static int refuse(struct lmt_session *s, uint16_t type, int code, const char *fmt, ...)
+    LMT_PRINTF(4, 5);
+
+static int refuse(struct lmt_session *s, uint16_t type, int code, const char *fmt, ...)
+{
+	char text[LMT_PROTO_MAX_TEXT + 1];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	send_status(s, type, -code, text);
+	return lmt__fail(s, code, "%s", text);
+}
+
+/* Receive one message of type `want` (answering keep-alives). */
+static int expect(struct lmt_session *s, uint16_t want, uint64_t deadline,
+                  struct lmt_msg_header *h)
+{
+	for (;;) {
+		int rc = lmt__ctrl_recv(s, h, deadline);
+		if (rc)
+			return rc;
+		if (h->type == want)
+			return 0;
+		if (h->type == LMT_MSG_PING) {
+			if ((rc = lmt__enc_empty(&s->out, LMT_MSG_PONG)) || (rc = lmt__ctrl_send(s)))
+				return rc;
+			continue;
+		}
+		if (h->type != LMT_MSG_PONG)
+			return lmt__fail(s, LMT_EPROTO, "expected %s from the source, got %s",
+			                 lmt__msg_name(want), lmt__msg_name(h->type));
+	}
+}
+
+/* ---- handshake ---- */
+
+struct find_option {
+	const char *name;
+	const struct lmt_option_desc *desc;
+};
+
+static int find_option(void *opaque, const char *name, const struct lmt_option_desc *d,
+                       const struct lmt_option_value *v, const char *text,
+                       enum lmt_opt_source src)
+{
+	struct find_option *f = opaque;
+	if (strcmp(name, f->name) != 0)
+		return 0;
+	f->desc = d;
+	return 1;
+}
+
+static int check_option(struct lmt_session *s, const struct lmt_msg_option *o,
+                        uint32_t *matched)
+{
+	struct lmt_option_value v;
+	char mine[256];
+	if (lmt__optset_get(s->opts, o->name, &v))
+		return refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
+		              "%s: the source sets an option this destination does not know",
+		              o->name);
+	struct find_option find = {.name = o->name};
+	lmt__optset_foreach(s->opts, find_option, &find);
+	const struct lmt_option_desc *d = find.desc;
+	if (!d || !(d->flags & LMT_OPTF_MATCH))
+		return refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO,
+		              "%s: not an option both sides must agree on", o->name);
+	lmt_option_format(d, &v, mine, sizeof(mine));
+	if (strcmp(mine, o->value) != 0)
+		return refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
+		              "%s: the source has %s, the destination has %s", o->name, o->value,
+		              mine);
+	(*matched)++;
+	return 0;
+}
+
+static int count_match(void *opaque, const char *name, const struct lmt_option_desc *d,
+                       const struct lmt_option_value *v, const char *text,
+                       enum lmt_opt_source src)
+{
+	if ((d->flags & LMT_OPTF_MATCH) && !(d->flags & LMT_OPTF_SECRET))
+		(*(uint32_t *)opaque)++;
+	return 0;
+}
+
+static int check_hello(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	int rc = expect(s, LMT_MSG_HELLO, deadline, &h);
+	if (rc)
+		return rc;
+	struct lmt_msg_hello *m = malloc(sizeof(*m));
+	if (!m)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	rc = lmt__dec_hello(s->in, h.length, m, &err);
+	if (rc)
+		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO, "%s", err.message);
+	else if (m->version != LMT_PROTO_VERSION)
+		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO,
+		            "protocol version %u is not supported; this destination speaks %u",
+		            m->version, LMT_PROTO_VERSION);
+	else if (strcmp(m->plugin, s->desc->name) != 0)
+		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
+		            "plugin: the source uses '%s', the destination '%s'", m->plugin,
+		            s->desc->name);
+	uint32_t matched = 0, wanted = 0;
+	for (uint32_t i = 0; i < m->option_count && !rc; i++)
+		rc = check_option(s, &m->options[i], &matched);
+	lmt__optset_foreach(s->opts, count_match, &wanted);
+	if (!rc && matched != wanted)
+		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
+		            "the source sent %u of the %u options both sides must agree on",
+		            matched, wanted);
+	free(m);
+	return rc ? rc : send_status(s, LMT_MSG_HELLO_REPLY, 0, "ok");
+}
+
+static int check_blocks(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	int rc = expect(s, LMT_MSG_BLOCKS, deadline, &h);
+	if (rc)
+		return rc;
+	struct lmt_msg_blocks *m = malloc(sizeof(*m));
+	if (!m)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	rc = lmt__dec_blocks(s->in, h.length, m, &err);
+	if (rc)
+		lmt__fail(s, rc, "%s", err.message);
+	else if (m->count != s->nblocks)
+		rc = lmt__fail(s, LMT_EMISMATCH,
+		               "RAM blocks: the source has %u, the destination has %u", m->count,
+		               s->nblocks);
+	for (uint32_t i = 0; i < m->count && !rc; i++) {
+		const struct lmt_msg_block *theirs = &m->blocks[i];
+		const struct lmt_block *mine = &s->blocks[i];
+		if (strcmp(theirs->name, mine->name) != 0)
+			rc = lmt__fail(s, LMT_EMISMATCH,
+			               "RAM block %u: the source calls it '%s', the destination '%s'", i,
+			               theirs->name, mine->name);
+		else if (theirs->length != mine->length)
+			rc = lmt__fail(s, LMT_EMISMATCH,
+			               "RAM block '%s': %llu bytes on the source, %llu on the destination",
+			               mine->name, (unsigned long long)theirs->length,
+			               (unsigned long long)mine->length);
+		else if (theirs->page_size != mine->page_size)
+			rc = lmt__fail(s, LMT_EMISMATCH,
+			               "RAM block '%s': page size %u on the source, %u on the destination",
+			               mine->name, theirs->page_size, mine->page_size);
+	}
+	free(m);
+	return rc;
+}
+
+static int open_channels(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	int rc = expect(s, LMT_MSG_EP_ADDRS, deadline, &h);
+	if (rc)
+		return rc;
+	struct lmt_msg_addrs *theirs = malloc(sizeof(*theirs));
+	struct lmt_msg_addrs *mine = calloc(1, sizeof(*mine));
+	if (!theirs || !mine) {
+		free(theirs);
+		free(mine);
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	}
+	rc = lmt__dec_addrs(s->in, h.length, theirs, &err);
+	if (rc)
+		lmt__fail(s, rc, "%s", err.message);
+	else if (theirs->count != s->channels)
+		rc = lmt__fail(s, LMT_EPROTO, "the source opened %u channels, expected %u",
+		               theirs->count, s->channels);
+	char local[64] = "", peer[64] = "";
+	lmt__numeric_host(s->ctrl_fd, false, local, sizeof(local));
+	lmt__numeric_host(s->ctrl_fd, true, peer, sizeof(peer));
+	if (!rc)
+		rc = lmt__transport_open(s, local, peer);
+	mine->count = s->channels;
+	for (uint32_t c = 0; c < s->channels && !rc; c++) {
+		rc = s->desc->ops.ep_open(s->inst, c, &s->eps[c], &mine->addrs[c]);
+		if (rc)
+			rc = lmt__fail(s, rc, "channel %u: cannot open an endpoint", c);
+		else if (mine->addrs[c].len == 0 || mine->addrs[c].len > LMT_BLOB_MAX)
+			rc = lmt__fail(s, LMT_EPROTO, "channel %u: plugin gave an address of %u bytes",
+			               c, mine->addrs[c].len);
+	}
+	if (!rc && (rc = lmt__enc_addrs(&s->out, mine)))
+		lmt__fail(s, rc, "encoding EP_ADDRS");
+	if (!rc)
+		rc = lmt__ctrl_send(s);
+	for (uint32_t c = 0; c < s->channels && !rc; c++) {
+		rc = s->desc->ops.ep_connect(s->eps[c], &theirs->addrs[c]);
+		if (rc)
+			rc = lmt__fail(s, rc, "channel %u: the source did not connect", c);
+	}
+	free(theirs);
+	free(mine);
+	return rc;
+}
+
+/* ---- registration ---- */
+
+static int register_window(struct lmt_session *s, uint32_t block, uint64_t offset,
+                           uint64_t length, struct lmt_blob *key)
+{
+	struct lmt_block *b = block < s->nblocks ? &s->blocks[block] : NULL;
+	uint64_t w = b ? offset / b->window : 0;
+	if (!b || offset % b->window || w >= b->nwindows ||
+	    length != (b->length - offset < b->window ? b->length - offset : b->window))
+		return lmt__fail(s, LMT_EPROTO,
+		                 "REG_REQ: block %u offset %llu length %llu is not a window of a RAM "
+		                 "block",
+		                 block, (unsigned long long)offset, (unsigned long long)length);
+	if (b->mrs[w])
+		return lmt__fail(s, LMT_EPROTO, "REG_REQ: block '%s' offset %llu registered twice",
+		                 b->name, (unsigned long long)offset);
+	key->len = 0;
+	int rc = s->desc->ops.mr_register(s->inst, b->host + offset, length, LMT_MR_REMOTE_WRITE,
+	                                  &b->mrs[w], key);
+	if (rc)
+		return lmt__fail(s, rc, "block '%s': cannot register %llu bytes at offset %llu",
+		                 b->name, (unsigned long long)length, (unsigned long long)offset);
+	if (key->len == 0 || key->len > LMT_BLOB_MAX)
+		return lmt__fail(s, LMT_EPROTO, "plugin %s gave a key of %u bytes", s->desc->name,
+		                 key->len);
+	return 0;
+}
+
+static int send_regs(struct lmt_session *s, struct lmt_msg_regs *r)
+{
+	int rc = lmt__enc_regs(&s->out, LMT_MSG_REG_REPLY, r);
+	return rc ? lmt__fail(s, rc, "encoding REG_REPLY") : lmt__ctrl_send(s);
+}
+
+static int register_all(struct lmt_session *s)
+{
+	struct lmt_msg_regs *r = calloc(1, sizeof(*r));
+	if (!r)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	int rc = 0;
+	for (uint32_t i = 0; i < s->nblocks && !rc; i++) {
+		struct lmt_msg_reg *g = &r->regs[r->count++];
+		*g = (struct lmt_msg_reg){.block = i, .offset = 0, .length = s->blocks[i].length};
+		rc = register_window(s, i, 0, g->length, &g->key);
+		if (!rc && r->count == LMT_PROTO_MAX_REG) {
+			rc = send_regs(s, r);
+			r->count = 0;
+		}
+	}
+	if (!rc && r->count)
+		rc = send_regs(s, r);
+	free(r);
+	return rc;
+}
+
+static int handle_reg_req(struct lmt_session *s, size_t length)
+{
+	struct lmt_error err = {0};
+	if (s->pin_all)
+		return lmt__fail(s, LMT_EPROTO, "REG_REQ: every block is registered with pin-all");
+	struct lmt_msg_regs *r = malloc(sizeof(*r));
+	if (!r)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	int rc = lmt__dec_regs(s->in, length, LMT_MSG_REG_REQ, r, &err);
+	if (rc)
+		lmt__fail(s, rc, "%s", err.message);
+	for (uint32_t i = 0; i < r->count && !rc; i++)
+		rc = register_window(s, r->regs[i].block, r->regs[i].offset, r->regs[i].length,
+		                     &r->regs[i].key);
+	if (!rc)
+		rc = send_regs(s, r);
+	free(r);
+	return rc;
+}
+
+/* ---- device state and completion ---- */
+
+static int handle_state(struct lmt_session *s, size_t length)
+{
+	struct lmt_msg_state m;
+	struct lmt_error err = {0};
+	int rc = lmt__dec_state(s->in, length, &m, &err);
+	if (rc)
+		return lmt__fail(s, rc, "%s", err.message);
+	if (!s->state_buf) {
+		if (m.offset != 0 || m.total == 0)
+			return lmt__fail(s, LMT_EPROTO, "DEVICE_STATE: the first piece is at %llu",
+			                 (unsigned long long)m.offset);
+		s->state_buf = malloc(m.total);
+		if (!s->state_buf)
+			return lmt__fail(s, LMT_ENOMEM, "device state of %llu bytes: out of memory",
+			                 (unsigned long long)m.total);
+		s->state_len = m.total;
+	}
+	if (m.total != s->state_len || m.offset != s->state_received)
+		return lmt__fail(s, LMT_EPROTO,
+		                 "DEVICE_STATE: piece at %llu of %llu, expected at %llu of %llu",
+		                 (unsigned long long)m.offset, (unsigned long long)m.total,
+		                 (unsigned long long)s->state_received,
+		                 (unsigned long long)s->state_len);
+	memcpy(s->state_buf + m.offset, m.data, m.length);
+	s->state_received += m.length;
+	return 0;
+}
+
+/* Returns 1 when the migration completed. */
+static int handle_complete(struct lmt_session *s, size_t length)
+{
+	struct lmt_error err = {0};
+	struct lmt_msg_complete *m = malloc(sizeof(*m));
+	if (!m)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	int rc = lmt__dec_complete(s->in, length, m, &err);
+	if (rc)
+		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO, "%s", err.message);
+	else if (m->state_length != s->state_received || m->state_length != s->state_len)
+		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
+		            "device state: %llu bytes announced, %llu received",
+		            (unsigned long long)m->state_length,
+		            (unsigned long long)s->state_received);
+	else if (m->digest_count != (s->verify ? s->nblocks : 0))
+		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
+		            "COMPLETE carries %u digests, expected %u", m->digest_count,
+		            s->verify ? s->nblocks : 0);
+	for (uint32_t i = 0; i < m->digest_count && !rc; i++) {
+		const struct lmt_block *b = &s->blocks[i];
+		uint64_t mine = XXH3_64bits(b->host, b->length);
+		if (mine != m->digests[i])
+			rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EVERIFY,
+			            "verify: RAM block '%s' differs (xxh3 %016llx on the source, "
+			            "%016llx here)",
+			            b->name, (unsigned long long)m->digests[i],
+			            (unsigned long long)mine);
+	}
+	if (!rc) {
+		pthread_mutex_lock(&s->lock);
+		s->stats.passes = m->passes;
+		pthread_mutex_unlock(&s->lock);
+	}
+	free(m);
+	if (rc)
+		return rc;
+	rc = send_status(s, LMT_MSG_COMPLETE_ACK, 0, "ok");
+	return rc ? rc : 1;
+}
+
+static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
+{
+	struct lmt_error err = {0};
+	switch (h->type) {
+	case LMT_MSG_REG_REQ:
+		return handle_reg_req(s, h->length);
+	case LMT_MSG_DEVICE_STATE:
+		return handle_state(s, h->length);
+	case LMT_MSG_COMPLETE:
+		return handle_complete(s, h->length);
+	case LMT_MSG_PING:
+		if (lmt__dec_empty(s->in, h->length, h->type, &err))
+			return lmt__fail(s, LMT_EPROTO, "%s", err.message);
+		if (lmt__enc_empty(&s->out, LMT_MSG_PONG))
+			return lmt__fail(s, LMT_ENOMEM, "encoding PONG");
+		return lmt__ctrl_send(s);
+	case LMT_MSG_PONG:
+		return 0;
+	default:
+		return lmt__fail(s, LMT_EPROTO, "unexpected %s from the source during the migration",
+		                 lmt__msg_name(h->type));
+	}
+}
+
+/* Drive the plugin and the control connection until COMPLETE. */
+static int load(struct lmt_session *s)
+{
+	bool target = s->desc->caps & LMT_CAP_TARGET_PROGRESS;
+	struct lmt_completion comps[16];
+	for (;;) {
+		if (lmt__is_cancelled(s))
+			return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
+		int n = s->desc->ops.progress(s->inst, comps, 16, target ? TARGET_SLICE_NS : 0);
+		if (n < 0)
+			return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
+			                 lmt_err_name(n));
+		struct pollfd p = {.fd = s->ctrl_fd, .events = POLLIN};
+		if (poll(&p, 1, target ? 0 : CONTROL_SLICE_MS) > 0) {
+			struct lmt_msg_header h;
+			int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
+			if (rc == 0)
+				rc = handle(s, &h);
+			if (rc)
+				return rc;
+		} else if (lmt__now() - s->last_rx_ns > s->idle_timeout_ns) {
+			return lmt__fail(s, LMT_ETIMEDOUT, "the source said nothing for %llu ms",
+			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
+		}
+	}
+}
+
+static int accept_source(struct lmt_session *s)
+{
+	struct lmt_net_error e;
+	struct lmt_wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
+	int rc = lmt_net_accept(s->listen_fd, &w, &s->ctrl_fd, &e);
+	if (rc == -LMT_ETIMEDOUT)
+		return lmt__fail(s, rc, "no source connected within idle-timeout (%llu ms)",
+		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
+	if (rc)
+		return lmt__fail(s, rc, "waiting for the source: %s", e.msg);
+	close(s->listen_fd);
+	s->listen_fd = -1;
+	lmt_net_tune(s->ctrl_fd, 1, 0);
+	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
+	return 0;
+}
+
+static int run(struct lmt_session *s)
+{
+	int rc = lmt__blocks_prepare(s);
+	if (rc || (rc = accept_source(s)))
+		return rc;
+	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
+	if ((rc = check_hello(s, deadline)) || (rc = check_blocks(s, deadline)) ||
+	    (rc = open_channels(s, deadline)))
+		return rc;
+	if (s->pin_all && (rc = register_all(s)))
+		return rc;
+	if ((rc = lmt__enc_empty(&s->out, LMT_MSG_READY)) || (rc = lmt__ctrl_send(s)))
+		return rc;
+	atomic_store(&s->state, LMT_STATE_ACTIVE);
+	pthread_mutex_lock(&s->lock);
+	s->stats.status = LMT_STATUS_ACTIVE;
+	s->stats.setup_ns = lmt__now() - s->start_ns;
+	pthread_mutex_unlock(&s->lock);
+	rc = load(s);
+	return rc == 1 ? 0 : rc;
+}
+
+int lmt_load_run(lmt_session *s)
+{
+	if (s->role != LMT_ROLE_DESTINATION)
+		return lmt__fail(s, LMT_ESTATE, "load run: this session is a source");
+	int expected = LMT_STATE_LISTENING;
+	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
+		return lmt__fail(s, LMT_ESTATE, "load run: call lmt_load_listen first, once");
+	pthread_mutex_lock(&s->lock);
+	s->stats.status = LMT_STATUS_SETUP;
+	pthread_mutex_unlock(&s->lock);
+	int rc = run(s);
+	if (rc)
+		return lmt__abort(s, rc);
+	lmt__transport_close(s);
+	close(s->ctrl_fd);
+	s->ctrl_fd = -1;
+	pthread_mutex_lock(&s->lock);
+	s->stats.total_ns = lmt__now() - s->start_ns;
+	s->stats.status = LMT_STATUS_COMPLETED;
+	pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->state, LMT_STATE_DONE);
+	return 0;
+}
+
+int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
+{
+	if (s->role != LMT_ROLE_DESTINATION || atomic_load(&s->state) != LMT_STATE_DONE)
+		return lmt__fail(s, LMT_ESTATE, "device state: only after a completed load");
+	*data = s->state_buf;
+	*length = s->state_len;
+	return 0;
+}

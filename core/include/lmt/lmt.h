@@ -1,0 +1,217 @@
+/* lmt embedding API: what a VMM includes to live-migrate guest RAM through a
+ * transport plugin. */
+#ifndef LMT_LMT_H
+#define LMT_LMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lmt/plugin.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything declared here is exported from liblmt; the rest is hidden. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+#define LMT_VERSION_STRING "0.1.0"
+
+/* Maximum channels per session and length of a RAM block name. */
+#define LMT_MAX_CHANNELS 64u
+#define LMT_BLOCK_NAME_MAX 63u
+
+/* ---- Errors ------------------------------------------------------------ */
+
+/* Every function that can fail returns 0 or a negative LMT_E* code. The
+ * detail of the last failure of a session is kept in the session and read
+ * with lmt_session_error(); functions without a session take an
+ * lmt_error to fill. */
+struct lmt_error {
+	int code;          /* negative LMT_E* code, or 0 */
+	char message[512]; /* "chunk-size: expected a power of two ..." */
+};
+
+/* "LMT_EINVAL" and "invalid argument". Never NULL; thread-safe. */
+const char *lmt_err_name(int code);
+const char *lmt_strerror(int code);
+
+/* Logging. By default messages at or above the level in LMT_LOG
+ * (error|warn|info|debug; default warn) go to stderr. A VMM may route them
+ * through its own logger; `fn` may be called from any lmt thread. */
+typedef void (*lmt_log_fn)(void *opaque, enum lmt_log_level level, const char *msg);
+void lmt_set_log_handler(lmt_log_fn fn, void *opaque);
+void lmt_set_log_level(enum lmt_log_level level);
+
+/* ---- Plugins ----------------------------------------------------------- */
+
+/* A loaded plugin. Owned by the caller; free with lmt_plugin_close(). */
+typedef struct lmt_plugin_handle lmt_plugin_handle;
+
+/* Load `name` (a plugin name such as "tcp", or a path to a .so). The search
+ * order is: a path as given, each directory of LMT_PLUGIN_PATH, the plugin
+ * directory next to the installed liblmt, then the build tree. */
+int lmt_plugin_open(const char *name, lmt_plugin_handle **out, struct lmt_error *err);
+void lmt_plugin_close(lmt_plugin_handle *plugin);
+const struct lmt_plugin *lmt_plugin_descriptor(const lmt_plugin_handle *plugin);
+const char *lmt_plugin_path(const lmt_plugin_handle *plugin);
+
+/* List every plugin found on the search path: calls `fn` once per file
+ * that loads (with its handle, valid during the call) and once per file
+ * that fails (handle NULL, err set). Returns the number of plugins that
+ * loaded. */
+typedef void (*lmt_plugin_visit_fn)(void *opaque, const char *path,
+                                    const lmt_plugin_handle *plugin,
+                                    const struct lmt_error *err);
+int lmt_plugin_list(lmt_plugin_visit_fn fn, void *opaque);
+
+/* The directories searched, in order, as one ':'-separated string in buf. */
+int lmt_plugin_search_path(char *buf, size_t size);
+
+/* The core's own option schema. */
+const struct lmt_option_desc *lmt_core_options(uint32_t *count);
+
+/* Turn an option value into its canonical text ("1M", "300ms", "on"). */
+int lmt_option_format(const struct lmt_option_desc *desc,
+                      const struct lmt_option_value *value, char *buf, size_t size);
+
+/* ---- Sessions ---------------------------------------------------------- */
+
+typedef struct lmt_session lmt_session;
+
+/* Called by the source to learn which pages of `block` the guest dirtied
+ * since the previous call: set bit p (bitmap[p / 64] >> (p % 64)) for each
+ * dirty page p; the core passes a zeroed bitmap of `npages` bits. Called
+ * from the thread that calls lmt_save_*. Returns 0 or a negative code,
+ * which fails the migration. KVM_GET_DIRTY_LOG fills exactly this layout on
+ * 64-bit little-endian hosts. */
+typedef int (*lmt_dirty_sync_fn)(void *opaque, uint32_t block, uint64_t *bitmap,
+                                 uint64_t npages);
+
+/* Create a session for `role` over the plugin `plugin` (name or path),
+ * with `options` ("chunk-size=64M,channels=2", may be NULL) applied on top
+ * of defaults and LMT_* environment variables. Free with
+ * lmt_session_free(), which also cancels and releases whatever the session
+ * still holds. On failure *out is NULL and err says why. */
+int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
+                    const char *options, struct lmt_error *err);
+void lmt_session_free(lmt_session *session);
+
+/* The last failure of the session (code 0 when none). Thread-safe. */
+const struct lmt_error *lmt_session_error(const lmt_session *session);
+
+/* Set options before setup/listen. `options` is "key=value,key=value". */
+int lmt_session_set_options(lmt_session *session, const char *options);
+int lmt_session_set_option(lmt_session *session, const char *name, const char *value);
+/* Read an option's current value (text lives as long as the session). */
+int lmt_session_get_option(lmt_session *session, const char *name,
+                           struct lmt_option_value *out);
+
+/* Add a RAM block before setup/listen. Both sides must add the same names
+ * with the same lengths and page sizes, in the same order. `page_size` is a
+ * power of two from 4K; `length` a multiple of it. The memory stays the
+ * caller's: the source only reads it, the destination's must be zero-filled
+ * when lmt_load_run starts (as fresh anonymous or memfd memory is). */
+int lmt_session_add_block(lmt_session *session, const char *name, void *host,
+                          uint64_t length, uint32_t page_size);
+
+/* Source: the dirty-page callback (required before lmt_save_setup). */
+int lmt_session_set_dirty_sync(lmt_session *session, lmt_dirty_sync_fn fn,
+                               void *opaque);
+
+/* Cancel whatever the session is doing, from any thread (also from a
+ * signal-free context of another thread). The blocked call returns
+ * -LMT_ECANCELED promptly. */
+void lmt_cancel(lmt_session *session);
+
+/* ---- Source ------------------------------------------------------------ */
+
+/* Connect to the destination at "host:port", handshake, open the channels
+ * and register (all blocks with pin-all=on). Call from the migration
+ * thread, never with a VMM lock held. */
+int lmt_save_setup(lmt_session *session, const char *uri);
+
+struct lmt_iterate_result {
+	uint32_t pass;                  /* 1-based; 1 is the bulk copy */
+	uint64_t remaining_bytes;       /* dirty plus in flight */
+	uint64_t bandwidth_bps;         /* measured, bytes per second */
+	uint64_t expected_downtime_ns;  /* remaining / bandwidth */
+	int ready;                      /* expected downtime <= downtime-limit */
+};
+
+/* Send what is dirty for at most max-iterate-ms (the guest runs). Returns 0
+ * with *result filled; call again until result->ready, then pause the
+ * guest and call lmt_save_complete. */
+int lmt_save_iterate(lmt_session *session, struct lmt_iterate_result *result);
+
+/* The guest is paused: send the rest, then `device_state` (opaque to lmt,
+ * may be NULL/0), and wait for the destination's acknowledgement. On
+ * success the destination owns the guest. On failure the source guest may
+ * resume: its memory was never written. */
+int lmt_save_complete(lmt_session *session, const void *device_state, size_t length);
+
+/* ---- Destination ------------------------------------------------------- */
+
+/* Bind the control listener to "host:port" (port 0 picks one); the bound
+ * port is stored in *port when non-NULL. */
+int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
+
+/* Accept the source, take the migration in until it completes or fails.
+ * Blocks; cancel from another thread. On success the RAM blocks hold the
+ * guest and lmt_load_device_state() gives the device state. */
+int lmt_load_run(lmt_session *session);
+
+/* The device state received; valid until lmt_session_free. */
+int lmt_load_device_state(lmt_session *session, const void **data, size_t *length);
+
+/* ---- Statistics -------------------------------------------------------- */
+
+enum lmt_status {
+	LMT_STATUS_NEW = 0,
+	LMT_STATUS_SETUP,
+	LMT_STATUS_ACTIVE,
+	LMT_STATUS_COMPLETING,
+	LMT_STATUS_COMPLETED,
+	LMT_STATUS_FAILED,
+	LMT_STATUS_CANCELLED,
+};
+
+struct lmt_stats {
+	enum lmt_status status;
+	uint64_t setup_ns;             /* setup/listen-accept to channels ready */
+	uint64_t total_ns;             /* setup start to acknowledged completion */
+	uint64_t downtime_ns;          /* complete start to acknowledgement */
+	uint64_t expected_downtime_ns;
+	uint64_t ram_bytes;            /* sum of block lengths */
+	uint64_t bytes_sent;           /* payload bytes written over channels */
+	uint64_t remaining_bytes;
+	uint64_t zero_pages;           /* skipped as all-zero in the bulk pass */
+	uint64_t normal_pages;         /* pages written */
+	uint64_t writes;               /* writes posted */
+	uint64_t passes;
+	uint64_t dirty_rate_bps;       /* bytes dirtied per second, last pass */
+	uint64_t throughput_bps;       /* bytes_sent / (total time) */
+	uint64_t bandwidth_bps;        /* measured over the last pass */
+	uint32_t channels;
+	uint64_t channel_bytes[LMT_MAX_CHANNELS];
+};
+
+/* A snapshot; callable from any thread, while running and after. */
+int lmt_session_stats(lmt_session *session, struct lmt_stats *out);
+const char *lmt_status_name(enum lmt_status status);
+
+/* Stats as one JSON object in buf; returns the length it needs (like
+ * snprintf), or a negative code. */
+int lmt_stats_json(const struct lmt_stats *stats, char *buf, size_t size);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LMT_LMT_H */

@@ -1,0 +1,1075 @@
+/* The option schema engine: strict parsers for every option type, canonical
+ * text, and the per-session option set (default < environment < explicit).
+ *
+ * Thread-safety: an optset is used by one thread at a time; the caller
+ * serialises. lmt__optset_load_env() reads the environment with getenv(),
+ * so it must not race with setenv() in another thread. The parsers and
+ * lmt_option_format() keep no state and are safe from any thread. */
+#include "options.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "error.h"
+
+/* The core schema plus a few plugins (a decorator and what it wraps). */
+enum { OPTSET_MAX_SCHEMAS = 8 };
+
+/* Longest name the "did you mean" search compares. */
+enum { SUGGEST_NAME_MAX = 64 };
+
+struct option_entry {
+	const struct lmt_option_desc *desc; /* the schema's; outlives the set */
+	char *name;                         /* qualified: "tcp.nodelay" */
+	char *env_name;                     /* "LMT_TCP_NODELAY" */
+	struct lmt_option_value value;
+	char *text; /* canonical text; also value.text for ENUM and STRING */
+	enum lmt_opt_source source;
+};
+
+struct lmt_optset {
+	struct option_entry *entries;
+	size_t count;
+	size_t capacity;
+	char *schemas[OPTSET_MAX_SCHEMAS]; /* namespaces added; "" is the core */
+	size_t schema_count;
+	/* Texts replaced by a later set. value.text handed out by get must
+	 * live as long as the set (the plugin ABI promises it), so they are
+	 * only freed with the set. */
+	char **retired;
+	size_t retired_count;
+	size_t retired_capacity;
+};
+
+struct unit {
+	const char *suffix;
+	uint64_t factor;
+};
+
+/* Largest first, for formatting. */
+static const struct unit size_units[] = {
+	{"T", UINT64_C(1) << 40},
+	{"G", UINT64_C(1) << 30},
+	{"M", UINT64_C(1) << 20},
+	{"K", UINT64_C(1) << 10},
+};
+
+static const struct unit duration_units[] = {
+	{"m", UINT64_C(60000000000)},
+	{"s", UINT64_C(1000000000)},
+	{"ms", UINT64_C(1000000)},
+	{"us", UINT64_C(1000)},
+	{"ns", UINT64_C(1)},
+};
+
+#define NS_PER_MS UINT64_C(1000000)
+
+/* ---- strict number parsers ------------------------------------------- */
+
+/* Read the decimal digits at the start of `text`; *end points after them.
+ * Returns 0, -LMT_EINVAL when there is no digit, or -LMT_EOVERFLOW. */
+static int scan_digits(const char *text, uint64_t *out, const char **end)
+{
+	uint64_t value = 0;
+	int rc = 0;
+	const char *p = text;
+
+	for (; *p >= '0' && *p <= '9'; p++) {
+		uint64_t digit = (uint64_t)(*p - '0');
+		if (value > (UINT64_MAX - digit) / 10)
+			rc = -LMT_EOVERFLOW;
+		else
+			value = value * 10 + digit;
+	}
+	*end = p;
+	*out = value;
+	return p == text ? -LMT_EINVAL : rc;
+}
+
+/* K, KB, Ki, KiB (any case) and the same for M, G, T; "" and "B" are bytes.
+ * Returns the shift, or -1 for anything else. */
+static int size_shift(const char *unit)
+{
+	static const char letters[] = "KMGT";
+
+	if (*unit == '\0' || strcasecmp(unit, "B") == 0)
+		return 0;
+	const char *letter = strchr(letters, toupper((unsigned char)*unit));
+	if (!letter)
+		return -1;
+	const char *rest = unit + 1;
+	if (*rest == 'i' || *rest == 'I')
+		rest++;
+	if (*rest == 'b' || *rest == 'B')
+		rest++;
+	return *rest ? -1 : 10 * (int)(letter - letters + 1);
+}
+
+int lmt__parse_size(const char *text, uint64_t *out)
+{
+	const char *unit;
+	uint64_t value;
+
+	if (!text || !out)
+		return -LMT_EINVAL;
+	int rc = scan_digits(text, &value, &unit);
+	int shift = size_shift(unit);
+	if (rc == -LMT_EINVAL || shift < 0)
+		return -LMT_EINVAL;
+	if (rc < 0 || value > (UINT64_MAX >> shift))
+		return -LMT_EOVERFLOW;
+	*out = value << shift;
+	return 0;
+}
+
+/* Nanoseconds per unit (any case); a bare number is milliseconds. */
+static uint64_t duration_factor(const char *unit)
+{
+	if (*unit == '\0')
+		return NS_PER_MS;
+	for (size_t i = 0; i < sizeof(duration_units) / sizeof(duration_units[0]); i++)
+		if (strcasecmp(unit, duration_units[i].suffix) == 0)
+			return duration_units[i].factor;
+	return 0;
+}
+
+int lmt__parse_duration(const char *text, uint64_t *out_ns)
+{
+	const char *unit;
+	uint64_t value;
+
+	if (!text || !out_ns)
+		return -LMT_EINVAL;
+	int rc = scan_digits(text, &value, &unit);
+	uint64_t factor = duration_factor(unit);
+	if (rc == -LMT_EINVAL || factor == 0)
+		return -LMT_EINVAL;
+	if (rc < 0 || value > UINT64_MAX / factor)
+		return -LMT_EOVERFLOW;
+	*out_ns = value * factor;
+	return 0;
+}
+
+/* A signed decimal: optional '+' or '-', then digits, nothing else. */
+static int parse_int(const char *text, int64_t *out)
+{
+	const char *end;
+	uint64_t magnitude;
+	bool negative = *text == '-';
+
+	if (*text == '-' || *text == '+')
+		text++;
+	int rc = scan_digits(text, &magnitude, &end);
+	if (rc == -LMT_EINVAL || *end != '\0')
+		return -LMT_EINVAL;
+	if (rc < 0 || magnitude > (uint64_t)INT64_MAX + negative)
+		return -LMT_EOVERFLOW;
+	if (negative)
+		*out = magnitude ? -(int64_t)(magnitude - 1) - 1 : 0;
+	else
+		*out = (int64_t)magnitude;
+	return 0;
+}
+
+static int parse_bool(const char *text, bool *out)
+{
+	static const struct {
+		const char *word;
+		bool value;
+	} words[] = {
+		{"on", true},   {"off", false}, {"true", true}, {"false", false},
+		{"yes", true},  {"no", false},  {"1", true},    {"0", false},
+	};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		if (strcasecmp(text, words[i].word) == 0) {
+			*out = words[i].value;
+			return 0;
+		}
+	}
+	return -LMT_EINVAL;
+}
+
+/* ---- canonical text ---------------------------------------------------- */
+
+/* `value` with the largest suffix of `units` that divides it exactly; a
+ * value no suffix divides is written bare. Returns what snprintf does. */
+static int format_scaled(char *buf, size_t size, uint64_t value, const struct unit *units,
+                         size_t count)
+{
+	for (size_t i = 0; value != 0 && i < count; i++)
+		if (value % units[i].factor == 0)
+			return snprintf(buf, size, "%" PRIu64 "%s", value / units[i].factor,
+			                units[i].suffix);
+	return snprintf(buf, size, "%" PRIu64, value);
+}
+
+static int format_size(char *buf, size_t size, uint64_t bytes)
+{
+	return format_scaled(buf, size, bytes, size_units,
+	                     sizeof(size_units) / sizeof(size_units[0]));
+}
+
+static int format_duration(char *buf, size_t size, uint64_t ns)
+{
+	return format_scaled(buf, size, ns, duration_units,
+	                     sizeof(duration_units) / sizeof(duration_units[0]));
+}
+
+/* An INT, SIZE or DURATION in its type's notation. */
+static int format_number(char *buf, size_t size, enum lmt_option_type type, int64_t value)
+{
+	if (type == LMT_OPT_SIZE && value >= 0)
+		return format_size(buf, size, (uint64_t)value);
+	if (type == LMT_OPT_DURATION && value >= 0)
+		return format_duration(buf, size, (uint64_t)value);
+	return snprintf(buf, size, "%" PRId64, value);
+}
+
+static const char *enum_text(const struct lmt_option_desc *desc,
+                             const struct lmt_option_value *value)
+{
+	if (value->text)
+		return value->text;
+	if (!desc->enum_values || value->integer < 0)
+		return NULL;
+	for (int64_t i = 0; desc->enum_values[i]; i++)
+		if (i == value->integer)
+			return desc->enum_values[i];
+	return NULL;
+}
+
+/* What to print for `value`, or NULL when it cannot be printed. `scratch`
+ * holds numbers. */
+static const char *value_text(const struct lmt_option_desc *desc,
+                              const struct lmt_option_value *value, char *scratch,
+                              size_t size)
+{
+	switch (desc->type) {
+	case LMT_OPT_BOOL:
+		return value->boolean ? "on" : "off";
+	case LMT_OPT_INT:
+		format_number(scratch, size, desc->type, value->integer);
+		return scratch;
+	case LMT_OPT_SIZE:
+	case LMT_OPT_DURATION:
+		if (value->integer < 0)
+			return NULL;
+		format_number(scratch, size, desc->type, value->integer);
+		return scratch;
+	case LMT_OPT_ENUM:
+		return enum_text(desc, value);
+	case LMT_OPT_STRING:
+		return value->text ? value->text : "";
+	}
+	return NULL;
+}
+
+/* Returns 0, -LMT_EINVAL for a value that does not fit `desc`, or
+ * -LMT_EOVERFLOW when `buf` is too small (it then holds a truncated,
+ * terminated text). Secret values are formatted like any other; hiding them
+ * is the caller's business (lmt__optset_foreach does). */
+int lmt_option_format(const struct lmt_option_desc *desc,
+                      const struct lmt_option_value *value, char *buf, size_t size)
+{
+	char scratch[32];
+
+	if (!desc || !value || !buf || size == 0 || value->type != desc->type)
+		return -LMT_EINVAL;
+	const char *text = value_text(desc, value, scratch, sizeof(scratch));
+	if (!text) {
+		buf[0] = '\0';
+		return -LMT_EINVAL;
+	}
+	size_t len = strlen(text);
+	if (len >= size) {
+		memcpy(buf, text, size - 1);
+		buf[size - 1] = '\0';
+		return -LMT_EOVERFLOW;
+	}
+	memcpy(buf, text, len + 1);
+	return 0;
+}
+
+/* ---- option values ----------------------------------------------------- */
+
+static bool has_range(const struct lmt_option_desc *desc)
+{
+	return desc->min != 0 || desc->max != 0;
+}
+
+static bool has_constraint(const struct lmt_option_desc *desc)
+{
+	return has_range(desc) || (desc->flags & LMT_OPTF_POW2);
+}
+
+static bool is_pow2(int64_t value)
+{
+	return value > 0 && (value & (value - 1)) == 0;
+}
+
+static bool meets_constraints(const struct lmt_option_desc *desc, int64_t value)
+{
+	if ((desc->flags & LMT_OPTF_POW2) && !is_pow2(value))
+		return false;
+	return !has_range(desc) || (value >= desc->min && value <= desc->max);
+}
+
+/* " from 4K to 1G", or nothing for an unbounded option. */
+static void describe_range(const struct lmt_option_desc *desc, char *buf, size_t size)
+{
+	char low[32], high[32];
+
+	buf[0] = '\0';
+	if (!has_range(desc))
+		return;
+	format_number(low, sizeof(low), desc->type, desc->min);
+	format_number(high, sizeof(high), desc->type, desc->max);
+	snprintf(buf, size, " from %s to %s", low, high);
+}
+
+static void describe_enum(const struct lmt_option_desc *desc, char *buf, size_t size)
+{
+	size_t used = (size_t)snprintf(buf, size, "one of");
+
+	for (size_t i = 0; desc->enum_values && desc->enum_values[i] && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s %s", i ? "," : "",
+		                         desc->enum_values[i]);
+}
+
+/* A number's noun: its syntax when `syntax` (the text did not parse),
+ * otherwise what the schema allows. */
+static const char *number_noun(const struct lmt_option_desc *desc, bool syntax)
+{
+	if (desc->type == LMT_OPT_SIZE && syntax)
+		return "a size such as 64K or 1M";
+	if (desc->type == LMT_OPT_DURATION && syntax)
+		return "a duration such as 300ms or 2s";
+	if (desc->flags & LMT_OPTF_POW2)
+		return "a power of two";
+	if (desc->type == LMT_OPT_SIZE)
+		return "a size";
+	if (desc->type == LMT_OPT_DURATION)
+		return "a duration";
+	return "an integer";
+}
+
+/* What a value of `desc` must look like: "a power of two from 4K to 1G". */
+static void describe_expected(const struct lmt_option_desc *desc, bool syntax, char *buf,
+                              size_t size)
+{
+	char range[80];
+
+	switch (desc->type) {
+	case LMT_OPT_BOOL:
+		snprintf(buf, size, "on or off");
+		return;
+	case LMT_OPT_ENUM:
+		describe_enum(desc, buf, size);
+		return;
+	case LMT_OPT_STRING:
+		snprintf(buf, size, "text without ','");
+		return;
+	default:
+		break;
+	}
+	bool show_range = desc->type == LMT_OPT_INT || !syntax;
+	if (show_range)
+		describe_range(desc, range, sizeof(range));
+	snprintf(buf, size, "%s%s", number_noun(desc, syntax), show_range ? range : "");
+}
+
+/* "chunk-size: expected a power of two from 4K to 1G, got '3M'". A secret
+ * value is never echoed. */
+static int reject(struct lmt_error *err, int code, const struct lmt_option_desc *desc,
+                  const char *name, const char *text, bool syntax)
+{
+	char expected[256];
+
+	describe_expected(desc, syntax, expected, sizeof(expected));
+	if (desc->flags & LMT_OPTF_SECRET)
+		text = "(secret)";
+	return lmt__error(err, code, "%s: expected %s, got '%s'%s", name, expected, text,
+	                  code == -LMT_EOVERFLOW ? " (too large)" : "");
+}
+
+/* INT, SIZE or DURATION text to an int64 (SIZE and DURATION must fit). */
+static int scan_number(enum lmt_option_type type, const char *text, int64_t *out)
+{
+	uint64_t value;
+	int rc;
+
+	if (type == LMT_OPT_INT)
+		return parse_int(text, out);
+	if (type == LMT_OPT_SIZE)
+		rc = lmt__parse_size(text, &value);
+	else
+		rc = lmt__parse_duration(text, &value);
+	if (rc < 0)
+		return rc;
+	if (value > (uint64_t)INT64_MAX)
+		return -LMT_EOVERFLOW;
+	*out = (int64_t)value;
+	return 0;
+}
+
+static int parse_number_option(const struct lmt_option_desc *desc, const char *name,
+                               const char *text, struct lmt_option_value *out,
+                               struct lmt_error *err)
+{
+	int64_t value;
+	int rc = scan_number(desc->type, text, &value);
+
+	if (rc < 0)
+		return reject(err, rc, desc, name, text,
+		              rc == -LMT_EINVAL || !has_constraint(desc));
+	if (!meets_constraints(desc, value))
+		return reject(err, -LMT_EINVAL, desc, name, text, false);
+	out->integer = value;
+	return 0;
+}
+
+static int parse_bool_option(const struct lmt_option_desc *desc, const char *name,
+                             const char *text, struct lmt_option_value *out,
+                             struct lmt_error *err)
+{
+	bool value;
+
+	if (parse_bool(text, &value) < 0)
+		return reject(err, -LMT_EINVAL, desc, name, text, true);
+	out->boolean = value;
+	out->integer = value;
+	return 0;
+}
+
+static int keep_text(const char *text, struct lmt_option_value *out, char **storage,
+                     struct lmt_error *err)
+{
+	*storage = strdup(text);
+	if (!*storage)
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	out->text = *storage;
+	return 0;
+}
+
+static int parse_enum_option(const struct lmt_option_desc *desc, const char *name,
+                             const char *text, struct lmt_option_value *out,
+                             char **storage, struct lmt_error *err)
+{
+	if (!desc->enum_values)
+		return lmt__error(err, LMT_EINVAL, "%s: enum option without values", name);
+	for (int64_t i = 0; desc->enum_values[i]; i++) {
+		if (strcmp(text, desc->enum_values[i]) == 0) {
+			out->integer = i;
+			return keep_text(desc->enum_values[i], out, storage, err);
+		}
+	}
+	return reject(err, -LMT_EINVAL, desc, name, text, true);
+}
+
+static int parse_string_option(const struct lmt_option_desc *desc, const char *name,
+                               const char *text, struct lmt_option_value *out,
+                               char **storage, struct lmt_error *err)
+{
+	if (strchr(text, ','))
+		return reject(err, -LMT_EINVAL, desc, name, text, true);
+	return keep_text(text, out, storage, err);
+}
+
+int lmt__option_parse(const struct lmt_option_desc *desc, const char *name,
+                      const char *text, struct lmt_option_value *out, char **storage,
+                      struct lmt_error *err)
+{
+	if (!desc || !out || !storage)
+		return lmt__error(err, LMT_EINVAL, "option parser called without a value");
+	if (!name)
+		name = desc->name;
+	*storage = NULL;
+	memset(out, 0, sizeof(*out));
+	out->type = desc->type;
+	if (!text)
+		return lmt__error(err, LMT_EINVAL, "%s: no value given", name);
+	switch (desc->type) {
+	case LMT_OPT_BOOL:
+		return parse_bool_option(desc, name, text, out, err);
+	case LMT_OPT_INT:
+	case LMT_OPT_SIZE:
+	case LMT_OPT_DURATION:
+		return parse_number_option(desc, name, text, out, err);
+	case LMT_OPT_ENUM:
+		return parse_enum_option(desc, name, text, out, storage, err);
+	case LMT_OPT_STRING:
+		return parse_string_option(desc, name, text, out, storage, err);
+	}
+	return lmt__error(err, LMT_EINVAL, "%s: unknown option type %d", name, (int)desc->type);
+}
+
+/* Parse `text` for `entry` into a value and its malloc'ed canonical text
+ * (which also backs value.text for ENUM and STRING). */
+static int parse_for_entry(const struct option_entry *entry, const char *text,
+                           struct lmt_option_value *value, char **canonical,
+                           struct lmt_error *err)
+{
+	char buf[32];
+
+	int rc = lmt__option_parse(entry->desc, entry->name, text, value, canonical, err);
+	if (rc < 0 || *canonical)
+		return rc;
+	if (lmt_option_format(entry->desc, value, buf, sizeof(buf)) < 0)
+		return lmt__error(err, LMT_EINVAL, "%s: cannot format the value", entry->name);
+	*canonical = strdup(buf);
+	if (!*canonical)
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* Parse only to check `text`; nothing is kept. */
+static int check_value(const struct option_entry *entry, const char *text,
+                       struct lmt_error *err)
+{
+	struct lmt_option_value value;
+	char *canonical = NULL;
+
+	int rc = parse_for_entry(entry, text, &value, &canonical, err);
+	free(canonical);
+	return rc;
+}
+
+/* ---- the option set ---------------------------------------------------- */
+
+int lmt__optset_new(struct lmt_optset **out)
+{
+	if (!out)
+		return -LMT_EINVAL;
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -LMT_ENOMEM;
+}
+
+static void free_entry(struct option_entry *entry)
+{
+	free(entry->name);
+	free(entry->env_name);
+	free(entry->text);
+}
+
+void lmt__optset_free(struct lmt_optset *set)
+{
+	if (!set)
+		return;
+	for (size_t i = 0; i < set->count; i++)
+		free_entry(&set->entries[i]);
+	for (size_t i = 0; i < set->schema_count; i++)
+		free(set->schemas[i]);
+	for (size_t i = 0; i < set->retired_count; i++)
+		free(set->retired[i]);
+	free(set->entries);
+	free(set->retired);
+	free(set);
+}
+
+static struct option_entry *find_entry(const struct lmt_optset *set, const char *name)
+{
+	for (size_t i = 0; i < set->count; i++)
+		if (strcmp(set->entries[i].name, name) == 0)
+			return &set->entries[i];
+	return NULL;
+}
+
+/* "core schema: ..." or "plugin 'tcp': ..." for mistakes in a schema. */
+static int schema_error(struct lmt_error *err, int code, const char *ns, const char *fmt,
+                        ...) LMT_PRINTF(4, 5);
+
+static int schema_error(struct lmt_error *err, int code, const char *ns, const char *fmt,
+                        ...)
+{
+	char detail[sizeof(err->message)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	if (ns)
+		return lmt__error(err, code, "plugin '%s': %s", ns, detail);
+	return lmt__error(err, code, "core schema: %s", detail);
+}
+
+/* Namespaces and short option names: [a-z0-9_-]+ (ASCII, whatever the
+ * locale). */
+static bool valid_name(const char *name)
+{
+	if (!name || !*name)
+		return false;
+	for (const char *p = name; *p; p++)
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '_' &&
+		    *p != '-')
+			return false;
+	return true;
+}
+
+static int check_namespace(const struct lmt_optset *set, const char *ns,
+                           struct lmt_error *err)
+{
+	const char *key = ns ? ns : "";
+
+	if (ns && !valid_name(ns))
+		return lmt__error(err, LMT_EINVAL, "'%s' is not a valid option namespace", ns);
+	for (size_t i = 0; i < set->schema_count; i++)
+		if (strcmp(set->schemas[i], key) == 0)
+			return schema_error(err, LMT_EINVAL, ns, "options already added");
+	if (set->schema_count == OPTSET_MAX_SCHEMAS)
+		return schema_error(err, LMT_EOVERFLOW, ns, "more than %d option schemas",
+		                    OPTSET_MAX_SCHEMAS);
+	return 0;
+}
+
+static bool is_number_type(enum lmt_option_type type)
+{
+	return type == LMT_OPT_INT || type == LMT_OPT_SIZE || type == LMT_OPT_DURATION;
+}
+
+/* Mistakes a schema author can make, other than a bad name or default. */
+static int check_desc(const struct lmt_option_desc *desc, const char *qualified,
+                      const char *ns, struct lmt_error *err)
+{
+	if ((unsigned)desc->type > LMT_OPT_STRING)
+		return schema_error(err, LMT_EINVAL, ns, "%s has unknown type %d", qualified,
+		                    (int)desc->type);
+	if (desc->type == LMT_OPT_ENUM && (!desc->enum_values || !desc->enum_values[0]))
+		return schema_error(err, LMT_EINVAL, ns, "%s is an enum without values",
+		                    qualified);
+	if (!is_number_type(desc->type) || !has_range(desc))
+		return 0;
+	if (desc->min > desc->max || (desc->type != LMT_OPT_INT && desc->min < 0))
+		return schema_error(err, LMT_EINVAL, ns, "%s has a bad range", qualified);
+	return 0;
+}
+
+static char *qualify(const char *ns, const char *name)
+{
+	size_t len = (ns ? strlen(ns) + 1 : 0) + strlen(name) + 1;
+	char *out = malloc(len);
+
+	if (out)
+		snprintf(out, len, "%s%s%s", ns ? ns : "", ns ? "." : "", name);
+	return out;
+}
+
+/* "tcp.no-delay" -> "LMT_TCP_NO_DELAY". */
+static char *env_name_of(const char *qualified)
+{
+	size_t len = strlen("LMT_") + strlen(qualified) + 1;
+	char *out = malloc(len);
+
+	if (!out)
+		return NULL;
+	snprintf(out, len, "LMT_%s", qualified);
+	for (char *p = out; *p; p++)
+		*p = (*p == '-' || *p == '.') ? '_' : (char)toupper((unsigned char)*p);
+	return out;
+}
+
+static int check_unique(const struct lmt_optset *set, const struct option_entry *entry,
+                        const char *ns, struct lmt_error *err)
+{
+	for (size_t i = 0; i < set->count; i++) {
+		const struct option_entry *other = &set->entries[i];
+		if (strcmp(other->name, entry->name) == 0)
+			return schema_error(err, LMT_EINVAL, ns, "%s is declared twice",
+			                    entry->name);
+		if (strcmp(other->env_name, entry->env_name) == 0)
+			return schema_error(err, LMT_EINVAL, ns, "%s and %s share the variable %s",
+			                    other->name, entry->name, entry->env_name);
+	}
+	return 0;
+}
+
+static int apply_default(struct option_entry *entry, const char *ns, struct lmt_error *err)
+{
+	const char *text = entry->desc->default_value;
+	struct lmt_error inner;
+
+	if (!text && entry->desc->type == LMT_OPT_STRING)
+		text = "";
+	if (!text)
+		return schema_error(err, LMT_EINVAL, ns, "%s has no default", entry->name);
+	int rc = parse_for_entry(entry, text, &entry->value, &entry->text, &inner);
+	if (rc < 0)
+		return schema_error(err, rc, ns, "bad default: %s", inner.message);
+	entry->source = LMT_OPT_SRC_DEFAULT;
+	return 0;
+}
+
+/* Build the entry for one descriptor; on failure nothing is left allocated. */
+static int make_entry(const struct lmt_optset *set, const char *ns,
+                      const struct lmt_option_desc *desc, struct option_entry *entry,
+                      struct lmt_error *err)
+{
+	int rc = 0;
+
+	memset(entry, 0, sizeof(*entry));
+	entry->desc = desc;
+	if (!valid_name(desc->name))
+		return schema_error(err, LMT_EINVAL, ns, "option name '%s' is not [a-z0-9_-]+",
+		                    desc->name ? desc->name : "(null)");
+	entry->name = qualify(ns, desc->name);
+	entry->env_name = entry->name ? env_name_of(entry->name) : NULL;
+	if (!entry->env_name)
+		rc = lmt__error(err, LMT_ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = check_desc(desc, entry->name, ns, err);
+	if (rc == 0)
+		rc = check_unique(set, entry, ns, err);
+	if (rc == 0)
+		rc = apply_default(entry, ns, err);
+	if (rc < 0)
+		free_entry(entry);
+	return rc;
+}
+
+static int reserve_entries(struct lmt_optset *set, size_t more, struct lmt_error *err)
+{
+	if (set->count + more <= set->capacity)
+		return 0;
+	size_t capacity = set->count + more;
+	struct option_entry *entries = realloc(set->entries, capacity * sizeof(*entries));
+	if (!entries)
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	set->entries = entries;
+	set->capacity = capacity;
+	return 0;
+}
+
+static void drop_entries_from(struct lmt_optset *set, size_t first)
+{
+	while (set->count > first)
+		free_entry(&set->entries[--set->count]);
+}
+
+/* The caller keeps `descs` alive as long as the set. All or nothing: on
+ * failure the set is as it was. */
+int lmt__optset_add_schema(struct lmt_optset *set, const char *ns,
+                           const struct lmt_option_desc *descs, uint32_t count,
+                           struct lmt_error *err)
+{
+	if (!set || (count && !descs))
+		return lmt__error(err, LMT_EINVAL, "no option set or schema");
+	int rc = check_namespace(set, ns, err);
+	if (rc == 0)
+		rc = reserve_entries(set, count, err);
+	if (rc < 0)
+		return rc;
+	char *key = strdup(ns ? ns : "");
+	if (!key)
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	size_t first = set->count;
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		rc = make_entry(set, ns, &descs[i], &set->entries[set->count], err);
+		if (rc == 0)
+			set->count++;
+	}
+	if (rc < 0) {
+		drop_entries_from(set, first);
+		free(key);
+		return rc;
+	}
+	set->schemas[set->schema_count++] = key;
+	return 0;
+}
+
+/* ---- setting values ---------------------------------------------------- */
+
+/* Edit distance, ignoring case; SIZE_MAX for names too long to compare. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t row[SUGGEST_NAME_MAX + 1];
+	size_t len_a = strlen(a), len_b = strlen(b);
+
+	if (len_a > SUGGEST_NAME_MAX || len_b > SUGGEST_NAME_MAX)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= len_b; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= len_a; i++) {
+		size_t diagonal = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= len_b; j++) {
+			size_t above = row[j];
+			bool same = tolower((unsigned char)a[i - 1]) ==
+			            tolower((unsigned char)b[j - 1]);
+			size_t best = diagonal + !same;
+			if (above + 1 < best)
+				best = above + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			diagonal = above;
+			row[j] = best;
+		}
+	}
+	return row[len_b];
+}
+
+/* A plugin option named without its namespace ("nodelay") counts as an
+ * exact match of "tcp.nodelay". */
+static size_t name_distance(const char *typed, const char *known)
+{
+	const char *dot = strchr(known, '.');
+
+	if (dot && strcmp(dot + 1, typed) == 0)
+		return 0;
+	return edit_distance(typed, known);
+}
+
+/* The known name closest to `typed`, when close enough to be a typo. */
+static const char *closest_name(const struct lmt_optset *set, const char *typed)
+{
+	size_t limit = strlen(typed) / 3;
+	const char *best = NULL;
+	size_t best_distance = SIZE_MAX;
+
+	limit = limit < 1 ? 1 : limit > 3 ? 3 : limit;
+	for (size_t i = 0; i < set->count; i++) {
+		size_t distance = name_distance(typed, set->entries[i].name);
+		if (distance < best_distance) {
+			best_distance = distance;
+			best = set->entries[i].name;
+		}
+	}
+	return best_distance <= limit ? best : NULL;
+}
+
+static int unknown_option(const struct lmt_optset *set, const char *name,
+                          struct lmt_error *err)
+{
+	const char *guess = closest_name(set, name);
+
+	if (guess)
+		return lmt__error(err, LMT_ENOTFOUND, "%s: unknown option; did you mean '%s'?",
+		                  name, guess);
+	return lmt__error(err, LMT_ENOTFOUND, "%s: unknown option (lmt-info lists them all)",
+	                  name);
+}
+
+static int retire(struct lmt_optset *set, char *text)
+{
+	if (set->retired_count == set->retired_capacity) {
+		size_t capacity = set->retired_capacity ? set->retired_capacity * 2 : 8;
+		char **retired = realloc(set->retired, capacity * sizeof(*retired));
+		if (!retired)
+			return -LMT_ENOMEM;
+		set->retired = retired;
+		set->retired_capacity = capacity;
+	}
+	set->retired[set->retired_count++] = text;
+	return 0;
+}
+
+static bool valid_source(enum lmt_opt_source source)
+{
+	return source == LMT_OPT_SRC_DEFAULT || source == LMT_OPT_SRC_ENV ||
+	       source == LMT_OPT_SRC_EXPLICIT;
+}
+
+/* The value is parsed even when its source is too low to apply, so that a
+ * bad value is an error whatever order the sources arrive in. */
+int lmt__optset_set(struct lmt_optset *set, const char *name, const char *value,
+                    enum lmt_opt_source source, struct lmt_error *err)
+{
+	struct lmt_option_value parsed;
+	char *canonical = NULL;
+
+	if (!set || !name || !value || !valid_source(source))
+		return lmt__error(err, LMT_EINVAL, "option set: missing name or value");
+	struct option_entry *entry = find_entry(set, name);
+	if (!entry)
+		return unknown_option(set, name, err);
+	int rc = parse_for_entry(entry, value, &parsed, &canonical, err);
+	if (rc < 0 || source < entry->source) {
+		free(canonical);
+		return rc;
+	}
+	if (retire(set, entry->text) < 0) {
+		free(canonical);
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	}
+	entry->value = parsed;
+	entry->text = canonical;
+	entry->source = source;
+	return 0;
+}
+
+/* Check, or apply, the variable of one option when it is set. */
+static int env_value(struct lmt_optset *set, const struct option_entry *entry, bool apply,
+                     struct lmt_error *err)
+{
+	struct lmt_error inner;
+	const char *text = getenv(entry->env_name);
+
+	if (!text)
+		return 0;
+	int rc = apply ? lmt__optset_set(set, entry->name, text, LMT_OPT_SRC_ENV, &inner)
+	               : check_value(entry, text, &inner);
+	if (rc < 0)
+		return lmt__error(err, rc, "%s: %s", entry->env_name, inner.message);
+	return 0;
+}
+
+/* Check every LMT_* variable before applying any, so that a bad one leaves
+ * the set as it was. */
+int lmt__optset_load_env(struct lmt_optset *set, struct lmt_error *err)
+{
+	if (!set)
+		return lmt__error(err, LMT_EINVAL, "no option set");
+	for (int apply = 0; apply < 2; apply++) {
+		for (size_t i = 0; i < set->count; i++) {
+			int rc = env_value(set, &set->entries[i], apply, err);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+struct list_item {
+	const char *name;
+	const char *value;
+};
+
+/* Cut `list` (a modifiable copy) into items at ',' and '='. Returns the
+ * number of items, or a negative code for a malformed item. */
+static int split_list(char *list, struct list_item *items, struct lmt_error *err)
+{
+	int count = 0;
+
+	for (char *item = list; item; count++) {
+		char *next = strchr(item, ',');
+		if (next)
+			*next++ = '\0';
+		char *equals = strchr(item, '=');
+		if (!equals || equals == item)
+			return lmt__error(err, LMT_EINVAL, "expected key=value, got '%s'", item);
+		*equals = '\0';
+		items[count].name = item;
+		items[count].value = equals + 1;
+		item = next;
+	}
+	return count;
+}
+
+static int check_items(const struct lmt_optset *set, const struct list_item *items,
+                       int count, struct lmt_error *err)
+{
+	for (int i = 0; i < count; i++) {
+		const struct option_entry *entry = find_entry(set, items[i].name);
+		if (!entry)
+			return unknown_option(set, items[i].name, err);
+		int rc = check_value(entry, items[i].value, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int apply_list(struct lmt_optset *set, char *list, struct lmt_error *err)
+{
+	size_t max_items = 1;
+
+	for (const char *p = list; *p; p++)
+		max_items += *p == ',';
+	struct list_item *items = calloc(max_items, sizeof(*items));
+	if (!items)
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	int count = split_list(list, items, err);
+	int rc = count < 0 ? count : check_items(set, items, count, err);
+	for (int i = 0; rc == 0 && i < count; i++)
+		rc = lmt__optset_set(set, items[i].name, items[i].value, LMT_OPT_SRC_EXPLICIT,
+		                     err);
+	free(items);
+	return rc;
+}
+
+/* All or nothing: every item is checked before any is applied. */
+int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err)
+{
+	if (!set)
+		return lmt__error(err, LMT_EINVAL, "no option set");
+	if (!list || !*list)
+		return 0;
+	char *copy = strdup(list);
+	if (!copy)
+		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	int rc = apply_list(set, copy, err);
+	free(copy);
+	return rc;
+}
+
+/* ---- reading values ---------------------------------------------------- */
+
+/* out->text stays valid as long as the set, even after the option changes. */
+int lmt__optset_get(const struct lmt_optset *set, const char *name,
+                    struct lmt_option_value *out)
+{
+	if (!set || !name || !out)
+		return -LMT_EINVAL;
+	const struct option_entry *entry = find_entry(set, name);
+	if (!entry)
+		return -LMT_ENOTFOUND;
+	*out = entry->value;
+	return 0;
+}
+
+/* For the typed shortcuts: a missing name is a bug in the core, logged but
+ * not fatal. */
+static const struct option_entry *known_entry(const struct lmt_optset *set,
+                                              const char *name)
+{
+	const struct option_entry *entry = set && name ? find_entry(set, name) : NULL;
+
+	if (!entry)
+		lmt__log(LMT_LOG_WARN, "internal error: no option named '%s'",
+		         name ? name : "(null)");
+	return entry;
+}
+
+/* DURATION in nanoseconds, ENUM as its index, BOOL as 0 or 1. */
+int64_t lmt__opt_int(const struct lmt_optset *set, const char *name)
+{
+	const struct option_entry *entry = known_entry(set, name);
+
+	return entry ? entry->value.integer : 0;
+}
+
+bool lmt__opt_bool(const struct lmt_optset *set, const char *name)
+{
+	const struct option_entry *entry = known_entry(set, name);
+
+	return entry ? entry->value.boolean != 0 : false;
+}
+
+/* The canonical text of any option (secrets included), valid as long as
+ * the set. */
+const char *lmt__opt_text(const struct lmt_optset *set, const char *name)
+{
+	const struct option_entry *entry = known_entry(set, name);
+
+	return entry ? entry->text : "";
+}
+
+/* In schema order (the core first). A secret's text is "(secret)"; its
+ * value is passed unchanged for the core's own use and is never printed. */
+int lmt__optset_foreach(const struct lmt_optset *set, lmt_optset_visit_fn fn,
+                        void *opaque)
+{
+	if (!set || !fn)
+		return -LMT_EINVAL;
+	for (size_t i = 0; i < set->count; i++) {
+		const struct option_entry *entry = &set->entries[i];
+		const char *text = entry->desc->flags & LMT_OPTF_SECRET ? "(secret)" : entry->text;
+		int rc = fn(opaque, entry->name, entry->desc, &entry->value, text, entry->source);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}

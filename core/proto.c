@@ -1,0 +1,466 @@
+/* The control-message codec: little-endian, length-prefixed fields, every
+ * field validated on the way in (see docs/protocol.md). */
+#include "proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* ---- output ---- */
+
+void lmt__buf_free(struct lmt_buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+static void put(struct lmt_buf *b, const void *p, size_t n)
+{
+	if (b->failed)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n)
+			cap *= 2;
+		uint8_t *d = realloc(b->data, cap);
+		if (!d) {
+			b->failed = LMT_ENOMEM;
+			return;
+		}
+		b->data = d;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
+}
+
+static void put_u16(struct lmt_buf *b, uint16_t v)
+{
+	uint8_t x[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+	put(b, x, 2);
+}
+
+static void put_u32(struct lmt_buf *b, uint32_t v)
+{
+	uint8_t x[4];
+	for (int i = 0; i < 4; i++)
+		x[i] = (uint8_t)(v >> (8 * i));
+	put(b, x, 4);
+}
+
+static void put_u64(struct lmt_buf *b, uint64_t v)
+{
+	uint8_t x[8];
+	for (int i = 0; i < 8; i++)
+		x[i] = (uint8_t)(v >> (8 * i));
+	put(b, x, 8);
+}
+
+static void put_str(struct lmt_buf *b, const char *s)
+{
+	size_t n = strnlen(s, 0xffff);
+	put_u16(b, (uint16_t)n);
+	put(b, s, n);
+}
+
+static void put_blob(struct lmt_buf *b, const struct lmt_blob *blob)
+{
+	uint32_t n = blob->len <= LMT_BLOB_MAX ? blob->len : LMT_BLOB_MAX;
+	put_u16(b, (uint16_t)n);
+	put(b, blob->data, n);
+}
+
+static void begin(struct lmt_buf *b, uint16_t type)
+{
+	b->len = 0;
+	b->failed = 0;
+	put_u16(b, type);
+	put_u16(b, 0);
+	put_u32(b, 0); /* patched by finish() */
+}
+
+static int finish(struct lmt_buf *b)
+{
+	if (b->failed)
+		return -b->failed;
+	size_t payload = b->len - LMT_PROTO_HEADER_SIZE;
+	if (payload > LMT_PROTO_MAX_PAYLOAD)
+		return -LMT_EOVERFLOW;
+	for (int i = 0; i < 4; i++)
+		b->data[4 + i] = (uint8_t)(payload >> (8 * i));
+	return 0;
+}
+
+int lmt__enc_hello(struct lmt_buf *b, const struct lmt_msg_hello *m)
+{
+	if (m->option_count > LMT_PROTO_MAX_OPTIONS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_HELLO);
+	put_u32(b, m->magic);
+	put_u16(b, m->version);
+	put_str(b, m->plugin);
+	put_u32(b, m->option_count);
+	for (uint32_t i = 0; i < m->option_count; i++) {
+		put_str(b, m->options[i].name);
+		put_str(b, m->options[i].value);
+	}
+	return finish(b);
+}
+
+int lmt__enc_status(struct lmt_buf *b, uint16_t type, const struct lmt_msg_status *m)
+{
+	begin(b, type);
+	if (type == LMT_MSG_HELLO_REPLY)
+		put_u16(b, m->version);
+	put_u32(b, (uint32_t)m->code);
+	put_str(b, m->text);
+	return finish(b);
+}
+
+int lmt__enc_blocks(struct lmt_buf *b, const struct lmt_msg_blocks *m)
+{
+	if (m->count > LMT_PROTO_MAX_BLOCKS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_BLOCKS);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		put_str(b, m->blocks[i].name);
+		put_u64(b, m->blocks[i].length);
+		put_u32(b, m->blocks[i].page_size);
+	}
+	return finish(b);
+}
+
+int lmt__enc_addrs(struct lmt_buf *b, const struct lmt_msg_addrs *m)
+{
+	if (m->count > LMT_MAX_CHANNELS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_EP_ADDRS);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++)
+		put_blob(b, &m->addrs[i]);
+	return finish(b);
+}
+
+int lmt__enc_regs(struct lmt_buf *b, uint16_t type, const struct lmt_msg_regs *m)
+{
+	if (m->count > LMT_PROTO_MAX_REG)
+		return -LMT_EOVERFLOW;
+	begin(b, type);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		put_u32(b, m->regs[i].block);
+		put_u64(b, m->regs[i].offset);
+		put_u64(b, m->regs[i].length);
+		if (type == LMT_MSG_REG_REPLY)
+			put_blob(b, &m->regs[i].key);
+	}
+	return finish(b);
+}
+
+int lmt__enc_state(struct lmt_buf *b, const struct lmt_msg_state *m)
+{
+	if (m->length > LMT_PROTO_STATE_CHUNK)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_DEVICE_STATE);
+	put_u64(b, m->offset);
+	put_u64(b, m->total);
+	put_u32(b, m->length);
+	put(b, m->data, m->length);
+	return finish(b);
+}
+
+int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m)
+{
+	if (m->digest_count > LMT_PROTO_MAX_BLOCKS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_COMPLETE);
+	put_u64(b, m->passes);
+	put_u64(b, m->state_length);
+	put_u32(b, m->digest_count);
+	for (uint32_t i = 0; i < m->digest_count; i++)
+		put_u64(b, m->digests[i]);
+	return finish(b);
+}
+
+int lmt__enc_empty(struct lmt_buf *b, uint16_t type)
+{
+	begin(b, type);
+	return finish(b);
+}
+
+/* ---- input ---- */
+
+struct reader {
+	const uint8_t *p;
+	size_t left;
+	struct lmt_error *err;
+	const char *msg; /* message name, for error texts */
+	int rc;
+};
+
+static int bad(struct reader *r, const char *what)
+{
+	if (!r->rc)
+		r->rc = lmt__error(r->err, LMT_EPROTO, "%s message: %s", r->msg, what);
+	return r->rc;
+}
+
+static int take(struct reader *r, void *out, size_t n, const char *what)
+{
+	if (r->rc)
+		return r->rc;
+	if (r->left < n)
+		return bad(r, what);
+	memcpy(out, r->p, n);
+	r->p += n;
+	r->left -= n;
+	return 0;
+}
+
+static uint16_t get_u16(struct reader *r, const char *what)
+{
+	uint8_t x[2] = {0};
+	take(r, x, 2, what);
+	return (uint16_t)(x[0] | x[1] << 8);
+}
+
+static uint32_t get_u32(struct reader *r, const char *what)
+{
+	uint8_t x[4] = {0};
+	take(r, x, 4, what);
+	return (uint32_t)x[0] | (uint32_t)x[1] << 8 | (uint32_t)x[2] << 16 |
+	       (uint32_t)x[3] << 24;
+}
+
+static uint64_t get_u64(struct reader *r, const char *what)
+{
+	uint8_t x[8] = {0};
+	take(r, x, 8, what);
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | x[i];
+	return v;
+}
+
+/* A string of at most cap-1 bytes without NUL or control characters. */
+static void get_str(struct reader *r, char *out, size_t cap, const char *what)
+{
+	uint16_t n = get_u16(r, what);
+	out[0] = '\0';
+	if (r->rc)
+		return;
+	if (n >= cap) {
+		bad(r, what);
+		return;
+	}
+	if (take(r, out, n, what))
+		return;
+	out[n] = '\0';
+	for (uint16_t i = 0; i < n; i++)
+		if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f) {
+			bad(r, what);
+			return;
+		}
+}
+
+static void get_blob(struct reader *r, struct lmt_blob *blob, const char *what)
+{
+	uint16_t n = get_u16(r, what);
+	blob->len = 0;
+	if (r->rc)
+		return;
+	if (n == 0 || n > LMT_BLOB_MAX) {
+		bad(r, what);
+		return;
+	}
+	if (take(r, blob->data, n, what) == 0)
+		blob->len = n;
+}
+
+static void get_count(struct reader *r, uint32_t *count, uint32_t max, const char *what)
+{
+	*count = get_u32(r, what);
+	if (!r->rc && *count > max) {
+		*count = 0;
+		bad(r, what);
+	}
+}
+
+static int done(struct reader *r)
+{
+	if (!r->rc && r->left)
+		bad(r, "trailing bytes");
+	return r->rc;
+}
+
+static struct reader reader(const uint8_t *p, size_t len, uint16_t type,
+                            struct lmt_error *err)
+{
+	return (struct reader){.p = p, .left = len, .err = err, .msg = lmt__msg_name(type)};
+}
+
+static const char *const msg_names[] = {
+	[LMT_MSG_HELLO] = "HELLO",
+	[LMT_MSG_HELLO_REPLY] = "HELLO_REPLY",
+	[LMT_MSG_BLOCKS] = "BLOCKS",
+	[LMT_MSG_EP_ADDRS] = "EP_ADDRS",
+	[LMT_MSG_READY] = "READY",
+	[LMT_MSG_REG_REQ] = "REG_REQ",
+	[LMT_MSG_REG_REPLY] = "REG_REPLY",
+	[LMT_MSG_DEVICE_STATE] = "DEVICE_STATE",
+	[LMT_MSG_COMPLETE] = "COMPLETE",
+	[LMT_MSG_COMPLETE_ACK] = "COMPLETE_ACK",
+	[LMT_MSG_ERROR] = "ERROR",
+	[LMT_MSG_PING] = "PING",
+	[LMT_MSG_PONG] = "PONG",
+};
+
+const char *lmt__msg_name(uint16_t type)
+{
+	if (type >= 1 && type <= LMT_MSG_TYPE_MAX)
+		return msg_names[type];
+	return "unknown";
+}
+
+int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h,
+                    struct lmt_error *err)
+{
+	if (len < LMT_PROTO_HEADER_SIZE)
+		return lmt__error(err, LMT_EPROTO, "control message: truncated header");
+	h->type = (uint16_t)(p[0] | p[1] << 8);
+	h->flags = (uint16_t)(p[2] | p[3] << 8);
+	h->length = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+	            (uint32_t)p[7] << 24;
+	if (h->type < 1 || h->type > LMT_MSG_TYPE_MAX)
+		return lmt__error(err, LMT_EPROTO, "control message: unknown type %u", h->type);
+	if (h->flags)
+		return lmt__error(err, LMT_EPROTO, "%s message: flags 0x%x must be 0",
+		                  lmt__msg_name(h->type), h->flags);
+	if (h->length > LMT_PROTO_MAX_PAYLOAD)
+		return lmt__error(err, LMT_EPROTO, "%s message: length %u over the limit of %u",
+		                  lmt__msg_name(h->type), h->length, LMT_PROTO_MAX_PAYLOAD);
+	return 0;
+}
+
+int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m,
+                   struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_HELLO, err);
+	m->magic = get_u32(&r, "truncated magic");
+	if (!r.rc && m->magic != LMT_PROTO_MAGIC)
+		return bad(&r, "bad magic (not an lmt peer)");
+	m->version = get_u16(&r, "truncated version");
+	/* A newer peer may have extended the rest: stop here and let the
+	 * engine refuse the version with both numbers. */
+	if (!r.rc && m->version != LMT_PROTO_VERSION) {
+		m->option_count = 0;
+		m->plugin[0] = '\0';
+		return 0;
+	}
+	get_str(&r, m->plugin, sizeof(m->plugin), "bad plugin name");
+	get_count(&r, &m->option_count, LMT_PROTO_MAX_OPTIONS, "too many options");
+	for (uint32_t i = 0; i < m->option_count && !r.rc; i++) {
+		get_str(&r, m->options[i].name, sizeof(m->options[i].name), "bad option name");
+		get_str(&r, m->options[i].value, sizeof(m->options[i].value),
+		        "bad option value");
+	}
+	return done(&r);
+}
+
+int lmt__dec_status(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_status *m,
+                    struct lmt_error *err)
+{
+	struct reader r = reader(p, len, type, err);
+	m->version = type == LMT_MSG_HELLO_REPLY ? get_u16(&r, "truncated version") : 0;
+	m->code = (int32_t)get_u32(&r, "truncated code");
+	if (!r.rc && (m->code > 0 || m->code <= -LMT_ERRC_COUNT))
+		return bad(&r, "status code out of range");
+	get_str(&r, m->text, sizeof(m->text), "bad text");
+	return done(&r);
+}
+
+int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m,
+                    struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_BLOCKS, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_BLOCKS, "too many blocks");
+	if (!r.rc && m->count == 0)
+		return bad(&r, "no blocks");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
+		struct lmt_msg_block *blk = &m->blocks[i];
+		get_str(&r, blk->name, sizeof(blk->name), "bad block name");
+		blk->length = get_u64(&r, "truncated block length");
+		blk->page_size = get_u32(&r, "truncated page size");
+	}
+	return done(&r);
+}
+
+int lmt__dec_addrs(const uint8_t *p, size_t len, struct lmt_msg_addrs *m,
+                   struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_EP_ADDRS, err);
+	get_count(&r, &m->count, LMT_MAX_CHANNELS, "too many channels");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++)
+		get_blob(&r, &m->addrs[i], "bad address blob");
+	return done(&r);
+}
+
+int lmt__dec_regs(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_regs *m,
+                  struct lmt_error *err)
+{
+	struct reader r = reader(p, len, type, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_REG, "too many registrations");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
+		struct lmt_msg_reg *reg = &m->regs[i];
+		reg->block = get_u32(&r, "truncated block index");
+		reg->offset = get_u64(&r, "truncated offset");
+		reg->length = get_u64(&r, "truncated length");
+		reg->key.len = 0;
+		if (type == LMT_MSG_REG_REPLY)
+			get_blob(&r, &reg->key, "bad key blob");
+	}
+	return done(&r);
+}
+
+int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m,
+                   struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_DEVICE_STATE, err);
+	m->offset = get_u64(&r, "truncated offset");
+	m->total = get_u64(&r, "truncated total");
+	m->length = get_u32(&r, "truncated length");
+	if (r.rc)
+		return r.rc;
+	if (m->total > LMT_PROTO_MAX_STATE)
+		return bad(&r, "device state larger than 1G");
+	if (m->length > LMT_PROTO_STATE_CHUNK || m->length != r.left)
+		return bad(&r, "chunk length does not match the payload");
+	if (m->offset > m->total || m->length > m->total - m->offset)
+		return bad(&r, "chunk outside the device state");
+	m->data = r.p;
+	r.left = 0;
+	return done(&r);
+}
+
+int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
+                      struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_COMPLETE, err);
+	m->passes = get_u64(&r, "truncated pass count");
+	m->state_length = get_u64(&r, "truncated device state length");
+	if (!r.rc && m->state_length > LMT_PROTO_MAX_STATE)
+		return bad(&r, "device state larger than 1G");
+	get_count(&r, &m->digest_count, LMT_PROTO_MAX_BLOCKS, "too many digests");
+	for (uint32_t i = 0; i < m->digest_count && !r.rc; i++)
+		m->digests[i] = get_u64(&r, "truncated digest");
+	return done(&r);
+}
+
+int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, type, err);
+	(void)p;
+	return done(&r);
+}

@@ -1,0 +1,153 @@
+/* The control protocol: message types, their decoded forms, and the one
+ * codec that turns them into bytes and back. Every decoder validates every
+ * field before the engine sees it. docs/protocol.md describes the wire. */
+#ifndef LMT_CORE_PROTO_H
+#define LMT_CORE_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lmt/lmt.h>
+
+#define LMT_PROTO_MAGIC 0x50544d4cu /* the bytes "LMTP" read as little-endian */
+#define LMT_PROTO_VERSION 1u
+#define LMT_PROTO_HEADER_SIZE 8u
+#define LMT_PROTO_MAX_PAYLOAD (2u << 20)
+#define LMT_PROTO_MAX_OPTIONS 64u
+#define LMT_PROTO_MAX_BLOCKS 256u
+#define LMT_PROTO_MAX_REG 256u
+#define LMT_PROTO_MAX_TEXT 480u
+#define LMT_PROTO_STATE_CHUNK (1u << 20)
+#define LMT_PROTO_MAX_STATE (1ull << 30)
+
+enum lmt_msg_type {
+	LMT_MSG_HELLO = 1,        /* S->D: magic, version, plugin, options */
+	LMT_MSG_HELLO_REPLY = 2,  /* D->S: version, status, text */
+	LMT_MSG_BLOCKS = 3,       /* S->D: the RAM block list */
+	LMT_MSG_EP_ADDRS = 4,     /* both: one address blob per channel */
+	LMT_MSG_READY = 5,        /* D->S: channels connected, pin-all done */
+	LMT_MSG_REG_REQ = 6,      /* S->D: windows to register */
+	LMT_MSG_REG_REPLY = 7,    /* D->S: their key blobs */
+	LMT_MSG_DEVICE_STATE = 8, /* S->D: a piece of the device state */
+	LMT_MSG_COMPLETE = 9,     /* S->D: all RAM sent; digests */
+	LMT_MSG_COMPLETE_ACK = 10, /* D->S: status of the load */
+	LMT_MSG_ERROR = 11,       /* both: the sender failed; code and text */
+	LMT_MSG_PING = 12,        /* both: keep-alive */
+	LMT_MSG_PONG = 13,
+	LMT_MSG_TYPE_MAX = 13,
+};
+
+struct lmt_msg_header {
+	uint16_t type;
+	uint16_t flags; /* must be 0 in version 1 */
+	uint32_t length;
+};
+
+struct lmt_msg_option {
+	char name[64];
+	char value[256];
+};
+
+struct lmt_msg_hello {
+	uint32_t magic;
+	uint16_t version;
+	char plugin[64];
+	uint32_t option_count;
+	struct lmt_msg_option options[LMT_PROTO_MAX_OPTIONS];
+};
+
+struct lmt_msg_status { /* HELLO_REPLY, COMPLETE_ACK, ERROR */
+	uint16_t version;   /* HELLO_REPLY only */
+	int32_t code;       /* 0 or a negative LMT_E* code */
+	char text[LMT_PROTO_MAX_TEXT + 1];
+};
+
+struct lmt_msg_block {
+	char name[LMT_BLOCK_NAME_MAX + 1];
+	uint64_t length;
+	uint32_t page_size;
+};
+
+struct lmt_msg_blocks {
+	uint32_t count;
+	struct lmt_msg_block blocks[LMT_PROTO_MAX_BLOCKS];
+};
+
+struct lmt_msg_addrs {
+	uint32_t count;
+	struct lmt_blob addrs[LMT_MAX_CHANNELS];
+};
+
+struct lmt_msg_reg {
+	uint32_t block;
+	uint64_t offset;
+	uint64_t length;
+	struct lmt_blob key; /* REG_REPLY only */
+};
+
+struct lmt_msg_regs { /* REG_REQ, REG_REPLY */
+	uint32_t count;
+	struct lmt_msg_reg regs[LMT_PROTO_MAX_REG];
+};
+
+struct lmt_msg_state { /* DEVICE_STATE: points into the payload */
+	uint64_t offset;
+	uint64_t total;
+	uint32_t length;
+	const uint8_t *data;
+};
+
+struct lmt_msg_complete {
+	uint64_t passes;
+	uint64_t state_length;
+	uint32_t digest_count; /* 0, or one per block */
+	uint64_t digests[LMT_PROTO_MAX_BLOCKS];
+};
+
+/* A growable output buffer; `failed` latches an allocation or size error. */
+struct lmt_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+	int failed;
+};
+
+void lmt__buf_free(struct lmt_buf *b);
+
+/* Encoders: append header + payload to b (which is reset first). Return 0
+ * or -LMT_ENOMEM / -LMT_EOVERFLOW. */
+int lmt__enc_hello(struct lmt_buf *b, const struct lmt_msg_hello *m);
+int lmt__enc_status(struct lmt_buf *b, uint16_t type, const struct lmt_msg_status *m);
+int lmt__enc_blocks(struct lmt_buf *b, const struct lmt_msg_blocks *m);
+int lmt__enc_addrs(struct lmt_buf *b, const struct lmt_msg_addrs *m);
+int lmt__enc_regs(struct lmt_buf *b, uint16_t type, const struct lmt_msg_regs *m);
+int lmt__enc_state(struct lmt_buf *b, const struct lmt_msg_state *m);
+int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m);
+int lmt__enc_empty(struct lmt_buf *b, uint16_t type); /* READY, PING, PONG */
+
+/* Decode the fixed header; rejects unknown types, non-zero flags and
+ * lengths above LMT_PROTO_MAX_PAYLOAD. */
+int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h,
+                    struct lmt_error *err);
+
+/* Decoders of payloads. Each checks lengths, counts, string contents and
+ * that nothing is left over; the message names what was wrong. */
+int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m,
+                   struct lmt_error *err);
+int lmt__dec_status(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_status *m,
+                    struct lmt_error *err);
+int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m,
+                    struct lmt_error *err);
+int lmt__dec_addrs(const uint8_t *p, size_t len, struct lmt_msg_addrs *m,
+                   struct lmt_error *err);
+int lmt__dec_regs(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_regs *m,
+                  struct lmt_error *err);
+int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m,
+                   struct lmt_error *err);
+int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
+                      struct lmt_error *err);
+int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err);
+
+const char *lmt__msg_name(uint16_t type);
+
+#endif

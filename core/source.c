@@ -1,0 +1,849 @@
+/* The source engine: handshake and channel setup, the dirty-page walk,
+ * writes spread over the channels, convergence, and the stop-and-copy. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "bitmap.h"
+#include "error.h"
+#include "net.h"
+#include "session.h"
+
+#define SLOT_BITS 20
+#define REG_BATCH 64u
+#define HARVEST_MAX 64u
+#define SERVICE_EVERY_NS 1000000ull
+#define WAIT_SLICE_NS 10000000ull
+#define NO_DEADLINE UINT64_MAX
+
+/* A run of dirty pages within one chunk-size window of one block. */
+struct chunk {
+	uint32_t block;
+	uint64_t page;
+	uint64_t npages;
+};
+
+static uint64_t ping_interval(const struct lmt_session *s)
+{
+	uint64_t t = s->idle_timeout_ns / 4;
+	return t < 1000000000ull ? t : 1000000000ull;
+}
+
+/* ---- control traffic while the migration runs ---- */
+
+static int send_empty(struct lmt_session *s, uint16_t type)
+{
+	int rc = lmt__enc_empty(&s->out, type);
+	return rc ? lmt__fail(s, rc, "encoding %s", lmt__msg_name(type)) : lmt__ctrl_send(s);
+}
+
+/* Receive until a message of `want` arrives, answering keep-alives. */
+static int expect(struct lmt_session *s, uint16_t want, uint64_t deadline,
+                  struct lmt_msg_header *h)
+{
+	for (;;) {
+		int rc = lmt__ctrl_recv(s, h, deadline);
+		if (rc)
+			return rc;
+		if (h->type == want)
+			return 0;
+		if (h->type == LMT_MSG_PING) {
+			rc = send_empty(s, LMT_MSG_PONG);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (h->type == LMT_MSG_PONG)
+			continue;
+		return lmt__fail(s, LMT_EPROTO, "expected %s from the destination, got %s",
+		                 lmt__msg_name(want), lmt__msg_name(h->type));
+	}
+}
+
+/* Keep-alives both ways, and any error the destination sent meanwhile. */
+static int service(struct lmt_session *s, bool force)
+{
+	uint64_t now = lmt__now();
+	if (!force && now - s->last_service_ns < SERVICE_EVERY_NS)
+		return 0;
+	s->last_service_ns = now;
+	if (lmt__is_cancelled(s))
+		return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
+	if (now - s->last_tx_ns >= ping_interval(s)) {
+		int rc = send_empty(s, LMT_MSG_PING);
+		if (rc)
+			return rc;
+	}
+	while (lmt__ctrl_readable(s)) {
+		struct lmt_msg_header h;
+		int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
+		if (rc)
+			return rc;
+		if (h.type == LMT_MSG_PING)
+			rc = send_empty(s, LMT_MSG_PONG);
+		else if (h.type != LMT_MSG_PONG)
+			rc = lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
+			               lmt__msg_name(h.type));
+		if (rc)
+			return rc;
+	}
+	if (lmt__now() - s->last_rx_ns > s->idle_timeout_ns)
+		return lmt__fail(s, LMT_ETIMEDOUT, "the destination said nothing for %llu ms",
+		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
+	return 0;
+}
+
+/* ---- setup ---- */
+
+static int add_match_option(void *opaque, const char *name, const struct lmt_option_desc *d,
+                            const struct lmt_option_value *v, const char *text,
+                            enum lmt_opt_source src)
+{
+	struct lmt_msg_hello *m = opaque;
+	if (!(d->flags & LMT_OPTF_MATCH) || (d->flags & LMT_OPTF_SECRET))
+		return 0;
+	if (m->option_count == LMT_PROTO_MAX_OPTIONS)
+		return -LMT_EOVERFLOW;
+	struct lmt_msg_option *o = &m->options[m->option_count++];
+	snprintf(o->name, sizeof(o->name), "%s", name);
+	snprintf(o->value, sizeof(o->value), "%s", text);
+	return 0;
+}
+
+static int handshake(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_msg_hello *hello = calloc(1, sizeof(*hello));
+	if (!hello)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	hello->magic = LMT_PROTO_MAGIC;
+	hello->version = LMT_PROTO_VERSION;
+	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->desc->name);
+	int rc = lmt__optset_foreach(s->opts, add_match_option, hello);
+	if (!rc)
+		rc = lmt__enc_hello(&s->out, hello);
+	free(hello);
+	if (rc)
+		return lmt__fail(s, rc, "encoding HELLO");
+	if ((rc = lmt__ctrl_send(s)))
+		return rc;
+	struct lmt_msg_header h;
+	if ((rc = expect(s, LMT_MSG_HELLO_REPLY, deadline, &h)))
+		return rc;
+	struct lmt_msg_status st;
+	struct lmt_error err = {0};
+	if ((rc = lmt__dec_status(s->in, h.length, LMT_MSG_HELLO_REPLY, &st, &err)))
+		return lmt__fail(s, rc, "%s", err.message);
+	if (st.code)
+		return lmt__fail(s, st.code, "the destination refused: %s", st.text);
+
+	struct lmt_msg_blocks *bl = calloc(1, sizeof(*bl));
+	if (!bl)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	bl->count = s->nblocks;
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		snprintf(bl->blocks[i].name, sizeof(bl->blocks[i].name), "%s", s->blocks[i].name);
+		bl->blocks[i].length = s->blocks[i].length;
+		bl->blocks[i].page_size = s->blocks[i].page_size;
+	}
+	rc = lmt__enc_blocks(&s->out, bl);
+	free(bl);
+	return rc ? lmt__fail(s, rc, "encoding BLOCKS") : lmt__ctrl_send(s);
+}
+
+static int open_channels(struct lmt_session *s, uint64_t deadline)
+{
+	char local[64], peer[64];
+	lmt__numeric_host(s->ctrl_fd, false, local, sizeof(local));
+	lmt__numeric_host(s->ctrl_fd, true, peer, sizeof(peer));
+	int rc = lmt__transport_open(s, local, peer);
+	if (rc)
+		return rc;
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	if (!a)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	a->count = s->channels;
+	for (uint32_t c = 0; c < s->channels && !rc; c++) {
+		rc = s->desc->ops.ep_open(s->inst, c, &s->eps[c], &a->addrs[c]);
+		if (rc)
+			rc = lmt__fail(s, rc, "channel %u: cannot open an endpoint", c);
+		else if (a->addrs[c].len == 0 || a->addrs[c].len > LMT_BLOB_MAX)
+			rc = lmt__fail(s, LMT_EPROTO, "channel %u: plugin gave an address of %u bytes",
+			               c, a->addrs[c].len);
+	}
+	if (!rc && (rc = lmt__enc_addrs(&s->out, a)))
+		lmt__fail(s, rc, "encoding EP_ADDRS");
+	if (!rc)
+		rc = lmt__ctrl_send(s);
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	if (!rc)
+		rc = expect(s, LMT_MSG_EP_ADDRS, deadline, &h);
+	if (!rc && (rc = lmt__dec_addrs(s->in, h.length, a, &err)))
+		lmt__fail(s, rc, "%s", err.message);
+	if (!rc && a->count != s->channels)
+		rc = lmt__fail(s, LMT_EPROTO, "the destination opened %u channels, expected %u",
+		               a->count, s->channels);
+	for (uint32_t c = 0; c < s->channels && !rc; c++) {
+		rc = s->desc->ops.ep_connect(s->eps[c], &a->addrs[c]);
+		if (rc)
+			rc = lmt__fail(s, rc, "channel %u: cannot connect to the destination", c);
+	}
+	free(a);
+	return rc;
+}
+
+/* Store the keys of a REG_REPLY, checking each against what we can use. */
+static int import_keys(struct lmt_session *s, size_t length)
+{
+	struct lmt_msg_regs *r = malloc(sizeof(*r));
+	struct lmt_error err = {0};
+	if (!r)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	int rc = lmt__dec_regs(s->in, length, LMT_MSG_REG_REPLY, r, &err);
+	if (rc)
+		lmt__fail(s, rc, "%s", err.message);
+	for (uint32_t i = 0; i < r->count && !rc; i++) {
+		const struct lmt_msg_reg *g = &r->regs[i];
+		struct lmt_block *b = g->block < s->nblocks ? &s->blocks[g->block] : NULL;
+		uint64_t w = b ? g->offset / b->window : 0;
+		if (!b || g->offset % b->window || w >= b->nwindows || b->rkeys[w] ||
+		    g->length != (b->length - g->offset < b->window ? b->length - g->offset
+		                                                    : b->window)) {
+			rc = lmt__fail(s, LMT_EPROTO,
+			               "REG_REPLY: key for block %u offset %llu length %llu was not asked for",
+			               g->block, (unsigned long long)g->offset,
+			               (unsigned long long)g->length);
+			break;
+		}
+		rc = s->desc->ops.rkey_import(s->inst, &g->key, &b->rkeys[w]);
+		if (rc)
+			rc = lmt__fail(s, rc, "block '%s': the destination's key is unusable", b->name);
+	}
+	free(r);
+	return rc;
+}
+
+static int register_local(struct lmt_session *s, struct lmt_block *b, uint64_t w)
+{
+	uint64_t off = w * b->window;
+	uint64_t len = b->length - off < b->window ? b->length - off : b->window;
+	lmt_mr *mr = NULL;
+	struct lmt_blob key = {0};
+	int rc = s->desc->ops.mr_register(s->inst, b->host + off, len, LMT_MR_LOCAL_READ, &mr,
+	                                  &key);
+	if (rc)
+		return lmt__fail(s, rc, "block '%s': cannot register %llu bytes at offset %llu",
+		                 b->name, (unsigned long long)len, (unsigned long long)off);
+	b->mrs[w] = mr;
+	return 0;
+}
+
+/* Wait for READY; with pin-all the keys of every block come first. */
+static int wait_ready(struct lmt_session *s)
+{
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	for (;;) {
+		int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
+		if (rc)
+			return rc;
+		if (h.type == LMT_MSG_READY)
+			break;
+		if (h.type == LMT_MSG_REG_REPLY && s->pin_all)
+			rc = import_keys(s, h.length);
+		else if (h.type == LMT_MSG_PING)
+			rc = send_empty(s, LMT_MSG_PONG);
+		else if (h.type != LMT_MSG_PONG)
+			rc = lmt__fail(s, LMT_EPROTO, "expected READY from the destination, got %s",
+			               lmt__msg_name(h.type));
+		if (rc)
+			return rc;
+	}
+	int rc = lmt__dec_empty(s->in, h.length, LMT_MSG_READY, &err);
+	if (rc)
+		return lmt__fail(s, rc, "%s", err.message);
+	for (uint32_t i = 0; i < s->nblocks && s->pin_all; i++)
+		if (!s->blocks[i].rkeys[0])
+			return lmt__fail(s, LMT_EPROTO, "pin-all: the destination sent no key for '%s'",
+			                 s->blocks[i].name);
+	return 0;
+}
+
+static int alloc_slots(struct lmt_session *s)
+{
+	s->nslots = s->channels * s->queue_depth;
+	s->slots = calloc(s->nslots, sizeof(*s->slots));
+	s->free_slots = calloc(s->nslots, sizeof(*s->free_slots));
+	if (!s->slots || !s->free_slots)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory for %u write slots", s->nslots);
+	for (uint32_t i = 0; i < s->nslots; i++)
+		s->free_slots[i] = s->nslots - 1 - i;
+	s->nfree = s->nslots;
+	return 0;
+}
+
+static int setup(struct lmt_session *s, const char *uri)
+{
+	int rc = lmt__blocks_prepare(s);
+	if (rc)
+		return rc;
+	struct sockaddr_storage addr;
+	socklen_t alen;
+	struct lmt_net_error e;
+	rc = lmt_net_parse(uri, &addr, &alen, &e);
+	if (rc)
+		return lmt__fail(s, rc, "%s", e.msg);
+	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
+	struct lmt_wait w = lmt__wait_until(s, deadline);
+	rc = lmt_net_connect((struct sockaddr *)&addr, alen, &w, &s->ctrl_fd, &e);
+	if (rc)
+		return lmt__fail(s, rc, "control connection: %s", e.msg);
+	lmt_net_tune(s->ctrl_fd, 1, 0);
+	s->last_rx_ns = s->last_tx_ns = lmt__now();
+	if ((rc = handshake(s, deadline)) || (rc = open_channels(s, deadline)))
+		return rc;
+	if (s->pin_all && (s->desc->caps & LMT_CAP_LOCAL_MR))
+		for (uint32_t i = 0; i < s->nblocks && !rc; i++)
+			rc = register_local(s, &s->blocks[i], 0);
+	if (rc || (rc = wait_ready(s)))
+		return rc;
+	return alloc_slots(s);
+}
+
+int lmt_save_setup(lmt_session *s, const char *uri)
+{
+	if (s->role != LMT_ROLE_SOURCE)
+		return lmt__fail(s, LMT_ESTATE, "save setup: this session is a destination");
+	int expected = LMT_STATE_NEW;
+	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
+		return lmt__fail(s, LMT_ESTATE, "save setup: called twice");
+	s->start_ns = lmt__now();
+	pthread_mutex_lock(&s->lock);
+	s->stats.status = LMT_STATUS_SETUP;
+	pthread_mutex_unlock(&s->lock);
+	int rc = setup(s, uri);
+	if (rc)
+		return lmt__abort(s, rc);
+	atomic_store(&s->state, LMT_STATE_ACTIVE);
+	pthread_mutex_lock(&s->lock);
+	s->stats.status = LMT_STATUS_ACTIVE;
+	s->stats.setup_ns = lmt__now() - s->start_ns;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* ---- dirty pages ---- */
+
+/* Ask the VMM what it dirtied and merge it in. */
+static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
+{
+	uint64_t added = 0;
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		struct lmt_block *b = &s->blocks[i];
+		memset(b->sync, 0, b->words * sizeof(uint64_t));
+		int rc = s->dirty_fn(s->dirty_opaque, i, b->sync, b->npages);
+		if (rc)
+			return lmt__fail(s, rc < 0 ? rc : -LMT_EIO,
+			                 "dirty sync of block '%s' failed (%d)", b->name, rc);
+		if (b->npages % 64)
+			b->sync[b->words - 1] &= lmt__bits(0, b->npages % 64);
+		uint64_t pages = 0;
+		for (uint64_t w = 0; w < b->words; w++) {
+			pages += (uint64_t)__builtin_popcountll(b->sync[w] & ~b->dirty[w]);
+			b->dirty[w] |= b->sync[w];
+		}
+		added += pages << b->page_shift;
+	}
+	s->dirty_bytes += added;
+	if (new_bytes)
+		*new_bytes = added;
+	return 0;
+}
+
+static int start_first_pass(struct lmt_session *s)
+{
+	int rc = sync_dirty(s, NULL); /* starts the VMM's tracking; all is dirty anyway */
+	if (rc)
+		return rc;
+	s->dirty_bytes = 0;
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		struct lmt_block *b = &s->blocks[i];
+		lmt__bitmap_range(b->dirty, 0, b->npages, LMT_BITS_SET);
+		s->dirty_bytes += b->length;
+	}
+	s->pass = 1;
+	s->pass_start_ns = lmt__now();
+	s->cur_block = 0;
+	s->cur_page = 0;
+	return 0;
+}
+
+static bool page_is_zero(const uint8_t *p, uint32_t size)
+{
+	const uint64_t *w = (const uint64_t *)p;
+	if (w[0])
+		return false;
+	uint64_t acc = 0;
+	for (uint32_t i = 0; i < size / 8; i += 8) {
+		acc |= w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] |
+		       w[i + 7];
+		if (acc)
+			return false;
+	}
+	return true;
+}
+
+/* Skip an all-zero page of the bulk pass: the destination starts zeroed. */
+static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
+{
+	if (s->pass != 1 || !s->zero_detect ||
+	    !page_is_zero(b->host + (page << b->page_shift), b->page_size))
+		return false;
+	lmt__bitmap_range(b->dirty, page, 1, LMT_BITS_CLEAR);
+	s->dirty_bytes -= b->page_size;
+	pthread_mutex_lock(&s->lock);
+	s->stats.zero_pages++;
+	pthread_mutex_unlock(&s->lock);
+	return true;
+}
+
+/* The next run of dirty pages from the cursor, within one chunk-size
+ * window. Returns false at the end of the pass. */
+static bool next_chunk(struct lmt_session *s, struct chunk *c)
+{
+	while (s->cur_block < s->nblocks) {
+		struct lmt_block *b = &s->blocks[s->cur_block];
+		uint64_t p = lmt__bitmap_next(b->dirty, s->cur_page, b->npages);
+		if (p == b->npages) {
+			s->cur_block++;
+			s->cur_page = 0;
+			continue;
+		}
+		s->cur_page = p;
+		if (skip_zero(s, b, p)) {
+			s->cur_page = p + 1;
+			continue;
+		}
+		uint64_t per_chunk = s->chunk_size >> b->page_shift;
+		if (per_chunk == 0)
+			per_chunk = 1;
+		uint64_t limit = (p / per_chunk + 1) * per_chunk;
+		if (limit > b->npages)
+			limit = b->npages;
+		uint64_t end = p + 1;
+		while (end < limit && lmt__bitmap_test(b->dirty, end) && !skip_zero(s, b, end))
+			end++;
+		*c = (struct chunk){.block = s->cur_block, .page = p, .npages = end - p};
+		return true;
+	}
+	return false;
+}
+
+/* ---- writes and completions ---- */
+
+static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
+{
+	uint64_t idx = cp->cookie & ((1ull << SLOT_BITS) - 1);
+	struct lmt_slot *sl = idx < s->nslots ? &s->slots[idx] : NULL;
+	if (!sl || !sl->cookie || sl->cookie != cp->cookie)
+		return lmt__fail(s, LMT_EPROTO, "plugin %s completed unknown write 0x%llx",
+		                 s->desc->name, (unsigned long long)cp->cookie);
+	struct lmt_block *b = &s->blocks[sl->block];
+	if (cp->status)
+		return lmt__fail(s, cp->status,
+		                 "write of %llu bytes to block '%s' at offset %llu failed on channel "
+		                 "%u: %s",
+		                 (unsigned long long)sl->bytes, b->name,
+		                 (unsigned long long)(sl->page << b->page_shift), sl->channel,
+		                 lmt_strerror(cp->status));
+	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
+	s->ch_writes[sl->channel]--;
+	s->ch_inflight[sl->channel] -= sl->bytes;
+	s->ch_bytes[sl->channel] += sl->bytes;
+	s->inflight_bytes -= sl->bytes;
+	s->pass_bytes += sl->bytes;
+	pthread_mutex_lock(&s->lock);
+	s->stats.bytes_sent += sl->bytes;
+	s->stats.normal_pages += sl->npages;
+	pthread_mutex_unlock(&s->lock);
+	sl->cookie = 0;
+	s->free_slots[s->nfree++] = (uint32_t)idx;
+	return 0;
+}
+
+/* Harvest completions, waiting up to timeout_ns for the first. */
+static int harvest(struct lmt_session *s, uint64_t timeout_ns)
+{
+	struct lmt_completion comps[HARVEST_MAX];
+	int n = s->desc->ops.progress(s->inst, comps, HARVEST_MAX, timeout_ns);
+	if (n < 0)
+		return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
+		                 lmt_err_name(n));
+	for (int i = 0; i < n; i++) {
+		int rc = complete_slot(s, &comps[i]);
+		if (rc)
+			return rc;
+	}
+	return n;
+}
+
+/* Wait a slice for completions; fails after idle-timeout without any. */
+static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_since)
+{
+	uint64_t now = lmt__now();
+	uint64_t slice = WAIT_SLICE_NS;
+	if (deadline != NO_DEADLINE)
+		slice = deadline > now ? (deadline - now < slice ? deadline - now : slice) : 0;
+	int n = harvest(s, slice);
+	if (n < 0)
+		return n;
+	now = lmt__now();
+	if (n > 0 || s->inflight_bytes == 0)
+		*quiet_since = now;
+	else if (now - *quiet_since > s->idle_timeout_ns)
+		return lmt__fail(s, LMT_ETIMEDOUT, "no write completed for %llu ms",
+		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
+	return service(s, false);
+}
+
+/* The channel with the fewest bytes in flight that has room. */
+static uint32_t pick_channel(const struct lmt_session *s)
+{
+	uint32_t best = UINT32_MAX;
+	for (uint32_t c = 0; c < s->channels; c++)
+		if (s->ch_writes[c] < s->queue_depth &&
+		    (best == UINT32_MAX || s->ch_inflight[c] < s->ch_inflight[best]))
+			best = c;
+	return best;
+}
+
+/* Ask the destination to register the windows ahead of `c` that have
+ * dirty pages, one round trip for up to REG_BATCH windows. */
+static int request_keys(struct lmt_session *s, const struct chunk *c)
+{
+	struct lmt_block *b = &s->blocks[c->block];
+	struct lmt_msg_regs *r = calloc(1, sizeof(*r));
+	if (!r)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	uint64_t pages_per_window = b->window >> b->page_shift;
+	for (uint64_t w = (c->page << b->page_shift) / b->window;
+	     w < b->nwindows && r->count < REG_BATCH; w++) {
+		uint64_t first = w * pages_per_window;
+		uint64_t n = b->npages - first < pages_per_window ? b->npages - first
+		                                                  : pages_per_window;
+		if (b->rkeys[w] || (r->count && !lmt__bitmap_range(b->dirty, first, n, LMT_BITS_ANY)))
+			continue;
+		struct lmt_msg_reg *g = &r->regs[r->count++];
+		g->block = c->block;
+		g->offset = w * b->window;
+		g->length = b->length - g->offset < b->window ? b->length - g->offset : b->window;
+	}
+	int rc = lmt__enc_regs(&s->out, LMT_MSG_REG_REQ, r);
+	free(r);
+	if (rc)
+		return lmt__fail(s, rc, "encoding REG_REQ");
+	struct lmt_msg_header h;
+	if ((rc = lmt__ctrl_send(s)) ||
+	    (rc = expect(s, LMT_MSG_REG_REPLY, lmt__now() + s->idle_timeout_ns, &h)))
+		return rc;
+	return import_keys(s, h.length);
+}
+
+/* Post one write for `c`, or shrink it to the part not overlapping a write
+ * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
+static int try_post(struct lmt_session *s, struct chunk *c)
+{
+	struct lmt_block *b = &s->blocks[c->block];
+	if (lmt__bitmap_test(b->inflight, c->page))
+		return 0;
+	for (uint64_t i = 1; i < c->npages; i++)
+		if (lmt__bitmap_test(b->inflight, c->page + i)) {
+			c->npages = i;
+			break;
+		}
+	uint32_t ch = pick_channel(s);
+	if (ch == UINT32_MAX || s->nfree == 0)
+		return 0;
+	uint64_t offset = c->page << b->page_shift;
+	uint64_t bytes = c->npages << b->page_shift;
+	uint64_t w = offset / b->window;
+	int rc;
+	if (!b->rkeys[w] && (rc = request_keys(s, c)))
+		return rc;
+	if (!b->rkeys[w])
+		return lmt__fail(s, LMT_EPROTO, "block '%s': no key for offset %llu", b->name,
+		                 (unsigned long long)offset);
+	if ((s->desc->caps & LMT_CAP_LOCAL_MR) && !b->mrs[w] && (rc = register_local(s, b, w)))
+		return rc;
+	uint32_t idx = s->free_slots[s->nfree - 1];
+	uint64_t cookie = (++s->generation << SLOT_BITS) | idx;
+	rc = s->desc->ops.write(s->eps[ch], b->host + offset, bytes, b->mrs[w], b->rkeys[w],
+	                        offset - w * b->window, cookie);
+	if (rc == -LMT_EAGAIN)
+		return 0;
+	if (rc)
+		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
+		                 (unsigned long long)bytes, b->name);
+	s->nfree--;
+	s->slots[idx] = (struct lmt_slot){.cookie = cookie, .block = c->block, .channel = ch,
+	                                  .page = c->page, .npages = c->npages, .bytes = bytes};
+	lmt__bitmap_range(b->inflight, c->page, c->npages, LMT_BITS_SET);
+	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
+	s->ch_writes[ch]++;
+	s->ch_inflight[ch] += bytes;
+	s->dirty_bytes -= bytes;
+	s->inflight_bytes += bytes;
+	s->bw_bytes += bytes;
+	s->cur_page = c->page + c->npages;
+	pthread_mutex_lock(&s->lock);
+	s->stats.writes++;
+	pthread_mutex_unlock(&s->lock);
+	return 1;
+}
+
+/* Time before which max-bandwidth allows no further write. */
+static uint64_t bandwidth_gate(const struct lmt_session *s, bool limited)
+{
+	if (!limited || !s->max_bandwidth)
+		return 0;
+	return s->bw_start_ns + (uint64_t)((double)s->bw_bytes * 1e9 / (double)s->max_bandwidth);
+}
+
+/* Walk and post until the pass ends or the deadline passes. */
+static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
+{
+	uint64_t quiet = lmt__now();
+	struct chunk c;
+	while (!s->pass_done) {
+		int rc = harvest(s, 0);
+		if (rc < 0 || (rc = service(s, false)))
+			return rc;
+		uint64_t now = lmt__now();
+		if (now >= deadline)
+			return 0;
+		if (now < bandwidth_gate(s, limited)) {
+			uint64_t until = bandwidth_gate(s, limited);
+			rc = harvest(s, (until < deadline ? until : deadline) - now);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		if (!next_chunk(s, &c)) {
+			s->pass_done = true;
+			break;
+		}
+		rc = try_post(s, &c);
+		if (rc < 0)
+			return rc;
+		if (rc == 0 && (rc = wait_some(s, deadline, &quiet)))
+			return rc;
+	}
+	return 0;
+}
+
+/* Wait for every write in flight; 1 if the deadline came first. */
+static int drain(struct lmt_session *s, uint64_t deadline)
+{
+	uint64_t quiet = lmt__now();
+	while (s->inflight_bytes) {
+		if (lmt__now() >= deadline)
+			return 1;
+		int rc = wait_some(s, deadline, &quiet);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static void measure_pass(struct lmt_session *s, uint64_t dirtied)
+{
+	uint64_t now = lmt__now();
+	uint64_t span = now - s->pass_start_ns;
+	if (span && (s->pass_bytes >= (1u << 20) || !s->bandwidth_bps))
+		s->bandwidth_bps = (uint64_t)((double)s->pass_bytes * 1e9 / (double)span);
+	pthread_mutex_lock(&s->lock);
+	if (span)
+		s->stats.dirty_rate_bps = (uint64_t)((double)dirtied * 1e9 / (double)span);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static uint64_t expected_downtime(const struct lmt_session *s)
+{
+	uint64_t left = s->dirty_bytes + s->inflight_bytes;
+	if (!left)
+		return 0;
+	if (!s->bandwidth_bps)
+		return UINT64_MAX;
+	return (uint64_t)((double)left * 1e9 / (double)s->bandwidth_bps);
+}
+
+static void start_pass(struct lmt_session *s)
+{
+	s->pass++;
+	s->pass_done = false;
+	s->pass_start_ns = lmt__now();
+	s->pass_bytes = 0;
+	s->cur_block = 0;
+	s->cur_page = 0;
+}
+
+static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
+{
+	uint64_t deadline = lmt__now() + s->iterate_ns;
+	int rc = 0;
+	s->bw_start_ns = lmt__now();
+	s->bw_bytes = 0;
+	if (s->pass == 0 && (rc = start_first_pass(s)))
+		return rc;
+	if (s->need_pass) {
+		s->need_pass = false;
+		start_pass(s);
+	}
+	for (;;) {
+		if ((rc = send_pass(s, deadline, true)))
+			return rc;
+		if (!s->pass_done)
+			break;
+		rc = drain(s, deadline);
+		if (rc)
+			return rc < 0 ? rc : 0;
+		uint64_t dirtied;
+		if ((rc = sync_dirty(s, &dirtied)))
+			return rc;
+		measure_pass(s, dirtied);
+		if (expected_downtime(s) <= s->downtime_limit_ns) {
+			res->ready = 1;
+			s->need_pass = true;
+			break;
+		}
+		start_pass(s);
+		if (lmt__now() >= deadline)
+			break;
+	}
+	return 0;
+}
+
+static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
+{
+	res->pass = s->pass;
+	res->remaining_bytes = s->dirty_bytes + s->inflight_bytes;
+	res->bandwidth_bps = s->bandwidth_bps;
+	res->expected_downtime_ns = expected_downtime(s);
+	pthread_mutex_lock(&s->lock);
+	s->stats.expected_downtime_ns = res->expected_downtime_ns;
+	pthread_mutex_unlock(&s->lock);
+	lmt__stats_update(s);
+}
+
+int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
+{
+	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
+		return lmt__fail(s, LMT_ESTATE, "save iterate: the session is not migrating");
+	if (!res)
+		return lmt__fail(s, LMT_EINVAL, "save iterate: result is NULL");
+	memset(res, 0, sizeof(*res));
+	int rc = iterate(s, res);
+	if (rc)
+		return lmt__abort(s, rc);
+	fill_result(s, res);
+	return 0;
+}
+
+/* ---- stop and copy ---- */
+
+static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t length)
+{
+	size_t off = 0;
+	while (off < length) {
+		size_t n = length - off < LMT_PROTO_STATE_CHUNK ? length - off : LMT_PROTO_STATE_CHUNK;
+		struct lmt_msg_state m = {.offset = off, .total = length, .length = (uint32_t)n,
+		                          .data = data + off};
+		int rc = lmt__enc_state(&s->out, &m);
+		if (rc)
+			return lmt__fail(s, rc, "encoding DEVICE_STATE");
+		if ((rc = lmt__ctrl_send(s)))
+			return rc;
+		off += n;
+	}
+	return 0;
+}
+
+static int finish(struct lmt_session *s, const void *state, size_t length)
+{
+	int rc;
+	if (s->pass == 0) {
+		if ((rc = start_first_pass(s)))
+			return rc;
+	} else {
+		if ((rc = drain(s, NO_DEADLINE)) || (rc = sync_dirty(s, NULL)))
+			return rc;
+		start_pass(s);
+	}
+	if ((rc = send_pass(s, NO_DEADLINE, false)) || (rc = drain(s, NO_DEADLINE)))
+		return rc;
+	rc = s->desc->ops.flush(s->inst, s->idle_timeout_ns);
+	if (rc)
+		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
+		                 lmt_err_name(rc));
+	if ((rc = send_device_state(s, state, length)))
+		return rc;
+	struct lmt_msg_complete *m = calloc(1, sizeof(*m));
+	if (!m)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	m->passes = s->pass;
+	m->state_length = length;
+	m->digest_count = s->verify ? s->nblocks : 0;
+	for (uint32_t i = 0; i < m->digest_count; i++)
+		m->digests[i] = XXH3_64bits(s->blocks[i].host, s->blocks[i].length);
+	rc = lmt__enc_complete(&s->out, m);
+	free(m);
+	if (rc)
+		return lmt__fail(s, rc, "encoding COMPLETE");
+	struct lmt_msg_header h;
+	if ((rc = lmt__ctrl_send(s)) ||
+	    (rc = expect(s, LMT_MSG_COMPLETE_ACK, lmt__now() + s->idle_timeout_ns, &h)))
+		return rc;
+	struct lmt_msg_status st;
+	struct lmt_error err = {0};
+	if ((rc = lmt__dec_status(s->in, h.length, LMT_MSG_COMPLETE_ACK, &st, &err)))
+		return lmt__fail(s, rc, "%s", err.message);
+	if (st.code)
+		return lmt__fail(s, st.code, "the destination refused the migration: %s", st.text);
+	return 0;
+}
+
+int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
+{
+	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
+		return lmt__fail(s, LMT_ESTATE, "save complete: the session is not migrating");
+	if (length && !device_state)
+		return lmt__fail(s, LMT_EINVAL, "save complete: %zu bytes of device state at NULL",
+		                 length);
+	if (length > LMT_PROTO_MAX_STATE)
+		return lmt__fail(s, LMT_EOVERFLOW, "save complete: device state of %zu bytes over 1G",
+		                 length);
+	uint64_t t0 = lmt__now();
+	pthread_mutex_lock(&s->lock);
+	s->stats.status = LMT_STATUS_COMPLETING;
+	pthread_mutex_unlock(&s->lock);
+	int rc = finish(s, device_state, length);
+	if (rc)
+		return lmt__abort(s, rc);
+	uint64_t now = lmt__now();
+	lmt__transport_close(s);
+	close(s->ctrl_fd);
+	s->ctrl_fd = -1;
+	pthread_mutex_lock(&s->lock);
+	s->stats.downtime_ns = now - t0;
+	s->stats.total_ns = now - s->start_ns;
+	s->stats.status = LMT_STATUS_COMPLETED;
+	s->stats.expected_downtime_ns = 0;
+	pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->state, LMT_STATE_DONE);
+	lmt__stats_update(s);
+	return 0;
+}

@@ -1,0 +1,83 @@
+/* Statistics: snapshots while running and after, and their JSON form. */
+#include <stdio.h>
+#include <string.h>
+
+#include "session.h"
+
+static const char *const status_names[] = {
+	[LMT_STATUS_NEW] = "new",
+	[LMT_STATUS_SETUP] = "setup",
+	[LMT_STATUS_ACTIVE] = "active",
+	[LMT_STATUS_COMPLETING] = "completing",
+	[LMT_STATUS_COMPLETED] = "completed",
+	[LMT_STATUS_FAILED] = "failed",
+	[LMT_STATUS_CANCELLED] = "cancelled",
+};
+
+const char *lmt_status_name(enum lmt_status status)
+{
+	if ((unsigned)status <= LMT_STATUS_CANCELLED)
+		return status_names[status];
+	return "unknown";
+}
+
+/* Refresh the derived figures; called by the engine with the lock free. */
+void lmt__stats_update(struct lmt_session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	struct lmt_stats *st = &s->stats;
+	st->remaining_bytes = s->dirty_bytes + s->inflight_bytes;
+	st->bandwidth_bps = s->bandwidth_bps;
+	st->passes = s->pass;
+	for (uint32_t c = 0; c < s->channels && c < LMT_MAX_CHANNELS; c++)
+		st->channel_bytes[c] = s->ch_bytes[c];
+	uint64_t elapsed = st->total_ns;
+	if (!elapsed && s->start_ns)
+		elapsed = lmt__now() - s->start_ns;
+	if (elapsed)
+		st->throughput_bps = (uint64_t)((double)st->bytes_sent * 1e9 / (double)elapsed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
+{
+	if (!s || !out)
+		return -LMT_EINVAL;
+	pthread_mutex_lock(&s->lock);
+	*out = s->stats;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
+{
+	if (!st || (!buf && size))
+		return -LMT_EINVAL;
+	char channels[LMT_MAX_CHANNELS * 24 + 4] = "";
+	size_t used = 0;
+	for (uint32_t c = 0; c < st->channels && c < LMT_MAX_CHANNELS; c++)
+		used += (size_t)snprintf(channels + used, sizeof(channels) - used, "%s%llu",
+		                         c ? "," : "", (unsigned long long)st->channel_bytes[c]);
+	int n = snprintf(buf, size,
+	                 "{\"status\":\"%s\",\"setup_ms\":%.3f,\"total_ms\":%.3f,"
+	                 "\"downtime_ms\":%.3f,\"expected_downtime_ms\":%.3f,"
+	                 "\"ram_bytes\":%llu,\"bytes_sent\":%llu,\"remaining_bytes\":%llu,"
+	                 "\"zero_pages\":%llu,\"normal_pages\":%llu,\"writes\":%llu,"
+	                 "\"passes\":%llu,\"dirty_rate_bps\":%llu,\"throughput_bps\":%llu,"
+	                 "\"bandwidth_bps\":%llu,\"channels\":%u,\"channel_bytes\":[%s]}",
+	                 lmt_status_name(st->status), ms(st->setup_ns), ms(st->total_ns),
+	                 ms(st->downtime_ns), ms(st->expected_downtime_ns),
+	                 (unsigned long long)st->ram_bytes, (unsigned long long)st->bytes_sent,
+	                 (unsigned long long)st->remaining_bytes,
+	                 (unsigned long long)st->zero_pages, (unsigned long long)st->normal_pages,
+	                 (unsigned long long)st->writes, (unsigned long long)st->passes,
+	                 (unsigned long long)st->dirty_rate_bps,
+	                 (unsigned long long)st->throughput_bps,
+	                 (unsigned long long)st->bandwidth_bps, st->channels, channels);
+	return n < 0 ? -LMT_EIO : n;
+}

@@ -1,0 +1,385 @@
+/* Destination side of a TCP channel: listen, accept the source's connection
+ * (checked by token), and place incoming writes straight into registered
+ * regions from a receiver thread that acknowledges them. */
+#define _GNU_SOURCE
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define HELLO_TIMEOUT_NS 2000000000ull /* a connection that says nothing is dropped */
+#define ACK_EVERY 16                   /* placed writes per acknowledgement, at most */
+#define ACK_BYTES (256u << 10)         /* placed bytes per acknowledgement, at most */
+#define RECV_CHUNK (1u << 30)          /* bytes per recv call */
+
+/* Fill in the family, IP and port the source should connect to. */
+static int advertise(lmt_endpoint *ep, struct tcp_dst_addr *a)
+{
+	struct lmt_instance *inst = ep->inst;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(ep->listen_fd, (struct sockaddr *)&ss, &len) != 0)
+		return tcp_error(inst, LMT_EIO, "tcp channel %u: getsockname: %s", ep->channel,
+		                 strerror(errno));
+	bool wildcard;
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+		a->family = TCP_FAMILY_IPV4;
+		a->port = ntohs(in->sin_port);
+		wildcard = in->sin_addr.s_addr == htonl(INADDR_ANY) &&
+		           inet_pton(AF_INET, inst->local_host, &in->sin_addr) != 1;
+		memcpy(a->ip, &in->sin_addr, 4);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+		a->family = TCP_FAMILY_IPV6;
+		a->port = ntohs(in6->sin6_port);
+		wildcard = IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) &&
+		           inet_pton(AF_INET6, inst->local_host, &in6->sin6_addr) != 1;
+		memcpy(a->ip, &in6->sin6_addr, 16);
+	}
+	if (wildcard)
+		return tcp_error(inst, LMT_EINVAL,
+		                 "tcp channel %u: listening on a wildcard address, and no local "
+		                 "address of that family to advertise",
+		                 ep->channel);
+	return 0;
+}
+
+int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	char uri[sizeof(inst->bind_host) + 8];
+	if (strchr(inst->bind_host, ':') && inst->bind_host[0] != '[')
+		snprintf(uri, sizeof(uri), "[%s]:0", inst->bind_host);
+	else
+		snprintf(uri, sizeof(uri), "%s:0", inst->bind_host);
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct lmt_net_error e;
+	int rc = lmt_net_parse(uri, &ss, &len, &e);
+	if (rc)
+		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+	rc = lmt_net_listen((struct sockaddr *)&ss, len, 8, &ep->listen_fd, &e);
+	if (rc)
+		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+	/* Accepted connections inherit the buffers, before the handshake
+	 * fixes the window scale. */
+	lmt_net_tune(ep->listen_fd, inst->nodelay, inst->buffer_size);
+	struct tcp_dst_addr a = {.channel = ep->channel};
+	rc = advertise(ep, &a);
+	if (!rc && getrandom(&ep->token, sizeof(ep->token), 0) != (ssize_t)sizeof(ep->token))
+		rc = tcp_error(inst, LMT_EIO, "tcp channel %u: getrandom: %s", ep->channel,
+		               strerror(errno));
+	if (rc) {
+		close(ep->listen_fd);
+		ep->listen_fd = -1;
+		return rc;
+	}
+	a.token = ep->token;
+	tcp_dst_addr_encode(&a, addr);
+	lmt_net_format((struct sockaddr *)&ss, uri, sizeof(uri));
+	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: listening on %s, port %u", ep->channel, uri,
+	        a.port);
+	return 0;
+}
+
+/* ---- Receiver ------------------------------------------------------------ */
+
+struct rx {
+	lmt_endpoint *ep;
+	uint64_t placed;        /* writes placed in memory */
+	uint64_t acked;         /* writes acknowledged to the source */
+	uint64_t unacked_bytes; /* bytes placed since the last acknowledgement */
+	bool boundary;          /* between two messages */
+	char why[320];          /* what failed */
+};
+
+static int rx_stopping(void *arg)
+{
+	lmt_endpoint *ep = arg;
+	return atomic_load(&ep->stopping);
+}
+
+/* Send an acknowledgement record carrying the placed count; gives up when
+ * the endpoint is closing. 0 or an LMT_E* code. */
+static int send_ack(struct rx *rx, uint32_t magic, int code)
+{
+	uint8_t rec[TCP_ACK_LEN];
+	tcp_ack_encode(&(struct tcp_ack){.magic = magic, .code = code, .count = rx->placed}, rec);
+	struct lmt_wait w = {.cancelled = rx_stopping, .ctx = rx->ep};
+	struct lmt_net_error e;
+	int rc = lmt_net_send_all(rx->ep->fd, rec, sizeof(rec), &w, &e);
+	if (rc) {
+		snprintf(rx->why, sizeof(rx->why), "sending acknowledgement: %s", e.msg);
+		return -rc;
+	}
+	rx->acked = rx->placed;
+	rx->unacked_bytes = 0;
+	return 0;
+}
+
+/* Receive exactly len bytes. 0, or LMT_ECONN with the reason in rx->why;
+ * *nothing tells whether the stream ended before the first byte. */
+static int recv_exact(struct rx *rx, void *buf, uint64_t len, bool *nothing)
+{
+	uint8_t *p = buf;
+	*nothing = true;
+	while (len) {
+		size_t chunk = len < RECV_CHUNK ? (size_t)len : RECV_CHUNK;
+		ssize_t n = recv(rx->ep->fd, p, chunk, MSG_WAITALL);
+		if (n > 0) {
+			p += n;
+			len -= (uint64_t)n;
+			*nothing = false;
+			/* A closing endpoint stops mid-message: the source may
+			 * keep sending after shutdown(SHUT_RD). */
+			if (len && atomic_load(&rx->ep->stopping))
+				break;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(rx->why, sizeof(rx->why), "recv: %s", strerror(errno));
+			return LMT_ECONN;
+		}
+		break;
+	}
+	if (!len)
+		return 0;
+	snprintf(rx->why, sizeof(rx->why), "connection closed by peer");
+	return LMT_ECONN;
+}
+
+/* Read the next header. When none is waiting yet, acknowledge what was
+ * placed first: the source may be waiting for exactly that. */
+static int recv_header(struct rx *rx, uint8_t *header)
+{
+	ssize_t n;
+	do
+		n = recv(rx->ep->fd, header, TCP_HEADER_LEN, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n == TCP_HEADER_LEN) {
+		rx->boundary = false;
+		return 0;
+	}
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+		snprintf(rx->why, sizeof(rx->why), "recv: %s", strerror(errno));
+		return LMT_ECONN;
+	}
+	if (n == 0) {
+		snprintf(rx->why, sizeof(rx->why), "connection closed by peer");
+		return LMT_ECONN;
+	}
+	size_t got = n > 0 ? (size_t)n : 0;
+	rx->boundary = got == 0;
+	if (rx->placed > rx->acked) {
+		int rc = send_ack(rx, TCP_MAGIC_ACK, 0);
+		if (rc)
+			return rc;
+	}
+	bool nothing;
+	int rc = recv_exact(rx, header + got, TCP_HEADER_LEN - got, &nothing);
+	if (rc)
+		return rc;
+	rx->boundary = false;
+	return 0;
+}
+
+/* Take a reference on the region a header targets, if the write fits. */
+static struct lmt_mr *claim_region(struct rx *rx, const struct tcp_header *h)
+{
+	struct lmt_instance *inst = rx->ep->inst;
+	pthread_mutex_lock(&inst->mr_lock);
+	struct lmt_mr *mr = tcp_region_find(inst, h->region);
+	if (!mr || !mr->remote_write) {
+		snprintf(rx->why, sizeof(rx->why), "write of %llu bytes to unknown region %u",
+		         (unsigned long long)h->len, h->region);
+		mr = NULL;
+	} else if (h->len > mr->len || h->offset > mr->len - h->len) {
+		snprintf(rx->why, sizeof(rx->why),
+		         "write of %llu bytes at offset %llu outside region %u (%llu bytes)",
+		         (unsigned long long)h->len, (unsigned long long)h->offset, h->region,
+		         (unsigned long long)mr->len);
+		mr = NULL;
+	} else {
+		mr->busy++;
+		rx->ep->busy_region = mr;
+	}
+	pthread_mutex_unlock(&inst->mr_lock);
+	return mr;
+}
+
+static void release_region(struct rx *rx, struct lmt_mr *mr)
+{
+	struct lmt_instance *inst = rx->ep->inst;
+	pthread_mutex_lock(&inst->mr_lock);
+	rx->ep->busy_region = NULL;
+	if (--mr->busy == 0)
+		pthread_cond_broadcast(&inst->mr_cond);
+	pthread_mutex_unlock(&inst->mr_lock);
+}
+
+/* Place writes until the source says BYE (0) or something fails (an
+ * LMT_E* code, the reason in rx->why). */
+static int receive_loop(struct rx *rx)
+{
+	for (;;) {
+		rx->boundary = true;
+		if (atomic_load(&rx->ep->stopping))
+			return LMT_ECANCELED;
+		uint8_t raw[TCP_HEADER_LEN];
+		int rc = recv_header(rx, raw);
+		if (rc)
+			return rc;
+		struct tcp_header h;
+		tcp_header_decode(raw, &h);
+		if (h.magic == TCP_MAGIC_BYE)
+			return 0;
+		if (h.magic != TCP_MAGIC_WRITE) {
+			snprintf(rx->why, sizeof(rx->why), "bad header magic 0x%08x", h.magic);
+			return LMT_EPROTO;
+		}
+		if (h.seq != rx->placed) {
+			snprintf(rx->why, sizeof(rx->why), "write %llu out of sequence, expected %llu",
+			         (unsigned long long)h.seq, (unsigned long long)rx->placed);
+			return LMT_EPROTO;
+		}
+		struct lmt_mr *mr = claim_region(rx, &h);
+		if (!mr)
+			return LMT_EPROTO;
+		bool nothing;
+		rc = recv_exact(rx, mr->addr + h.offset, h.len, &nothing);
+		release_region(rx, mr);
+		if (rc)
+			return rc;
+		rx->placed++;
+		rx->unacked_bytes += h.len;
+		if (rx->placed - rx->acked >= ACK_EVERY || rx->unacked_bytes >= ACK_BYTES) {
+			rc = send_ack(rx, TCP_MAGIC_ACK, 0);
+			if (rc)
+				return rc;
+		}
+	}
+}
+
+static void *dest_receiver(void *arg)
+{
+	lmt_endpoint *ep = arg;
+	struct rx rx = {.ep = ep};
+	int code = receive_loop(&rx);
+	if (atomic_load(&ep->stopping)) {
+		/* Closed by us between messages: an orderly end for the source. */
+		if (rx.boundary && code != LMT_EPROTO)
+			send_ack(&rx, TCP_MAGIC_BYE, 0);
+		return NULL;
+	}
+	if (code == 0) {
+		if (rx.placed > rx.acked)
+			send_ack(&rx, TCP_MAGIC_ACK, 0);
+		tcp_log(ep->inst, LMT_LOG_DEBUG, "tcp channel %u: closed by the source after %llu "
+		        "writes", ep->channel, (unsigned long long)rx.placed);
+		return NULL;
+	}
+	tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, rx.why);
+	if (code == LMT_EPROTO)
+		send_ack(&rx, TCP_MAGIC_ERROR, code);
+	shutdown(ep->fd, SHUT_RDWR);
+	tcp_set_fatal(ep->inst, -code);
+	return NULL;
+}
+
+/* ---- Connection ---------------------------------------------------------- */
+
+static void drop_connection(lmt_endpoint *ep, int fd, const char *why)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char name[80] = "?";
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+		lmt_net_format((struct sockaddr *)&ss, name, sizeof(name));
+	tcp_log(ep->inst, LMT_LOG_WARN, "tcp channel %u: dropped a connection from %s: %s",
+	        ep->channel, name, why);
+	close(fd);
+}
+
+/* Accept connections until one says hello with this channel and token. */
+static int accept_source(lmt_endpoint *ep, int *out)
+{
+	struct lmt_instance *inst = ep->inst;
+	uint64_t deadline = tcp_op_deadline(inst);
+	struct lmt_wait w = tcp_wait(inst, deadline);
+	struct lmt_net_error e;
+	for (;;) {
+		int fd, rc = lmt_net_accept(ep->listen_fd, &w, &fd, &e);
+		if (rc)
+			return tcp_error(inst, -rc, "tcp channel %u: waiting for the source: %s",
+			                 ep->channel, e.msg);
+		uint64_t hello_deadline = tcp_deadline(HELLO_TIMEOUT_NS);
+		struct lmt_wait hw = tcp_wait(inst, hello_deadline < deadline ? hello_deadline
+		                                                              : deadline);
+		uint8_t hello[TCP_HELLO_LEN];
+		rc = lmt_net_recv_all(fd, hello, sizeof(hello), &hw, &e);
+		if (rc == -LMT_ECANCELED) {
+			close(fd);
+			return tcp_error(inst, LMT_ECANCELED, "tcp channel %u: cancelled", ep->channel);
+		}
+		const char *why = rc ? e.msg : tcp_hello_check(hello, ep->channel, ep->token);
+		if (!why) {
+			*out = fd;
+			return 0;
+		}
+		drop_connection(ep, fd, why);
+	}
+}
+
+int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	uint32_t channel;
+	const char *why = tcp_src_addr_decode(peer_addr, &channel);
+	if (!why && channel != ep->channel)
+		why = "address of another channel";
+	if (why)
+		return tcp_error(inst, LMT_EPROTO,
+		                 "tcp channel %u: bad address blob from the source: %s", ep->channel,
+		                 why);
+	if (ep->listen_fd < 0)
+		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: not listening", ep->channel);
+	int fd;
+	int rc = accept_source(ep, &fd);
+	if (rc)
+		return rc;
+	close(ep->listen_fd);
+	ep->listen_fd = -1;
+	lmt_net_tune(fd, inst->nodelay, inst->buffer_size);
+	ep->fd = fd;
+	if (tcp_thread_start(&ep->receiver, dest_receiver, ep)) {
+		close(fd);
+		ep->fd = -1;
+		return tcp_error(inst, LMT_ENOMEM, "tcp channel %u: cannot start the receiver",
+		                 ep->channel);
+	}
+	ep->receiver_started = true;
+	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: source connected", ep->channel);
+	return 0;
+}
+
+void tcp_dest_ep_close(lmt_endpoint *ep)
+{
+	atomic_store(&ep->stopping, true);
+	if (ep->receiver_started) {
+		/* Wakes a receiver blocked in recv; it says BYE if idle. */
+		shutdown(ep->fd, SHUT_RD);
+		pthread_join(ep->receiver, NULL);
+	}
+	if (ep->fd >= 0)
+		close(ep->fd);
+	if (ep->listen_fd >= 0)
+		close(ep->listen_fd);
+}

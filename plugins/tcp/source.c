@@ -1,0 +1,355 @@
+/* Source side of a TCP channel: connect to the destination, queue writes, send
+ * them from a sender thread, turn acknowledgements into completions. */
+#define _GNU_SOURCE
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define SEND_BATCH 32 /* writes gathered into one sendmsg */
+#define ACK_BUFFER 64 /* acknowledgements read per recv */
+
+int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	ep->ring = calloc(TCP_QUEUE_DEPTH, sizeof(*ep->ring));
+	if (!ep->ring)
+		return tcp_error(inst, LMT_ENOMEM, "tcp: out of memory");
+	if (pthread_mutex_init(&ep->lock, NULL) == 0) {
+		if (tcp_cond_init(&ep->cond) == 0) {
+			ep->sync_ready = true;
+			tcp_src_addr_encode(ep->channel, addr);
+			return 0;
+		}
+		pthread_mutex_destroy(&ep->lock);
+	}
+	free(ep->ring);
+	return tcp_error(inst, LMT_ENOMEM, "tcp: cannot create locks");
+}
+
+/* Mark the channel down with its first error, and wake both threads.
+ * Called with ep->lock held. An error while closing is not reported. */
+static void fail_locked(lmt_endpoint *ep, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+
+static void fail_locked(lmt_endpoint *ep, int code, const char *fmt, ...)
+{
+	if (ep->broken)
+		return;
+	if (atomic_load(&ep->stopping)) {
+		ep->broken = -LMT_ECANCELED;
+	} else {
+		char msg[256];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+		ep->broken = tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, msg);
+	}
+	shutdown(ep->fd, SHUT_RDWR);
+	pthread_cond_broadcast(&ep->cond);
+}
+
+/* Send every byte of iov[0..count); 0 or an errno value. */
+static int send_iov(int fd, struct iovec *iov, size_t count)
+{
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = count};
+	for (;;) {
+		while (msg.msg_iovlen && msg.msg_iov->iov_len == 0) {
+			msg.msg_iov++;
+			msg.msg_iovlen--;
+		}
+		if (!msg.msg_iovlen)
+			return 0;
+		ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? errno : EPIPE;
+		size_t left = (size_t)n;
+		while (left && left >= msg.msg_iov->iov_len) {
+			left -= msg.msg_iov->iov_len;
+			msg.msg_iov++;
+			msg.msg_iovlen--;
+		}
+		if (left) {
+			msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + left;
+			msg.msg_iov->iov_len -= left;
+		}
+	}
+}
+
+static void send_bye(lmt_endpoint *ep)
+{
+	uint8_t h[TCP_HEADER_LEN];
+	tcp_header_encode(&(struct tcp_header){.magic = TCP_MAGIC_BYE, .seq = ep->head}, h);
+	ssize_t n = send(ep->fd, h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)n; /* best effort: without it the destination sees a broken stream */
+}
+
+static void *source_sender(void *arg)
+{
+	lmt_endpoint *ep = arg;
+	struct iovec iov[2 * SEND_BATCH];
+	pthread_mutex_lock(&ep->lock);
+	for (;;) {
+		while (ep->taken == ep->head && !atomic_load(&ep->stopping) && !ep->broken)
+			pthread_cond_wait(&ep->cond, &ep->lock);
+		if (ep->broken)
+			break;
+		if (atomic_load(&ep->stopping)) {
+			if (ep->taken == ep->head)
+				send_bye(ep);
+			break;
+		}
+		uint64_t first = ep->taken, end = ep->head;
+		if (end - first > SEND_BATCH)
+			end = first + SEND_BATCH;
+		ep->taken = end;
+		ep->sending = true;
+		pthread_mutex_unlock(&ep->lock);
+
+		size_t n = 0;
+		for (uint64_t seq = first; seq < end; seq++) {
+			struct tcp_slot *slot = &ep->ring[seq % TCP_QUEUE_DEPTH];
+			iov[n++] = (struct iovec){.iov_base = slot->header, .iov_len = TCP_HEADER_LEN};
+			iov[n++] = (struct iovec){.iov_base = (void *)slot->local, .iov_len = slot->len};
+		}
+		int err = send_iov(ep->fd, iov, n);
+
+		pthread_mutex_lock(&ep->lock);
+		ep->sending = false;
+		if (err) {
+			fail_locked(ep, LMT_ECONN, "send: %s", strerror(err));
+			break;
+		}
+	}
+	ep->sender_done = true;
+	pthread_cond_broadcast(&ep->cond);
+	pthread_mutex_unlock(&ep->lock);
+	return NULL;
+}
+
+/* Read acknowledgement records until the stream ends or breaks; completes
+ * acknowledged writes as it goes. Returns 0 after an orderly BYE, or an
+ * LMT_E* code with its reason in `why`. */
+static int read_acks(lmt_endpoint *ep, uint64_t *acked, char *why, size_t size)
+{
+	uint8_t buf[ACK_BUFFER * TCP_ACK_LEN];
+	size_t have = 0;
+	for (;;) {
+		ssize_t n = recv(ep->fd, buf + have, sizeof(buf) - have, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			snprintf(why, size, "%s", n ? strerror(errno) : "connection closed by peer");
+			return LMT_ECONN;
+		}
+		have += (size_t)n;
+		uint64_t count = *acked;
+		bool bye = false;
+		size_t off = 0;
+		for (; have - off >= TCP_ACK_LEN && !bye; off += TCP_ACK_LEN) {
+			struct tcp_ack a;
+			tcp_ack_decode(buf + off, &a);
+			if (a.magic == TCP_MAGIC_ERROR) {
+				snprintf(why, size, "the destination failed the channel (error %d)",
+				         a.code);
+				return a.code > 0 && a.code < LMT_ERRC_COUNT ? a.code : LMT_EPROTO;
+			}
+			if (a.magic != TCP_MAGIC_ACK && a.magic != TCP_MAGIC_BYE) {
+				snprintf(why, size, "bad acknowledgement magic 0x%08x", a.magic);
+				return LMT_EPROTO;
+			}
+			if (a.count < count) {
+				snprintf(why, size, "acknowledgement went back from %llu to %llu",
+				         (unsigned long long)count, (unsigned long long)a.count);
+				return LMT_EPROTO;
+			}
+			count = a.count;
+			bye = a.magic == TCP_MAGIC_BYE;
+		}
+		memmove(buf, buf + off, have - off);
+		have -= off;
+		if (count > *acked) {
+			pthread_mutex_lock(&ep->lock);
+			uint64_t head = ep->head;
+			pthread_mutex_unlock(&ep->lock);
+			if (count > head) {
+				snprintf(why, size, "%llu writes acknowledged, %llu posted",
+				         (unsigned long long)count, (unsigned long long)head);
+				return LMT_EPROTO;
+			}
+			tcp_complete(ep, *acked, count, 0);
+			*acked = count;
+		}
+		if (bye)
+			return 0;
+	}
+}
+
+static void *source_acker(void *arg)
+{
+	lmt_endpoint *ep = arg;
+	uint64_t acked = 0;
+	char why[200];
+	int code = read_acks(ep, &acked, why, sizeof(why));
+
+	pthread_mutex_lock(&ep->lock);
+	/* An orderly close with writes still unacknowledged lost them. */
+	if (!code && acked < ep->head) {
+		code = LMT_ECONN;
+		snprintf(why, sizeof(why), "connection closed by peer");
+	}
+	if (code) {
+		fail_locked(ep, code, "%s", why);
+	} else if (!ep->broken) {
+		ep->broken = -LMT_ECONN;
+		shutdown(ep->fd, SHUT_RDWR);
+		pthread_cond_broadcast(&ep->cond);
+	}
+	while (!ep->sender_done)
+		pthread_cond_wait(&ep->cond, &ep->lock);
+	uint64_t head = ep->head;
+	int status = ep->broken;
+	bool fatal = code && !atomic_load(&ep->stopping);
+	pthread_mutex_unlock(&ep->lock);
+
+	/* The sender is gone: the rest of the ring can be failed safely. */
+	tcp_complete(ep, acked, head, status);
+	if (fatal)
+		tcp_set_fatal(ep->inst, status);
+	return NULL;
+}
+
+static socklen_t to_sockaddr(const struct tcp_dst_addr *a, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (a->family == TCP_FAMILY_IPV4) {
+		struct sockaddr_in *in = (struct sockaddr_in *)ss;
+		in->sin_family = AF_INET;
+		in->sin_port = htons(a->port);
+		memcpy(&in->sin_addr, a->ip, 4);
+		return sizeof(*in);
+	}
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	in6->sin6_family = AF_INET6;
+	in6->sin6_port = htons(a->port);
+	memcpy(&in6->sin6_addr, a->ip, 16);
+	return sizeof(*in6);
+}
+
+static int start_threads(lmt_endpoint *ep)
+{
+	if (tcp_thread_start(&ep->sender, source_sender, ep))
+		return -LMT_ENOMEM;
+	if (tcp_thread_start(&ep->acker, source_acker, ep) == 0) {
+		ep->threads_started = true;
+		return 0;
+	}
+	pthread_mutex_lock(&ep->lock);
+	ep->broken = -LMT_ECANCELED;
+	pthread_cond_broadcast(&ep->cond);
+	pthread_mutex_unlock(&ep->lock);
+	pthread_join(ep->sender, NULL);
+	return -LMT_ENOMEM;
+}
+
+int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	struct tcp_dst_addr a;
+	const char *why = tcp_dst_addr_decode(peer_addr, &a);
+	if (!why && a.channel != ep->channel)
+		why = "address of another channel";
+	if (why)
+		return tcp_error(inst, LMT_EPROTO,
+		                 "tcp channel %u: bad address blob from the destination: %s",
+		                 ep->channel, why);
+	if (ep->connected)
+		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: already connected", ep->channel);
+
+	struct sockaddr_storage ss;
+	socklen_t len = to_sockaddr(&a, &ss);
+	struct lmt_wait w = tcp_wait(inst, tcp_op_deadline(inst));
+	struct lmt_net_error e;
+	int fd;
+	int rc = lmt_net_connect((struct sockaddr *)&ss, len, &w, &fd, &e);
+	if (rc)
+		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+	lmt_net_tune(fd, inst->nodelay, inst->buffer_size);
+	uint8_t hello[TCP_HELLO_LEN];
+	tcp_hello_encode(ep->channel, a.token, hello);
+	rc = lmt_net_send_all(fd, hello, sizeof(hello), &w, &e);
+	if (rc) {
+		close(fd);
+		return tcp_error(inst, -rc, "tcp channel %u: sending hello: %s", ep->channel, e.msg);
+	}
+	ep->fd = fd;
+	ep->connected = true;
+	if (start_threads(ep)) {
+		ep->connected = false;
+		ep->fd = -1;
+		close(fd);
+		return tcp_error(inst, LMT_ENOMEM, "tcp channel %u: cannot start threads",
+		                 ep->channel);
+	}
+	char name[80];
+	lmt_net_format((struct sockaddr *)&ss, name, sizeof(name));
+	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: connected to %s", ep->channel, name);
+	return 0;
+}
+
+int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *rkey,
+                     uint64_t offset, uint64_t cookie)
+{
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->connected || ep->broken) {
+		int code = ep->connected ? -ep->broken : LMT_ESTATE;
+		pthread_mutex_unlock(&ep->lock);
+		return tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel,
+		                 code == LMT_ESTATE ? "not connected" : "channel is down");
+	}
+	struct tcp_slot *slot = &ep->ring[ep->head % TCP_QUEUE_DEPTH];
+	struct tcp_header h = {.magic = TCP_MAGIC_WRITE, .region = rkey->region,
+	                       .offset = offset, .len = len, .seq = ep->head};
+	tcp_header_encode(&h, slot->header);
+	slot->local = local;
+	slot->len = len;
+	slot->cookie = cookie;
+	ep->head++;
+	pthread_cond_broadcast(&ep->cond);
+	pthread_mutex_unlock(&ep->lock);
+	return 0;
+}
+
+void tcp_source_ep_close(lmt_endpoint *ep)
+{
+	if (ep->threads_started) {
+		/* An idle channel says BYE; a busy one is cut, since the peer
+		 * may never drain what is queued. */
+		pthread_mutex_lock(&ep->lock);
+		atomic_store(&ep->stopping, true);
+		bool busy = ep->sending || ep->taken != ep->head;
+		pthread_cond_broadcast(&ep->cond);
+		pthread_mutex_unlock(&ep->lock);
+		if (busy)
+			shutdown(ep->fd, SHUT_RDWR);
+		pthread_join(ep->sender, NULL);
+		shutdown(ep->fd, SHUT_RDWR);
+		pthread_join(ep->acker, NULL);
+	}
+	if (ep->fd >= 0)
+		close(ep->fd);
+	if (ep->sync_ready) {
+		pthread_cond_destroy(&ep->cond);
+		pthread_mutex_destroy(&ep->lock);
+	}
+	free(ep->ring);
+}

@@ -1,0 +1,139 @@
+/* Internals shared by the TCP plugin's files: instance, endpoints, regions,
+ * and the helpers each side uses. Not installed. */
+#ifndef LMT_TCP_H
+#define LMT_TCP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <lmt/plugin.h>
+
+#include "net.h"
+#include "wire.h"
+
+#define TCP_QUEUE_DEPTH 256u    /* writes per channel, posted and not harvested */
+#define TCP_MAX_CHANNELS 1024u
+#define TCP_SLICE_NS 100000000ull /* how often blocking calls poll cancelled */
+
+#define tcp_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
+#define tcp_error(inst, code, ...) (inst)->host->error((inst)->host_ctx, code, __VA_ARGS__)
+
+/* A registered range. Destination regions are found by id when a header
+ * arrives; `busy` counts receivers placing data into it right now. */
+struct lmt_mr {
+	uint32_t id;
+	bool remote_write;
+	uint8_t *addr;
+	uint64_t len;
+	unsigned busy;
+};
+
+struct lmt_rkey {
+	uint32_t region;
+	uint64_t len;
+	struct lmt_rkey *prev, *next; /* instance list, freed by instance_close */
+};
+
+/* One posted write on the source: its encoded header and payload. */
+struct tcp_slot {
+	uint8_t header[TCP_HEADER_LEN];
+	const void *local;
+	size_t len;
+	uint64_t cookie;
+};
+
+struct lmt_endpoint {
+	struct lmt_instance *inst;
+	uint32_t channel;
+	int fd;        /* data connection, -1 until connected */
+	int listen_fd; /* destination, until the source connected */
+	uint64_t token;
+	atomic_bool stopping;
+
+	/* Source. `lock` guards the ring counters and flags; slots in
+	 * [taken, head) belong to the sender, and a slot is reused only once
+	 * its completion was harvested. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool sync_ready;
+	struct tcp_slot *ring;
+	uint64_t head;  /* writes posted */
+	uint64_t taken; /* writes handed to the sender */
+	bool connected, sender_idle, sending, sender_done;
+	int broken; /* -LMT_E* once the channel is down */
+	pthread_t sender, acker;
+	bool threads_started;
+	/* Under inst->lock: writes acknowledged, and the channel's final
+	 * status (-LMT_E*) once its unacknowledged writes were completed. */
+	uint64_t acked;
+	int final;
+
+	/* Destination. */
+	pthread_t receiver;
+	bool receiver_started;
+	struct lmt_mr *busy_region; /* under inst->mr_lock */
+};
+
+struct lmt_instance {
+	const struct lmt_host *host;
+	void *host_ctx;
+	enum lmt_role role;
+	uint32_t channels;
+	uint64_t timeout_ns;
+	int nodelay;
+	int buffer_size;
+	char bind_host[256];  /* what destination listeners bind */
+	char local_host[64];  /* advertised when bind_host is a wildcard */
+	lmt_endpoint **eps;   /* by channel; NULL when closed */
+	atomic_uint *outstanding; /* by channel: posted, completion not harvested */
+
+	/* Completion queue, per-endpoint ack state and the first fatal error. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct lmt_completion *cq;
+	uint32_t cq_cap, cq_first, cq_count;
+	int fatal;            /* -LMT_E* */
+	uint64_t *flush_target; /* by channel, used by flush only */
+
+	/* Region table, sorted by id (ids only grow). */
+	pthread_mutex_t mr_lock;
+	pthread_cond_t mr_cond;
+	struct lmt_mr **regions;
+	size_t region_count, region_cap;
+	uint32_t next_region;
+	struct lmt_rkey *rkeys;
+};
+
+/* tcp.c */
+int tcp_cond_init(pthread_cond_t *cond);
+/* Wait on `cond` until signalled or `deadline_ns` (lmt_now_ns time) passes,
+ * but never longer than one cancel-polling slice. */
+void tcp_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns);
+int tcp_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
+/* Deadlines are absolute lmt_now_ns() times; UINT64_MAX is none. */
+uint64_t tcp_deadline(uint64_t timeout_ns);
+/* The deadline of a blocking call: the instance timeout from now (0 = none). */
+uint64_t tcp_op_deadline(const struct lmt_instance *inst);
+struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns);
+/* Push completions for writes [from, to) of a source endpoint. */
+void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status);
+/* Record a fatal channel error for progress to return. */
+void tcp_set_fatal(struct lmt_instance *inst, int code);
+/* Find a region by id; call with mr_lock held. */
+struct lmt_mr *tcp_region_find(struct lmt_instance *inst, uint32_t id);
+
+/* source.c */
+int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr);
+int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
+void tcp_source_ep_close(lmt_endpoint *ep);
+int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *rkey,
+                     uint64_t offset, uint64_t cookie);
+
+/* destination.c */
+int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr);
+int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
+void tcp_dest_ep_close(lmt_endpoint *ep);
+
+#endif

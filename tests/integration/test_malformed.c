@@ -1,0 +1,543 @@
+/* The destination fed malformed or hostile control traffic by a fake
+ * source: every case ends the load with an error that names the problem,
+ * without a crash and without a write outside the RAM blocks (which sit
+ * between PROT_NONE guard pages). */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <lmt/lmt.h>
+
+#include "net.h"
+#include "proto.h"
+
+#define PAGE 4096u
+#define BLOCK_BYTES (1u << 20)
+
+/* A destination loading in a thread, with guarded RAM. */
+struct dest {
+	uint8_t *map;
+	uint8_t *ram;
+	lmt_session *session;
+	uint16_t port;
+	pthread_t thread;
+	int rc;
+	char error[600];
+};
+
+static void *run_dest(void *arg)
+{
+	struct dest *d = arg;
+	d->rc = lmt_load_run(d->session);
+	snprintf(d->error, sizeof(d->error), "%s", lmt_session_error(d->session)->message);
+	return NULL;
+}
+
+static struct dest *start_dest(const char *opts)
+{
+	struct dest *d = calloc(1, sizeof(*d));
+	d->map = mmap(NULL, BLOCK_BYTES + 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(d->map != MAP_FAILED);
+	d->ram = d->map + PAGE;
+	assert_int_equal(mprotect(d->ram, BLOCK_BYTES, PROT_READ | PROT_WRITE), 0);
+	struct lmt_error err = {0};
+	assert_int_equal(lmt_session_new(&d->session, LMT_ROLE_DESTINATION, "tcp", opts, &err), 0);
+	assert_int_equal(lmt_session_add_block(d->session, "ram0", d->ram, BLOCK_BYTES, PAGE), 0);
+	assert_int_equal(lmt_load_listen(d->session, "127.0.0.1:0", &d->port), 0);
+	assert_int_equal(pthread_create(&d->thread, NULL, run_dest, d), 0);
+	return d;
+}
+
+/* Join the destination, check it failed with `code` and a message holding
+ * `text`, and that its RAM is still all zero. */
+static void finish_dest(struct dest *d, int code, const char *text)
+{
+	pthread_join(d->thread, NULL);
+	if (d->rc != code || !strstr(d->error, text))
+		fail_msg("destination returned %d '%s'; expected %d with '%s'", d->rc, d->error,
+		         code, text);
+	for (uint32_t i = 0; i < BLOCK_BYTES; i++)
+		if (d->ram[i])
+			fail_msg("destination RAM written at %u", i);
+	lmt_session_free(d->session);
+	munmap(d->map, BLOCK_BYTES + 2 * PAGE);
+	free(d);
+}
+
+static int connect_to(uint16_t port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+static void send_bytes(int fd, const void *p, size_t n)
+{
+	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static void send_buf(int fd, struct lmt_buf *b)
+{
+	send_bytes(fd, b->data, b->len);
+}
+
+static uint32_t reply_length; /* of the last read_reply */
+
+/* Read one reply; returns its type (0 on EOF) and decodes a status. */
+static uint16_t read_reply(int fd, struct lmt_msg_status *st, uint8_t *payload)
+{
+	uint8_t h[8];
+	struct lmt_msg_header hdr;
+	struct lmt_error err = {0};
+	struct lmt_wait w = {.deadline_ns = lmt_now_ns() + 5000000000ull};
+	if (lmt_net_recv_all(fd, h, 8, &w, NULL))
+		return 0;
+	assert_int_equal(lmt__dec_header(h, 8, &hdr, &err), 0);
+	assert_int_equal(lmt_net_recv_all(fd, payload, hdr.length, &w, NULL), 0);
+	reply_length = hdr.length;
+	if (st && (hdr.type == LMT_MSG_HELLO_REPLY || hdr.type == LMT_MSG_ERROR ||
+	           hdr.type == LMT_MSG_COMPLETE_ACK))
+		assert_int_equal(lmt__dec_status(payload, hdr.length, hdr.type, st, &err), 0);
+	return hdr.type;
+}
+
+static void encode_hello(struct lmt_buf *b, uint32_t magic, uint16_t version,
+                         const char *plugin, const char *channels)
+{
+	struct lmt_msg_hello *m = calloc(1, sizeof(*m));
+	m->magic = magic;
+	m->version = version;
+	snprintf(m->plugin, sizeof(m->plugin), "%s", plugin);
+	const char *names[] = {"chunk-size", "pin-all", "channels", "verify"};
+	const char *values[] = {"1M", "off", channels, "off"};
+	for (int i = 0; i < 4; i++) {
+		snprintf(m->options[i].name, sizeof(m->options[i].name), "%s", names[i]);
+		snprintf(m->options[i].value, sizeof(m->options[i].value), "%s", values[i]);
+	}
+	m->option_count = 4;
+	assert_int_equal(lmt__enc_hello(b, m), 0);
+	free(m);
+}
+
+/* Send a valid HELLO and check the positive reply. */
+static void hello_ok(int fd, struct lmt_buf *b, uint8_t *in)
+{
+	struct lmt_msg_status st;
+	encode_hello(b, LMT_PROTO_MAGIC, LMT_PROTO_VERSION, "tcp", "1");
+	send_buf(fd, b);
+	assert_int_equal(read_reply(fd, &st, in), LMT_MSG_HELLO_REPLY);
+	assert_int_equal(st.code, 0);
+}
+
+static void send_blocks(int fd, struct lmt_buf *b, const char *name, uint64_t length)
+{
+	struct lmt_msg_blocks *m = calloc(1, sizeof(*m));
+	m->count = 1;
+	snprintf(m->blocks[0].name, sizeof(m->blocks[0].name), "%s", name);
+	m->blocks[0].length = length;
+	m->blocks[0].page_size = PAGE;
+	assert_int_equal(lmt__enc_blocks(b, m), 0);
+	free(m);
+	send_buf(fd, b);
+}
+
+struct fake {
+	struct dest *d;
+	int fd;
+	struct lmt_buf out;
+	uint8_t *in;
+};
+
+static struct fake *fake_start(const char *opts)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+	f->d = start_dest(opts);
+	f->fd = connect_to(f->d->port);
+	f->in = malloc(LMT_PROTO_MAX_PAYLOAD);
+	return f;
+}
+
+static void fake_end(struct fake *f, int code, const char *text)
+{
+	shutdown(f->fd, SHUT_WR);
+	finish_dest(f->d, code, text);
+	close(f->fd);
+	lmt__buf_free(&f->out);
+	free(f->in);
+	free(f);
+}
+
+static void test_truncated_header_then_close(void **state)
+{
+	struct fake *f = fake_start("");
+	send_bytes(f->fd, "\x01\x00\x00", 3);
+	fake_end(f, -LMT_ECONN, "closed by peer");
+}
+
+static void test_unknown_message_type(void **state)
+{
+	struct fake *f = fake_start("");
+	send_bytes(f->fd, "\x63\x00\x00\x00\x00\x00\x00\x00", 8);
+	fake_end(f, -LMT_EPROTO, "unknown type 99");
+}
+
+static void test_huge_length(void **state)
+{
+	struct fake *f = fake_start("");
+	send_bytes(f->fd, "\x01\x00\x00\x00\xff\xff\xff\x7f", 8);
+	fake_end(f, -LMT_EPROTO, "over the limit");
+}
+
+static void test_bad_magic(void **state)
+{
+	struct fake *f = fake_start("");
+	encode_hello(&f->out, 0xdeadbeef, LMT_PROTO_VERSION, "tcp", "1");
+	send_buf(f->fd, &f->out);
+	struct lmt_msg_status st;
+	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_HELLO_REPLY);
+	assert_int_equal(st.code, -LMT_EPROTO);
+	fake_end(f, -LMT_EPROTO, "bad magic");
+}
+
+static void test_wrong_protocol_version(void **state)
+{
+	struct fake *f = fake_start("");
+	encode_hello(&f->out, LMT_PROTO_MAGIC, 9, "tcp", "1");
+	send_buf(f->fd, &f->out);
+	struct lmt_msg_status st;
+	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_HELLO_REPLY);
+	assert_int_equal(st.code, -LMT_EPROTO);
+	assert_non_null(strstr(st.text, "protocol version 9 is not supported"));
+	fake_end(f, -LMT_EPROTO, "this destination speaks 1");
+}
+
+static void test_other_plugin(void **state)
+{
+	struct fake *f = fake_start("");
+	encode_hello(&f->out, LMT_PROTO_MAGIC, LMT_PROTO_VERSION, "ucx", "1");
+	send_buf(f->fd, &f->out);
+	fake_end(f, -LMT_EMISMATCH, "plugin: the source uses 'ucx', the destination 'tcp'");
+}
+
+static void test_option_mismatch_names_both_values(void **state)
+{
+	struct fake *f = fake_start("");
+	encode_hello(&f->out, LMT_PROTO_MAGIC, LMT_PROTO_VERSION, "tcp", "2");
+	send_buf(f->fd, &f->out);
+	struct lmt_msg_status st;
+	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_HELLO_REPLY);
+	assert_string_equal(st.text, "channels: the source has 2, the destination has 1");
+	fake_end(f, -LMT_EMISMATCH, "channels: the source has 2, the destination has 1");
+}
+
+static void test_block_size_mismatch_names_block_and_sizes(void **state)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "ram0", 2 * BLOCK_BYTES);
+	fake_end(f, -LMT_EMISMATCH,
+	         "RAM block 'ram0': 2097152 bytes on the source, 1048576 on the destination");
+}
+
+static void test_block_name_mismatch(void **state)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "vram", BLOCK_BYTES);
+	fake_end(f, -LMT_EMISMATCH, "the source calls it 'vram', the destination 'ram0'");
+}
+
+static void test_message_out_of_order(void **state)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	assert_int_equal(lmt__enc_empty(&f->out, LMT_MSG_READY), 0);
+	send_buf(f->fd, &f->out);
+	fake_end(f, -LMT_EPROTO, "expected BLOCKS from the source, got READY");
+}
+
+static void test_garbage_address_blob(void **state)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	a->count = 1;
+	a->addrs[0].len = 7;
+	memcpy(a->addrs[0].data, "garbage", 7);
+	assert_int_equal(lmt__enc_addrs(&f->out, a), 0);
+	free(a);
+	send_buf(f->fd, &f->out);
+	fake_end(f, -LMT_EPROTO, "tcp");
+}
+
+static void test_wrong_channel_count(void **state)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	a->count = 3;
+	for (int i = 0; i < 3; i++)
+		a->addrs[i].len = 1;
+	assert_int_equal(lmt__enc_addrs(&f->out, a), 0);
+	free(a);
+	send_buf(f->fd, &f->out);
+	fake_end(f, -LMT_EPROTO, "the source opened 3 channels, expected 1");
+}
+
+/* ---- past the handshake: a real tcp source endpoint through the ABI ---- */
+
+struct abi_source {
+	void *dl;
+	const struct lmt_plugin *p;
+	lmt_instance *inst;
+	lmt_endpoint *ep;
+};
+
+static void h_log(void *c, enum lmt_log_level l, const char *fmt, ...)
+{
+}
+
+static int h_error(void *c, int code, const char *fmt, ...)
+{
+	return code > 0 ? -code : code;
+}
+
+static uint64_t h_now(void *c)
+{
+	return lmt_now_ns();
+}
+
+static int h_option(void *c, const char *name, struct lmt_option_value *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (strcmp(name, "tcp.nodelay") == 0) {
+		out->type = LMT_OPT_BOOL;
+		out->boolean = 1;
+		return 0;
+	}
+	if (strcmp(name, "tcp.address") == 0) {
+		out->type = LMT_OPT_STRING;
+		out->text = "";
+		return 0;
+	}
+	out->type = LMT_OPT_SIZE;
+	return strcmp(name, "tcp.buffer-size") == 0 ? 0 : -LMT_ENOTFOUND;
+}
+
+static int h_cancelled(void *c)
+{
+	return 0;
+}
+
+static const struct lmt_host host = {
+	.abi_version = LMT_PLUGIN_ABI_VERSION, .struct_size = sizeof(struct lmt_host),
+	.log = h_log, .error = h_error, .now_ns = h_now, .option = h_option,
+	.cancelled = h_cancelled,
+};
+
+/* Handshake with blocks and one connected channel; the destination then
+ * waits for REG_REQ and friends. */
+static struct fake *fake_connected(struct abi_source *src)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
+
+	src->dl = dlopen(getenv("LMT_TEST_TCP_PLUGIN"), RTLD_NOW | RTLD_LOCAL);
+	assert_non_null(src->dl);
+	lmt_plugin_entry_fn entry;
+	void *sym = dlsym(src->dl, LMT_PLUGIN_ENTRY_SYMBOL);
+	memcpy(&entry, &sym, sizeof(entry));
+	assert_int_equal(entry(LMT_PLUGIN_ABI_VERSION, &src->p), 0);
+	struct lmt_instance_params params = {.struct_size = sizeof(params),
+	                                     .role = LMT_ROLE_SOURCE, .channels = 1,
+	                                     .timeout_ns = 5000000000ull,
+	                                     .local_host = "127.0.0.1", .peer_host = "127.0.0.1"};
+	assert_int_equal(src->p->ops.instance_open(&host, NULL, &params, &src->inst), 0);
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	a->count = 1;
+	assert_int_equal(src->p->ops.ep_open(src->inst, 0, &src->ep, &a->addrs[0]), 0);
+	assert_int_equal(lmt__enc_addrs(&f->out, a), 0);
+	send_buf(f->fd, &f->out);
+	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_EP_ADDRS);
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_addrs(f->in, reply_length, a, &err), 0);
+	assert_int_equal(src->p->ops.ep_connect(src->ep, &a->addrs[0]), 0);
+	free(a);
+	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_READY);
+	return f;
+}
+
+static void abi_source_close(struct abi_source *src)
+{
+	if (src->ep)
+		src->p->ops.ep_close(src->ep);
+	src->p->ops.instance_close(src->inst);
+	dlclose(src->dl);
+}
+
+static void send_reg_req(struct fake *f, uint32_t block, uint64_t offset, uint64_t length)
+{
+	struct lmt_msg_regs *r = calloc(1, sizeof(*r));
+	r->count = 1;
+	r->regs[0] = (struct lmt_msg_reg){.block = block, .offset = offset, .length = length};
+	assert_int_equal(lmt__enc_regs(&f->out, LMT_MSG_REG_REQ, r), 0);
+	free(r);
+	send_buf(f->fd, &f->out);
+}
+
+static void test_registration_beyond_the_block_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_reg_req(f, 0, 2 * BLOCK_BYTES, BLOCK_BYTES);
+	fake_end(f, -LMT_EPROTO, "REG_REQ: block 0 offset 2097152 length 1048576 is not a window");
+	abi_source_close(&src);
+}
+
+static void test_registration_of_an_unknown_block_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_reg_req(f, 7, 0, BLOCK_BYTES);
+	fake_end(f, -LMT_EPROTO, "REG_REQ: block 7 offset 0");
+	abi_source_close(&src);
+}
+
+static void test_registration_with_a_huge_length_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_reg_req(f, 0, 0, UINT64_MAX);
+	fake_end(f, -LMT_EPROTO, "is not a window of a RAM block");
+	abi_source_close(&src);
+}
+
+static void test_registering_a_window_twice_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_reg_req(f, 0, 0, BLOCK_BYTES);
+	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_REG_REPLY);
+	send_reg_req(f, 0, 0, BLOCK_BYTES);
+	fake_end(f, -LMT_EPROTO, "registered twice");
+	abi_source_close(&src);
+}
+
+static void test_device_state_out_of_order_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	uint8_t data[8] = {0};
+	struct lmt_msg_state m = {.offset = 8, .total = 16, .length = 8, .data = data};
+	assert_int_equal(lmt__enc_state(&f->out, &m), 0);
+	send_buf(f->fd, &f->out);
+	fake_end(f, -LMT_EPROTO, "DEVICE_STATE: the first piece is at 8");
+	abi_source_close(&src);
+}
+
+static void test_complete_without_the_announced_state_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	struct lmt_msg_complete *m = calloc(1, sizeof(*m));
+	m->state_length = 100;
+	assert_int_equal(lmt__enc_complete(&f->out, m), 0);
+	free(m);
+	send_buf(f->fd, &f->out);
+	struct lmt_msg_status st;
+	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_COMPLETE_ACK);
+	assert_int_equal(st.code, -LMT_EPROTO);
+	fake_end(f, -LMT_EPROTO, "device state: 100 bytes announced, 0 received");
+	abi_source_close(&src);
+}
+
+/* The fake source is a faithful one: a write inside a registered window
+ * lands and the load completes. */
+static void test_fake_source_can_complete_a_load(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_reg_req(f, 0, 0, BLOCK_BYTES);
+	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_REG_REPLY);
+	struct lmt_msg_regs *r = malloc(sizeof(*r));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_regs(f->in, reply_length, LMT_MSG_REG_REPLY, r, &err), 0);
+	lmt_rkey *rkey = NULL;
+	assert_int_equal(src.p->ops.rkey_import(src.inst, &r->regs[0].key, &rkey), 0);
+	free(r);
+	static uint8_t page[PAGE];
+	memset(page, 0x5a, sizeof(page));
+	assert_int_equal(src.p->ops.write(src.ep, page, PAGE, NULL, rkey, 3 * PAGE, 77), 0);
+	assert_int_equal(src.p->ops.flush(src.inst, 5000000000ull), 0);
+	struct lmt_completion c;
+	assert_int_equal(src.p->ops.progress(src.inst, &c, 1, 1000000000ull), 1);
+	assert_int_equal(c.cookie, 77);
+	assert_int_equal(c.status, 0);
+	struct lmt_msg_complete *m = calloc(1, sizeof(*m));
+	assert_int_equal(lmt__enc_complete(&f->out, m), 0);
+	free(m);
+	send_buf(f->fd, &f->out);
+	struct lmt_msg_status st;
+	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_COMPLETE_ACK);
+	assert_int_equal(st.code, 0);
+	pthread_join(f->d->thread, NULL);
+	assert_int_equal(f->d->rc, 0);
+	assert_memory_equal(f->d->ram + 3 * PAGE, page, PAGE);
+	assert_int_equal(f->d->ram[3 * PAGE - 1], 0);
+	assert_int_equal(f->d->ram[4 * PAGE], 0);
+	src.p->ops.rkey_release(src.inst, rkey);
+	abi_source_close(&src);
+	lmt_session_free(f->d->session);
+	munmap(f->d->map, BLOCK_BYTES + 2 * PAGE);
+	free(f->d);
+	close(f->fd);
+	lmt__buf_free(&f->out);
+	free(f->in);
+	free(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_truncated_header_then_close),
+		cmocka_unit_test(test_unknown_message_type),
+		cmocka_unit_test(test_huge_length),
+		cmocka_unit_test(test_bad_magic),
+		cmocka_unit_test(test_wrong_protocol_version),
+		cmocka_unit_test(test_other_plugin),
+		cmocka_unit_test(test_option_mismatch_names_both_values),
+		cmocka_unit_test(test_block_size_mismatch_names_block_and_sizes),
+		cmocka_unit_test(test_block_name_mismatch),
+		cmocka_unit_test(test_message_out_of_order),
+		cmocka_unit_test(test_garbage_address_blob),
+		cmocka_unit_test(test_wrong_channel_count),
+		cmocka_unit_test(test_registration_beyond_the_block_is_refused),
+		cmocka_unit_test(test_registration_of_an_unknown_block_is_refused),
+		cmocka_unit_test(test_registration_with_a_huge_length_is_refused),
+		cmocka_unit_test(test_registering_a_window_twice_is_refused),
+		cmocka_unit_test(test_device_state_out_of_order_is_refused),
+		cmocka_unit_test(test_complete_without_the_announced_state_is_refused),
+		cmocka_unit_test(test_fake_source_can_complete_a_load),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

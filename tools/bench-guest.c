@@ -1,0 +1,304 @@
+/* lmt-bench: the synthetic guest — RAM blocks full of pseudo-random pages,
+ * a workload thread that dirties them at a set rate, the dirty-sync
+ * callback, and the memcpy yardstick. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "bench.h"
+
+#define WORDS_PER_PAGE (BENCH_PAGE_SIZE / sizeof(uint64_t))
+#define SLICE_NS 1000000u /* the workload paces itself every millisecond */
+
+uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: fast, and every seed gives a full-period stream. */
+uint64_t bench_random(uint64_t *state)
+{
+	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, bound) without a division. */
+static uint64_t random_below(uint64_t *state, uint64_t bound)
+{
+	return (uint64_t)(((unsigned __int128)bench_random(state) * bound) >> 64);
+}
+
+/* FNV-1a, 64-bit. */
+uint64_t bench_checksum(const void *data, size_t length)
+{
+	const uint8_t *p = data;
+	uint64_t hash = UINT64_C(0xcbf29ce484222325);
+
+	for (size_t i = 0; i < length; i++)
+		hash = (hash ^ p[i]) * UINT64_C(0x100000001b3);
+	return hash;
+}
+
+void bench_ram_layout(struct bench_ram *ram, uint8_t *base, uint64_t bytes)
+{
+	uint64_t pages = bytes / BENCH_PAGE_SIZE;
+	uint64_t first = bytes <= 65536 ? pages : pages * 3 / 4;
+
+	memset(ram, 0, sizeof(*ram));
+	ram->base = base;
+	ram->bytes = bytes;
+	ram->nblocks = first == pages ? 1 : 2;
+	for (uint32_t i = 0; i < ram->nblocks; i++) {
+		struct bench_block *b = &ram->blocks[i];
+
+		b->name = i == 0 ? "ram0" : "ram1";
+		b->npages = i == 0 ? first : pages - first;
+		b->length = b->npages * BENCH_PAGE_SIZE;
+		/* No base: only the names and sizes are wanted. */
+		b->host = base ? base + (i == 0 ? 0 : first * BENCH_PAGE_SIZE) : NULL;
+	}
+}
+
+int bench_ram_alloc_dirty(struct bench_ram *ram)
+{
+	for (uint32_t i = 0; i < ram->nblocks; i++) {
+		struct bench_block *b = &ram->blocks[i];
+
+		b->dirty = calloc((b->npages + 63) / 64, sizeof(*b->dirty));
+		if (!b->dirty) {
+			bench_ram_free_dirty(ram);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void bench_ram_free_dirty(struct bench_ram *ram)
+{
+	for (uint32_t i = 0; i < ram->nblocks; i++) {
+		free(ram->blocks[i].dirty);
+		ram->blocks[i].dirty = NULL;
+	}
+}
+
+static void fill_page(uint64_t *words, uint64_t *rng)
+{
+	for (size_t i = 0; i < WORDS_PER_PAGE; i++)
+		words[i] = bench_random(rng);
+}
+
+uint64_t bench_ram_fill(struct bench_ram *ram, double zero_fraction, uint64_t seed)
+{
+	uint64_t pages = ram->bytes / BENCH_PAGE_SIZE;
+	uint64_t zero = (uint64_t)llround(zero_fraction * (double)pages);
+	uint64_t left = zero, rng = seed;
+
+	/* Selection sampling: page p stays zero with probability
+	 * left / (pages - p), which picks exactly `zero` pages, uniformly. */
+	for (uint64_t p = 0; p < pages; p++) {
+		if (random_below(&rng, pages - p) < left) {
+			left--;
+			continue;
+		}
+		fill_page((uint64_t *)(ram->base + p * BENCH_PAGE_SIZE), &rng);
+	}
+	return zero;
+}
+
+int bench_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t npages)
+{
+	struct bench_ram *ram = opaque;
+	struct bench_block *b;
+
+	if (block >= ram->nblocks || npages != ram->blocks[block].npages)
+		return -LMT_EINVAL;
+	b = &ram->blocks[block];
+	/* Acquire pairs with the workload's release: a page's new contents
+	 * are visible before the core reads it for its bit. */
+	for (uint64_t i = 0; i < (npages + 63) / 64; i++)
+		bitmap[i] |= atomic_exchange_explicit(&b->dirty[i], 0, memory_order_acquire);
+	return 0;
+}
+
+/* ---- Workload ----------------------------------------------------------- */
+
+struct bench_workload {
+	struct bench_ram *ram;
+	uint64_t rate;
+	uint64_t pages;  /* in the working set */
+	uint64_t cursor; /* next page to rewrite */
+	uint64_t rng;
+	uint64_t written;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool pause;
+	bool paused;
+	bool stop;
+};
+
+/* Rewrite the next page of the working set, then say so: a sync that
+ * clears the bit before the data lands sees the bit again next time. */
+static void workload_dirty_page(struct bench_workload *w)
+{
+	struct bench_ram *ram = w->ram;
+	uint64_t page = w->cursor;
+	struct bench_block *b = &ram->blocks[0];
+
+	w->cursor = page + 1 == w->pages ? 0 : page + 1;
+	if (page >= b->npages) {
+		page -= b->npages;
+		b = &ram->blocks[1];
+	}
+	fill_page((uint64_t *)(b->host + page * BENCH_PAGE_SIZE), &w->rng);
+	atomic_fetch_or_explicit(&b->dirty[page / 64], UINT64_C(1) << (page % 64),
+	                         memory_order_release);
+	w->written++;
+}
+
+/* Blocks while paused; false once asked to stop. */
+static bool workload_gate(struct bench_workload *w, uint64_t *last_ns)
+{
+	bool run;
+
+	pthread_mutex_lock(&w->lock);
+	if (w->pause && !w->stop) {
+		w->paused = true;
+		pthread_cond_broadcast(&w->cond);
+		while (w->pause && !w->stop)
+			pthread_cond_wait(&w->cond, &w->lock);
+		w->paused = false;
+		*last_ns = bench_now_ns();
+	}
+	run = !w->stop;
+	pthread_mutex_unlock(&w->lock);
+	return run;
+}
+
+static void *workload_main(void *arg)
+{
+	struct bench_workload *w = arg;
+	/* A token bucket in bytes, capped at 10 ms of credit so that a late
+	 * wake-up does not turn into a burst. */
+	uint64_t burst = w->rate / 100 > BENCH_PAGE_SIZE ? w->rate / 100 : BENCH_PAGE_SIZE;
+	uint64_t credit = 0, last = bench_now_ns();
+	const struct timespec slice = { 0, SLICE_NS };
+
+	while (workload_gate(w, &last)) {
+		uint64_t now = bench_now_ns();
+		unsigned __int128 earned = (unsigned __int128)(now - last) * w->rate / 1000000000u;
+
+		last = now;
+		credit += earned > burst ? burst : (uint64_t)earned;
+		if (credit > burst)
+			credit = burst;
+		for (; credit >= BENCH_PAGE_SIZE; credit -= BENCH_PAGE_SIZE)
+			workload_dirty_page(w);
+		nanosleep(&slice, NULL);
+	}
+	return NULL;
+}
+
+int bench_workload_start(struct bench_workload **out, struct bench_ram *ram,
+                         uint64_t working_set, uint64_t rate, uint64_t seed)
+{
+	struct bench_workload *w = calloc(1, sizeof(*w));
+	int rc;
+
+	*out = NULL;
+	if (!w)
+		return -ENOMEM;
+	w->ram = ram;
+	w->rate = rate;
+	w->pages = working_set / BENCH_PAGE_SIZE;
+	w->rng = seed ^ UINT64_C(0x5bd1e9955bd1e995);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	rc = w->pages ? pthread_create(&w->thread, NULL, workload_main, w) : EINVAL;
+	if (rc != 0) {
+		pthread_cond_destroy(&w->cond);
+		pthread_mutex_destroy(&w->lock);
+		free(w);
+		return -rc;
+	}
+	*out = w;
+	return 0;
+}
+
+void bench_workload_pause(struct bench_workload *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->pause = true;
+	while (!w->paused && !w->stop)
+		pthread_cond_wait(&w->cond, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+}
+
+uint64_t bench_workload_stop(struct bench_workload *w)
+{
+	uint64_t written;
+
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	w->stop = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	written = w->written * BENCH_PAGE_SIZE;
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+	return written;
+}
+
+/* ---- Yardstick ---------------------------------------------------------- */
+
+static int compare_doubles(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_memcpy_gibps(uint64_t bytes)
+{
+	uint8_t *src = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *dst = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double gibps[3] = { 0 };
+
+	if (src != MAP_FAILED && dst != MAP_FAILED) {
+		/* Touch both first: the yardstick is the copy, not page faults. */
+		memset(src, 0x5a, bytes);
+		memset(dst, 0, bytes);
+		for (int i = 0; i < 3; i++) {
+			uint64_t start = bench_now_ns(), ns;
+
+			memcpy(dst, src, bytes);
+			__asm__ volatile("" : : "r"(dst) : "memory");
+			ns = bench_now_ns() - start;
+			gibps[i] = (double)bytes / (double)(ns ? ns : 1) * 1e9 / 1073741824.0;
+		}
+		qsort(gibps, 3, sizeof(gibps[0]), compare_doubles);
+	}
+	if (src != MAP_FAILED)
+		munmap(src, bytes);
+	if (dst != MAP_FAILED)
+		munmap(dst, bytes);
+	return gibps[1];
+}

@@ -1,0 +1,669 @@
+/* lmt-bench: one migration run — a forked destination process over a memfd,
+ * the source session in this process, then the bit-for-bit check. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdnoreturn.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* How long a failed source waits for the destination's own account, and
+ * how long the watchdog waits after a cancel before it kills the peer. */
+#define GRACE_NS UINT64_C(2000000000)
+#define PROGRESS_EVERY_NS UINT64_C(100000000)
+
+enum child_msg_kind {
+	CHILD_LISTENING = 1,
+	CHILD_DONE = 2,
+};
+
+/* From the destination process over the pipe. Smaller than PIPE_BUF, so
+ * each message is written atomically. */
+struct child_msg {
+	uint32_t kind;
+	int32_t rc;
+	uint16_t port;
+	uint64_t prefault_ns;
+	uint64_t state_length;
+	uint64_t state_checksum;
+	char error[BENCH_ERROR_MAX];
+};
+
+struct run {
+	const struct bench_config *cfg;
+	const char *plugin;
+	struct bench_result *out;
+	uint64_t deadline_ns;
+	int memfd;
+	int pipe_fd;
+	pid_t child;
+	struct bench_ram src;
+	struct lmt_iterate_result last;
+	bool progress_shown;
+	bool have_report;
+	struct child_msg report;
+	uint8_t device_state[BENCH_DEVICE_STATE_SIZE];
+};
+
+static void note(struct bench_result *out, const char *fmt, ...) LMT_PRINTF(2, 3);
+
+/* Record a failure; a later one is appended, so both sides can speak. */
+static void note(struct bench_result *out, const char *fmt, ...)
+{
+	size_t len = strlen(out->error);
+	va_list ap;
+
+	if (len > 0 && len + 2 < sizeof(out->error)) {
+		memcpy(out->error + len, "; ", 3);
+		len += 2;
+	}
+	va_start(ap, fmt);
+	vsnprintf(out->error + len, sizeof(out->error) - len, fmt, ap);
+	va_end(ap);
+}
+
+static const char *lmt_message(int rc, const struct lmt_error *err)
+{
+	return err && err->message[0] ? err->message : lmt_strerror(rc);
+}
+
+static int add_blocks(lmt_session *session, const struct bench_ram *ram)
+{
+	for (uint32_t i = 0; i < ram->nblocks; i++) {
+		const struct bench_block *b = &ram->blocks[i];
+		int rc = lmt_session_add_block(session, b->name, b->host, b->length,
+		                               BENCH_PAGE_SIZE);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- Watchdog ----------------------------------------------------------- */
+
+/* At the deadline it cancels the session; if the run still has not ended
+ * GRACE_NS later, it kills `victim` (the destination) to break any wait. */
+struct watchdog {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	lmt_session *session;
+	pid_t victim;
+	uint64_t deadline_ns;
+	bool stop;
+	bool fired;
+};
+
+static bool watchdog_wait(struct watchdog *wd, uint64_t until_ns)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)(until_ns / 1000000000u),
+		.tv_nsec = (long)(until_ns % 1000000000u),
+	};
+
+	while (!wd->stop && bench_now_ns() < until_ns)
+		pthread_cond_timedwait(&wd->cond, &wd->lock, &ts);
+	return !wd->stop;
+}
+
+static void *watchdog_main(void *arg)
+{
+	struct watchdog *wd = arg;
+
+	pthread_mutex_lock(&wd->lock);
+	if (watchdog_wait(wd, wd->deadline_ns)) {
+		wd->fired = true;
+		pthread_mutex_unlock(&wd->lock);
+		lmt_cancel(wd->session);
+		pthread_mutex_lock(&wd->lock);
+		if (wd->victim > 0 && watchdog_wait(wd, wd->deadline_ns + GRACE_NS))
+			kill(wd->victim, SIGKILL);
+	}
+	pthread_mutex_unlock(&wd->lock);
+	return NULL;
+}
+
+static int watchdog_start(struct watchdog *wd, lmt_session *session, pid_t victim,
+                          uint64_t deadline_ns)
+{
+	pthread_condattr_t attr;
+	int rc;
+
+	memset(wd, 0, sizeof(*wd));
+	wd->session = session;
+	wd->victim = victim;
+	wd->deadline_ns = deadline_ns;
+	pthread_mutex_init(&wd->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&wd->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	rc = pthread_create(&wd->thread, NULL, watchdog_main, wd);
+	if (rc != 0) {
+		pthread_cond_destroy(&wd->cond);
+		pthread_mutex_destroy(&wd->lock);
+		return -rc;
+	}
+	return 0;
+}
+
+/* Returns whether it fired. */
+static bool watchdog_stop(struct watchdog *wd)
+{
+	pthread_mutex_lock(&wd->lock);
+	wd->stop = true;
+	pthread_cond_broadcast(&wd->cond);
+	pthread_mutex_unlock(&wd->lock);
+	pthread_join(wd->thread, NULL);
+	pthread_cond_destroy(&wd->cond);
+	pthread_mutex_destroy(&wd->lock);
+	return wd->fired;
+}
+
+static void timeout_text(const struct bench_config *cfg, char *buf, size_t size)
+{
+	char duration[32];
+
+	bench_format_duration(cfg->timeout_ns, duration, sizeof(duration));
+	snprintf(buf, size, "timed out after %s", duration);
+}
+
+/* ---- Destination process ------------------------------------------------ */
+
+static void child_send(int fd, const struct child_msg *msg)
+{
+	ssize_t n;
+
+	do {
+		n = write(fd, msg, sizeof(*msg));
+	} while (n < 0 && errno == EINTR);
+}
+
+static void child_fail(struct child_msg *msg, int rc, const char *why, const char *detail)
+{
+	msg->rc = rc;
+	snprintf(msg->error, sizeof(msg->error), "%s%s%s", why, why[0] ? ": " : "", detail);
+}
+
+static uint64_t prefault(uint8_t *base, uint64_t bytes)
+{
+	volatile uint8_t *p = base;
+	uint64_t start = bench_now_ns();
+
+	for (uint64_t off = 0; off < bytes; off += BENCH_PAGE_SIZE)
+		p[off] = 0;
+	return bench_now_ns() - start;
+}
+
+static int dest_load(const struct bench_config *cfg, lmt_session *session, int fd,
+                     uint64_t deadline_ns, bool *fired)
+{
+	struct child_msg listening = { .kind = CHILD_LISTENING };
+	struct watchdog wd;
+	char uri[32];
+	int rc;
+
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)cfg->port);
+	rc = lmt_load_listen(session, uri, &listening.port);
+	if (rc < 0)
+		return rc;
+	child_send(fd, &listening);
+	if (watchdog_start(&wd, session, 0, deadline_ns) < 0)
+		return -LMT_ENOMEM;
+	rc = lmt_load_run(session);
+	*fired = watchdog_stop(&wd);
+	return rc;
+}
+
+static void dest_migrate(const struct bench_config *cfg, const char *plugin,
+                         const struct bench_ram *ram, int fd, uint64_t deadline_ns,
+                         struct child_msg *msg)
+{
+	struct lmt_error err = { 0 };
+	lmt_session *session;
+	bool fired = false;
+	const void *state;
+	size_t length;
+	char why[64] = "";
+	int rc;
+
+	rc = lmt_session_new(&session, LMT_ROLE_DESTINATION, plugin, cfg->options, &err);
+	if (rc < 0) {
+		child_fail(msg, rc, "", lmt_message(rc, &err));
+		return;
+	}
+	rc = add_blocks(session, ram);
+	if (rc == 0)
+		rc = dest_load(cfg, session, fd, deadline_ns, &fired);
+	if (rc == 0)
+		rc = lmt_load_device_state(session, &state, &length);
+	if (rc == 0) {
+		msg->state_length = length;
+		msg->state_checksum = bench_checksum(state, length);
+	} else {
+		if (fired)
+			timeout_text(cfg, why, sizeof(why));
+		child_fail(msg, rc, why, lmt_message(rc, lmt_session_error(session)));
+	}
+	lmt_session_free(session);
+}
+
+static noreturn void dest_main(const struct bench_config *cfg, const char *plugin,
+                               int memfd, int fd, pid_t parent, uint64_t deadline_ns)
+{
+	struct child_msg msg = { .kind = CHILD_DONE };
+	struct bench_ram ram;
+	uint8_t *base;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	/* The last resort if a cancel does not end the run. */
+	alarm((unsigned)((cfg->timeout_ns + 2 * GRACE_NS) / 1000000000u) + 1);
+	base = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (base == MAP_FAILED) {
+		child_fail(&msg, -LMT_ENOMEM, "mapping the destination RAM", strerror(errno));
+	} else {
+		if (cfg->prefault)
+			msg.prefault_ns = prefault(base, cfg->ram_bytes);
+		bench_ram_layout(&ram, base, cfg->ram_bytes);
+		dest_migrate(cfg, plugin, &ram, fd, deadline_ns, &msg);
+		munmap(base, cfg->ram_bytes);
+	}
+	child_send(fd, &msg);
+	_exit(msg.rc == 0 ? 0 : 1);
+}
+
+/* ---- Source ------------------------------------------------------------- */
+
+static void progress_show(struct run *run, uint64_t *last_ns)
+{
+	const struct lmt_iterate_result *it = &run->last;
+	uint64_t now = bench_now_ns();
+
+	if (!run->cfg->progress || now - *last_ns < PROGRESS_EVERY_NS)
+		return;
+	*last_ns = now;
+	run->progress_shown = true;
+	fprintf(stderr, "\r%s: pass %u, %.1f MiB remaining, %.1f MiB/s, "
+	        "expected downtime %.1f ms\033[K", run->plugin, (unsigned)it->pass,
+	        (double)it->remaining_bytes / 1048576.0, (double)it->bandwidth_bps / 1048576.0,
+	        (double)it->expected_downtime_ns / 1e6);
+}
+
+static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
+{
+	uint64_t last_ns = 0;
+	char uri[32];
+	int rc;
+
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)port);
+	rc = lmt_save_setup(session, uri);
+	while (rc == 0) {
+		rc = lmt_save_iterate(session, &run->last);
+		if (rc < 0 || run->last.ready)
+			break;
+		progress_show(run, &last_ns);
+	}
+	if (run->progress_shown)
+		fputs("\r\033[K", stderr);
+	return rc;
+}
+
+/* Run the migration with the watchdog and, when asked, the workload. */
+static int source_drive(struct run *run, lmt_session *session, uint16_t port, bool *fired)
+{
+	const struct bench_config *cfg = run->cfg;
+	struct bench_workload *workload = NULL;
+	struct watchdog wd;
+	int rc = watchdog_start(&wd, session, run->child, run->deadline_ns);
+
+	if (rc < 0) {
+		note(run->out, "source: watchdog thread: %s", strerror(-rc));
+		return -LMT_ENOMEM;
+	}
+	if (cfg->dirty_rate > 0) {
+		rc = bench_workload_start(&workload, &run->src, cfg->working_set,
+		                          cfg->dirty_rate, cfg->seed);
+		if (rc < 0) {
+			note(run->out, "source: workload thread: %s", strerror(-rc));
+			rc = -LMT_ENOMEM;
+		}
+	}
+	if (rc == 0)
+		rc = source_pre_copy(run, session, port);
+	/* The guest pauses: nothing may write its RAM during complete. */
+	bench_workload_pause(workload);
+	if (rc == 0)
+		rc = lmt_save_complete(session, run->device_state, sizeof(run->device_state));
+	run->out->dirtied_bytes = bench_workload_stop(workload);
+	*fired = watchdog_stop(&wd);
+	return rc;
+}
+
+static void source_stats(struct run *run, lmt_session *session)
+{
+	struct bench_result *out = run->out;
+	size_t size = 4096;
+	int n;
+
+	if (lmt_session_stats(session, &out->stats) < 0)
+		return;
+	out->have_stats = true;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		char *json = malloc(size);
+
+		if (!json)
+			return;
+		n = lmt_stats_json(&out->stats, json, size);
+		if (n >= 0 && (size_t)n < size) {
+			out->stats_json = json;
+			return;
+		}
+		free(json);
+		if (n < 0)
+			return;
+		size = (size_t)n + 1;
+	}
+}
+
+static void source_fail(struct run *run, lmt_session *session, int rc, bool fired)
+{
+	char why[64];
+
+	if (run->out->error[0])
+		return;
+	if (!fired) {
+		note(run->out, "source: %s", lmt_message(rc, lmt_session_error(session)));
+		return;
+	}
+	timeout_text(run->cfg, why, sizeof(why));
+	note(run->out, "source: %s in pass %u with %.1f MiB left: %s", why,
+	     (unsigned)run->last.pass, (double)run->last.remaining_bytes / 1048576.0,
+	     lmt_message(rc, lmt_session_error(session)));
+}
+
+static int source_migrate(struct run *run, uint16_t port)
+{
+	struct lmt_error err = { 0 };
+	lmt_session *session;
+	bool fired = false;
+	int rc;
+
+	rc = lmt_session_new(&session, LMT_ROLE_SOURCE, run->plugin, run->cfg->options, &err);
+	if (rc < 0) {
+		note(run->out, "source: %s", lmt_message(rc, &err));
+		return rc;
+	}
+	rc = add_blocks(session, &run->src);
+	if (rc == 0)
+		rc = lmt_session_set_dirty_sync(session, bench_dirty_sync, &run->src);
+	if (rc == 0)
+		rc = source_drive(run, session, port, &fired);
+	if (rc < 0)
+		source_fail(run, session, rc, fired);
+	source_stats(run, session);
+	lmt_session_free(session);
+	return rc;
+}
+
+/* ---- The run ------------------------------------------------------------ */
+
+static int prepare(struct run *run)
+{
+	const struct bench_config *cfg = run->cfg;
+	uint64_t rng = cfg->seed ^ UINT64_C(0xd1b54a32d192ed03);
+	uint8_t *src;
+
+	run->memfd = memfd_create("lmt-bench-ram", MFD_CLOEXEC);
+	if (run->memfd < 0 || ftruncate(run->memfd, (off_t)cfg->ram_bytes) < 0) {
+		note(run->out, "destination RAM memfd: %s", strerror(errno));
+		return -1;
+	}
+	src = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE,
+	           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (src == MAP_FAILED) {
+		note(run->out, "source RAM: %s", strerror(errno));
+		return -1;
+	}
+	/* The destination never reads it: spare the fork its page tables. */
+	madvise(src, cfg->ram_bytes, MADV_DONTFORK);
+	bench_ram_layout(&run->src, src, cfg->ram_bytes);
+	if (bench_ram_alloc_dirty(&run->src) < 0) {
+		note(run->out, "dirty bitmap: %s", strerror(ENOMEM));
+		return -1;
+	}
+	run->out->zero_pages_made = bench_ram_fill(&run->src, cfg->zero_fraction, cfg->seed);
+	for (size_t i = 0; i < sizeof(run->device_state); i += sizeof(uint64_t)) {
+		uint64_t word = bench_random(&rng);
+
+		memcpy(run->device_state + i, &word, sizeof(word));
+	}
+	return 0;
+}
+
+static int spawn(struct run *run)
+{
+	int fds[2];
+	pid_t parent = getpid();
+
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		note(run->out, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	fflush(NULL);
+	run->child = fork();
+	if (run->child == 0) {
+		close(fds[0]);
+		dest_main(run->cfg, run->plugin, run->memfd, fds[1], parent, run->deadline_ns);
+	}
+	close(fds[1]);
+	run->pipe_fd = fds[0];
+	if (run->child < 0) {
+		note(run->out, "fork: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* 0, -ETIMEDOUT, or -EPIPE when the destination closed the pipe. */
+static int read_report(int fd, struct child_msg *msg, uint64_t deadline_ns)
+{
+	size_t got = 0;
+
+	while (got < sizeof(*msg)) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		uint64_t now = bench_now_ns(), wait_ms;
+		ssize_t n;
+		int rc;
+
+		if (now >= deadline_ns)
+			return -ETIMEDOUT;
+		wait_ms = (deadline_ns - now + 999999) / 1000000;
+		rc = poll(&pfd, 1, wait_ms > INT_MAX ? INT_MAX : (int)wait_ms);
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+		if (rc <= 0)
+			continue;
+		n = read(fd, (char *)msg + got, sizeof(*msg) - got);
+		if (n == 0)
+			return -EPIPE;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		got += n > 0 ? (size_t)n : 0;
+	}
+	return 0;
+}
+
+static void describe_exit(int status, char *buf, size_t size)
+{
+	if (WIFSIGNALED(status))
+		snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(status),
+		         strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, size, "exit status %d", WEXITSTATUS(status));
+}
+
+/* Reap the destination, killing it when it outlives `limit_ns`. */
+static int reap(struct run *run, uint64_t limit_ns)
+{
+	const struct timespec tick = { 0, 1000000 };
+	int status = 0;
+	pid_t pid;
+
+	while ((pid = waitpid(run->child, &status, WNOHANG)) == 0) {
+		if (bench_now_ns() >= limit_ns) {
+			kill(run->child, SIGKILL);
+			limit_ns = UINT64_MAX;
+		}
+		nanosleep(&tick, NULL);
+	}
+	if (pid < 0 && errno == EINTR)
+		return reap(run, limit_ns);
+	run->child = -1;
+	return status;
+}
+
+static int wait_listening(struct run *run, uint16_t *port)
+{
+	struct child_msg *msg = &run->report;
+	int rc = read_report(run->pipe_fd, msg, run->deadline_ns);
+
+	if (rc == 0 && msg->kind == CHILD_LISTENING) {
+		*port = msg->port;
+		return 0;
+	}
+	/* It failed before listening: collect_child tells why. */
+	run->have_report = rc == 0 && msg->kind == CHILD_DONE;
+	return -1;
+}
+
+static void collect_child(struct run *run, bool source_ok)
+{
+	/* After a failure the destination, told by its connection or by its
+	 * own watchdog, should have its say within the grace period. */
+	uint64_t limit = source_ok ? run->deadline_ns + GRACE_NS : bench_now_ns() + GRACE_NS;
+	char how[96];
+	int status;
+
+	if (!run->have_report && read_report(run->pipe_fd, &run->report, limit) == 0)
+		run->have_report = run->report.kind == CHILD_DONE;
+	status = reap(run, run->have_report ? limit + GRACE_NS : 0);
+	if (run->have_report) {
+		run->out->prefault_ns = run->report.prefault_ns;
+		if (run->report.rc < 0)
+			note(run->out, "destination: %s", run->report.error);
+		return;
+	}
+	if (bench_now_ns() >= run->deadline_ns)
+		timeout_text(run->cfg, how, sizeof(how));
+	else
+		describe_exit(status, how, sizeof(how));
+	note(run->out, "destination: no result (%s)", how);
+}
+
+/* `base_offset`: where the block starts in the guest's RAM. */
+static bool compare_block(struct bench_result *out, const struct bench_block *b,
+                          const uint8_t *dst, uint64_t base_offset)
+{
+	const uint8_t *src = b->host;
+	uint64_t first = UINT64_MAX, pages = 0;
+
+	if (memcmp(src, dst, b->length) == 0)
+		return true;
+	for (uint64_t off = 0; off < b->length; off += BENCH_PAGE_SIZE) {
+		if (memcmp(src + off, dst + off, BENCH_PAGE_SIZE) == 0)
+			continue;
+		pages++;
+		if (first != UINT64_MAX)
+			continue;
+		for (first = off; src[first] == dst[first];)
+			first++;
+	}
+	note(out, "RAM differs from offset %llu (block %s + %llu): source 0x%02x, "
+	     "destination 0x%02x; %llu of the block's %llu pages differ",
+	     (unsigned long long)(base_offset + first), b->name, (unsigned long long)first,
+	     src[first], dst[first], (unsigned long long)pages,
+	     (unsigned long long)b->npages);
+	return false;
+}
+
+static void verify(struct run *run)
+{
+	const struct bench_config *cfg = run->cfg;
+	uint8_t *dst = mmap(NULL, cfg->ram_bytes, PROT_READ, MAP_SHARED, run->memfd, 0);
+	bool same = true;
+
+	if (dst == MAP_FAILED) {
+		note(run->out, "verify: mapping the destination RAM: %s", strerror(errno));
+		return;
+	}
+	for (uint32_t i = 0; i < run->src.nblocks && same; i++) {
+		const struct bench_block *b = &run->src.blocks[i];
+		uint64_t offset = (uint64_t)(b->host - run->src.base);
+
+		same = compare_block(run->out, b, dst + offset, offset);
+	}
+	munmap(dst, cfg->ram_bytes);
+	if (run->report.state_length != sizeof(run->device_state) ||
+	    run->report.state_checksum != bench_checksum(run->device_state,
+	                                                  sizeof(run->device_state))) {
+		note(run->out, "device state differs: %llu bytes received, %zu sent",
+		     (unsigned long long)run->report.state_length, sizeof(run->device_state));
+		same = false;
+	}
+	run->out->verified = same;
+}
+
+static void release(struct run *run)
+{
+	if (run->child > 0)
+		reap(run, 0);
+	if (run->pipe_fd >= 0)
+		close(run->pipe_fd);
+	if (run->memfd >= 0)
+		close(run->memfd);
+	if (run->src.base)
+		munmap(run->src.base, run->src.bytes);
+	bench_ram_free_dirty(&run->src);
+}
+
+void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_result *out)
+{
+	struct run run = {
+		.cfg = cfg, .plugin = plugin, .out = out, .memfd = -1, .pipe_fd = -1, .child = -1,
+	};
+	uint16_t port = 0;
+	bool source_ok = false;
+
+	memset(out, 0, sizeof(*out));
+	out->prefaulted = cfg->prefault;
+	run.deadline_ns = bench_now_ns() + cfg->timeout_ns;
+	if (prepare(&run) == 0 && spawn(&run) == 0) {
+		if (wait_listening(&run, &port) == 0)
+			source_ok = source_migrate(&run, port) == 0;
+		collect_child(&run, source_ok);
+		if (source_ok && run.have_report && run.report.rc == 0)
+			verify(&run);
+	}
+	release(&run);
+	out->ok = out->verified && out->error[0] == '\0';
+}
+
+void bench_result_clear(struct bench_result *result)
+{
+	free(result->stats_json);
+	result->stats_json = NULL;
+}
