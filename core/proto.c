@@ -57,9 +57,10 @@ static void put_u64(struct lmt_buf *b, uint64_t v)
 	put(b, x, 8);
 }
 
-static void put_str(struct lmt_buf *b, const char *s)
+/* A string from a field of `cap` bytes. */
+static void put_str(struct lmt_buf *b, const char *s, size_t cap)
 {
-	size_t n = strnlen(s, 0xffff);
+	size_t n = strnlen(s, cap < 0xffff ? cap : 0xffff);
 	put_u16(b, (uint16_t)n);
 	put(b, s, n);
 }
@@ -99,11 +100,11 @@ int lmt__enc_hello(struct lmt_buf *b, const struct lmt_msg_hello *m)
 	begin(b, LMT_MSG_HELLO);
 	put_u32(b, m->magic);
 	put_u16(b, m->version);
-	put_str(b, m->plugin);
+	put_str(b, m->plugin, sizeof(m->plugin));
 	put_u32(b, m->option_count);
 	for (uint32_t i = 0; i < m->option_count; i++) {
-		put_str(b, m->options[i].name);
-		put_str(b, m->options[i].value);
+		put_str(b, m->options[i].name, sizeof(m->options[i].name));
+		put_str(b, m->options[i].value, sizeof(m->options[i].value));
 	}
 	return finish(b);
 }
@@ -114,7 +115,7 @@ int lmt__enc_status(struct lmt_buf *b, uint16_t type, const struct lmt_msg_statu
 	if (type == LMT_MSG_HELLO_REPLY)
 		put_u16(b, m->version);
 	put_u32(b, (uint32_t)m->code);
-	put_str(b, m->text);
+	put_str(b, m->text, sizeof(m->text));
 	return finish(b);
 }
 
@@ -125,7 +126,7 @@ int lmt__enc_blocks(struct lmt_buf *b, const struct lmt_msg_blocks *m)
 	begin(b, LMT_MSG_BLOCKS);
 	put_u32(b, m->count);
 	for (uint32_t i = 0; i < m->count; i++) {
-		put_str(b, m->blocks[i].name);
+		put_str(b, m->blocks[i].name, sizeof(m->blocks[i].name));
 		put_u64(b, m->blocks[i].length);
 		put_u32(b, m->blocks[i].page_size);
 	}

@@ -218,13 +218,13 @@ static void *source_acker(void *arg)
 		pthread_cond_wait(&ep->cond, &ep->lock);
 	uint64_t head = ep->head;
 	int status = ep->broken;
-	bool fatal = code && !atomic_load(&ep->stopping);
+	bool failed = code && !atomic_load(&ep->stopping);
 	pthread_mutex_unlock(&ep->lock);
 
+	if (failed)
+		tcp_fail_all(ep->inst, status);
 	/* The sender is gone: the rest of the ring can be failed safely. */
 	tcp_complete(ep, acked, head, status);
-	if (fatal)
-		tcp_set_fatal(ep->inst, status);
 	return NULL;
 }
 
@@ -300,6 +300,7 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		return tcp_error(inst, LMT_ENOMEM, "tcp channel %u: cannot start threads",
 		                 ep->channel);
 	}
+	tcp_go_live(ep);
 	char name[80];
 	lmt_net_format((struct sockaddr *)&ss, name, sizeof(name));
 	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: connected to %s", ep->channel, name);
@@ -327,6 +328,17 @@ int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	pthread_cond_broadcast(&ep->cond);
 	pthread_mutex_unlock(&ep->lock);
 	return 0;
+}
+
+void tcp_source_break(lmt_endpoint *ep, int status)
+{
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->broken) {
+		ep->broken = status;
+		shutdown(ep->fd, SHUT_RDWR);
+		pthread_cond_broadcast(&ep->cond);
+	}
+	pthread_mutex_unlock(&ep->lock);
 }
 
 void tcp_source_ep_close(lmt_endpoint *ep)

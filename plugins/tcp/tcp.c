@@ -73,6 +73,16 @@ struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns)
 	                         .ctx = inst->host_ctx};
 }
 
+/* Whether every live source channel has completed its writes, after a
+ * failure. Called with inst->lock held. */
+static bool all_settled(const struct lmt_instance *inst)
+{
+	for (uint32_t c = 0; c < inst->channels; c++)
+		if (inst->eps[c] && inst->eps[c]->live && !inst->eps[c]->final)
+			return false;
+	return true;
+}
+
 void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status)
 {
 	struct lmt_instance *inst = ep->inst;
@@ -86,7 +96,35 @@ void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status)
 		ep->acked = to;
 	else
 		ep->final = status;
+	/* Progress reports the failure only once every cookie is queued. */
+	if (inst->failing && !inst->fatal && all_settled(inst))
+		inst->fatal = inst->failing;
 	pthread_cond_broadcast(&inst->cond);
+	pthread_mutex_unlock(&inst->lock);
+}
+
+void tcp_fail_all(struct lmt_instance *inst, int status)
+{
+	pthread_mutex_lock(&inst->lock);
+	if (!inst->failing) {
+		inst->failing = status;
+		for (uint32_t c = 0; c < inst->channels; c++)
+			if (inst->eps[c] && inst->eps[c]->live)
+				tcp_source_break(inst->eps[c], status);
+		if (all_settled(inst))
+			inst->fatal = status;
+	}
+	pthread_cond_broadcast(&inst->cond);
+	pthread_mutex_unlock(&inst->lock);
+}
+
+void tcp_go_live(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	pthread_mutex_lock(&inst->lock);
+	ep->live = true;
+	if (inst->failing)
+		tcp_source_break(ep, inst->failing);
 	pthread_mutex_unlock(&inst->lock);
 }
 
@@ -304,11 +342,16 @@ static void tcp_ep_close(lmt_endpoint *ep)
 	if (!ep)
 		return;
 	struct lmt_instance *inst = ep->inst;
+	/* Out of the table first: other channels' threads look there. */
+	pthread_mutex_lock(&inst->lock);
+	inst->eps[ep->channel] = NULL;
+	if (inst->failing && !inst->fatal && all_settled(inst))
+		inst->fatal = inst->failing;
+	pthread_mutex_unlock(&inst->lock);
 	if (inst->role == LMT_ROLE_SOURCE)
 		tcp_source_ep_close(ep);
 	else
 		tcp_dest_ep_close(ep);
-	inst->eps[ep->channel] = NULL;
 	free(ep);
 }
 
@@ -514,7 +557,7 @@ static int flush_done(struct lmt_instance *inst)
 			return ep->final;
 		done = 0;
 	}
-	return inst->fatal ? inst->fatal : done;
+	return inst->failing ? inst->failing : inst->fatal ? inst->fatal : done;
 }
 
 static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)

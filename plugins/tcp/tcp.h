@@ -65,8 +65,9 @@ struct lmt_endpoint {
 	int broken; /* -LMT_E* once the channel is down */
 	pthread_t sender, acker;
 	bool threads_started;
-	/* Under inst->lock: writes acknowledged, and the channel's final
-	 * status (-LMT_E*) once its unacknowledged writes were completed. */
+	/* Under inst->lock: threads running, writes acknowledged, and the
+	 * final status (-LMT_E*) once unacknowledged writes were completed. */
+	bool live;
 	uint64_t acked;
 	int final;
 
@@ -89,11 +90,14 @@ struct lmt_instance {
 	lmt_endpoint **eps;   /* by channel; NULL when closed */
 	atomic_uint *outstanding; /* by channel: posted, completion not harvested */
 
-	/* Completion queue, per-endpoint ack state and the first fatal error. */
+	/* Completion queue, per-endpoint ack state, the endpoint table and
+	 * errors. On the source, `failing` is the first channel failure and
+	 * `fatal` follows once every channel has completed its writes. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct lmt_completion *cq;
 	uint32_t cq_cap, cq_first, cq_count;
+	int failing;          /* -LMT_E* */
 	int fatal;            /* -LMT_E* */
 	uint64_t *flush_target; /* by channel, used by flush only */
 
@@ -117,9 +121,14 @@ uint64_t tcp_deadline(uint64_t timeout_ns);
 /* The deadline of a blocking call: the instance timeout from now (0 = none). */
 uint64_t tcp_op_deadline(const struct lmt_instance *inst);
 struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns);
-/* Push completions for writes [from, to) of a source endpoint. */
+/* Push completions for writes [from, to) of a source endpoint. A non-zero
+ * status also makes it the channel's final one. */
 void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status);
-/* Record a fatal channel error for progress to return. */
+/* Source: a channel failed, so the session is over; fail every channel. */
+void tcp_fail_all(struct lmt_instance *inst, int status);
+/* Source: a connected channel joins the instance (or fails at once). */
+void tcp_go_live(lmt_endpoint *ep);
+/* Destination: record a receiver's fatal error for progress to return. */
 void tcp_set_fatal(struct lmt_instance *inst, int code);
 /* Find a region by id; call with mr_lock held. */
 struct lmt_mr *tcp_region_find(struct lmt_instance *inst, uint32_t id);
@@ -130,6 +139,8 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
 void tcp_source_ep_close(lmt_endpoint *ep);
 int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *rkey,
                      uint64_t offset, uint64_t cookie);
+/* Take the channel down with `status` unless it is down already. */
+void tcp_source_break(lmt_endpoint *ep, int status);
 
 /* destination.c */
 int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr);
