@@ -292,15 +292,20 @@ static void progress_show(struct run *run, uint64_t *last_ns)
 {
 	const struct lmt_iterate_result *it = &run->last;
 	uint64_t now = bench_now_ns();
+	char rate[32] = "rate not measured yet", downtime[48] = "";
 
 	if (!run->cfg->progress || now - *last_ns < PROGRESS_EVERY_NS)
 		return;
 	*last_ns = now;
 	run->progress_shown = true;
-	fprintf(stderr, "\r%s: pass %u, %.1f MiB remaining, %.1f MiB/s, "
-	        "expected downtime %.1f ms\033[K", run->plugin, (unsigned)it->pass,
-	        (double)it->remaining_bytes / 1048576.0, (double)it->bandwidth_bps / 1048576.0,
-	        (double)it->expected_downtime_ns / 1e6);
+	if (it->bandwidth_bps > 0)
+		snprintf(rate, sizeof(rate), "%.1f MiB/s", (double)it->bandwidth_bps / 1048576.0);
+	/* Without a measured rate the expected downtime means nothing. */
+	if (it->bandwidth_bps > 0 && it->expected_downtime_ns != UINT64_MAX)
+		snprintf(downtime, sizeof(downtime), ", expected downtime %.1f ms",
+		         (double)it->expected_downtime_ns / 1e6);
+	fprintf(stderr, "\r%s: pass %u, %.1f MiB remaining, %s%s\033[K", run->plugin,
+	        (unsigned)it->pass, (double)it->remaining_bytes / 1048576.0, rate, downtime);
 }
 
 static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
@@ -390,6 +395,11 @@ static void source_fail(struct run *run, lmt_session *session, int rc, bool fire
 		return;
 	}
 	timeout_text(run->cfg, why, sizeof(why));
+	if (run->last.pass == 0) {
+		note(run->out, "source: %s before the first iteration returned: %s", why,
+		     lmt_message(rc, lmt_session_error(session)));
+		return;
+	}
 	note(run->out, "source: %s in pass %u with %.1f MiB left: %s", why,
 	     (unsigned)run->last.pass, (double)run->last.remaining_bytes / 1048576.0,
 	     lmt_message(rc, lmt_session_error(session)));
@@ -592,7 +602,7 @@ static bool compare_block(struct bench_result *out, const struct bench_block *b,
 		for (first = off; src[first] == dst[first];)
 			first++;
 	}
-	note(out, "RAM differs from offset %llu (block %s + %llu): source 0x%02x, "
+	note(out, "RAM differs, first at offset %llu (block %s + %llu): source 0x%02x, "
 	     "destination 0x%02x; %llu of the block's %llu pages differ",
 	     (unsigned long long)(base_offset + first), b->name, (unsigned long long)first,
 	     src[first], dst[first], (unsigned long long)pages,
