@@ -21,10 +21,10 @@
 int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 {
 	if (s->role != LMT_ROLE_DESTINATION)
-		return lmt__fail(s, LMT_ESTATE, "load listen: this session is a source");
+		return lmt__usage(s, LMT_ESTATE, "load listen: this session is a source");
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_LISTENING))
-		return lmt__fail(s, LMT_ESTATE, "load listen: called twice");
+		return lmt__usage(s, LMT_ESTATE, "load listen: called twice");
 	struct sockaddr_storage addr;
 	socklen_t len;
 	struct lmt_net_error e;
@@ -493,10 +493,10 @@ static int run(struct lmt_session *s)
 int lmt_load_run(lmt_session *s)
 {
 	if (s->role != LMT_ROLE_DESTINATION)
-		return lmt__fail(s, LMT_ESTATE, "load run: this session is a source");
+		return lmt__usage(s, LMT_ESTATE, "load run: this session is a source");
 	int expected = LMT_STATE_LISTENING;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
-		return lmt__fail(s, LMT_ESTATE, "load run: call lmt_load_listen first, once");
+		return lmt__usage(s, LMT_ESTATE, "load run: call lmt_load_listen first, once");
 	pthread_mutex_lock(&s->lock);
 	s->stats.status = LMT_STATUS_SETUP;
 	pthread_mutex_unlock(&s->lock);
@@ -517,7 +517,7 @@ int lmt_load_run(lmt_session *s)
 int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
 {
 	if (s->role != LMT_ROLE_DESTINATION || atomic_load(&s->state) != LMT_STATE_DONE)
-		return lmt__fail(s, LMT_ESTATE, "device state: only after a completed load");
+		return lmt__usage(s, LMT_ESTATE, "device state: only after a completed load");
 	*data = s->state_buf;
 	*length = s->state_len;
 	return 0;

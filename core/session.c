@@ -31,15 +31,20 @@ static int wait_cancelled(void *ctx)
 	return lmt__is_cancelled(ctx);
 }
 
-static int record(struct lmt_session *s, int code, const char *fmt, va_list ap)
-    LMT_PRINTF(3, 0);
+/* The first failure of an operation wins; a misuse of the API (usage)
+ * is reported but never hides a later real failure. */
+static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
+    LMT_PRINTF(4, 0);
 
-static int record(struct lmt_session *s, int code, const char *fmt, va_list ap)
+static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
 {
 	code = code > 0 ? -code : code;
 	pthread_mutex_lock(&s->lock);
-	if (s->error.code == 0 && atomic_load(&s->state) != LMT_STATE_DONE)
+	if ((s->error.code == 0 || s->error_is_usage) &&
+	    atomic_load(&s->state) != LMT_STATE_DONE) {
 		lmt__verror(&s->error, code, fmt, ap);
+		s->error_is_usage = usage;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return code;
 }
@@ -48,7 +53,16 @@ int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	code = record(s, code, fmt, ap);
+	code = record(s, false, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	code = record(s, true, code, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -202,7 +216,7 @@ static int require_new(struct lmt_session *s, const char *what)
 {
 	int st = atomic_load(&s->state);
 	if (st != LMT_STATE_NEW && !(st == LMT_STATE_LISTENING && s->role == LMT_ROLE_DESTINATION))
-		return lmt__fail(s, LMT_ESTATE, "%s: only before setup", what);
+		return lmt__usage(s, LMT_ESTATE, "%s: only before setup", what);
 	return 0;
 }
 
@@ -214,7 +228,7 @@ int lmt_session_set_options(lmt_session *s, const char *options)
 	struct lmt_error err = {0};
 	rc = lmt__optset_parse(s->opts, options, &err);
 	if (rc)
-		lmt__fail(s, rc, "%s", err.message);
+		lmt__usage(s, rc, "%s", err.message);
 	return rc;
 }
 
@@ -225,10 +239,10 @@ int lmt_session_set_option(lmt_session *s, const char *name, const char *value)
 		return rc;
 	struct lmt_error err = {0};
 	if (!name || !value)
-		return lmt__fail(s, LMT_EINVAL, "option: name and value required");
+		return lmt__usage(s, LMT_EINVAL, "option: name and value required");
 	rc = lmt__optset_set(s->opts, name, value, LMT_OPT_SRC_EXPLICIT, &err);
 	if (rc)
-		lmt__fail(s, rc, "%s", err.message);
+		lmt__usage(s, rc, "%s", err.message);
 	return rc;
 }
 
@@ -262,7 +276,7 @@ int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t
 		                 "block name '%s': expected 1 to %u printable characters, no spaces",
 		                 name ? name : "(null)", LMT_BLOCK_NAME_MAX);
 	if (page_size < 4096 || (page_size & (page_size - 1)))
-		return lmt__fail(s, LMT_EINVAL, "block '%s': page size %u is not a power of two >= 4096",
+		return lmt__usage(s, LMT_EINVAL, "block '%s': page size %u is not a power of two >= 4096",
 		                 name, page_size);
 	if (!host || length == 0 || length % page_size)
 		return lmt__fail(s, LMT_EINVAL,
@@ -270,14 +284,14 @@ int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t
 		                 " (or no memory given)",
 		                 name, (unsigned long long)length, page_size);
 	if (s->nblocks == LMT_PROTO_MAX_BLOCKS)
-		return lmt__fail(s, LMT_EOVERFLOW, "block '%s': at most %u blocks", name,
+		return lmt__usage(s, LMT_EOVERFLOW, "block '%s': at most %u blocks", name,
 		                 LMT_PROTO_MAX_BLOCKS);
 	for (uint32_t i = 0; i < s->nblocks; i++)
 		if (strcmp(s->blocks[i].name, name) == 0)
-			return lmt__fail(s, LMT_EINVAL, "block '%s': added twice", name);
+			return lmt__usage(s, LMT_EINVAL, "block '%s': added twice", name);
 	struct lmt_block *nb = realloc(s->blocks, (s->nblocks + 1) * sizeof(*nb));
 	if (!nb)
-		return lmt__fail(s, LMT_ENOMEM, "out of memory adding block '%s'", name);
+		return lmt__usage(s, LMT_ENOMEM, "out of memory adding block '%s'", name);
 	s->blocks = nb;
 	struct lmt_block *b = &nb[s->nblocks++];
 	memset(b, 0, sizeof(*b));
@@ -294,7 +308,7 @@ int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t
 int lmt_session_set_dirty_sync(lmt_session *s, lmt_dirty_sync_fn fn, void *opaque)
 {
 	if (s->role != LMT_ROLE_SOURCE)
-		return lmt__fail(s, LMT_ESTATE, "dirty sync: only a source tracks dirty pages");
+		return lmt__usage(s, LMT_ESTATE, "dirty sync: only a source tracks dirty pages");
 	s->dirty_fn = fn;
 	s->dirty_opaque = opaque;
 	return 0;

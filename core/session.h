@@ -75,6 +75,7 @@ struct lmt_session {
 	_Atomic int state; /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error and stats */
 	struct lmt_error error;
+	bool error_is_usage;
 	struct lmt_stats stats;
 
 	/* option values, read once at setup */
@@ -122,6 +123,8 @@ struct lmt_session {
 
 /* Record a failure (the first one wins) and return -code. */
 int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* Record a misuse of the API: reported, but replaced by any later error. */
+int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 /* Mark the session failed with the recorded error, tell the peer, release
  * the transport; returns the error code. */
 int lmt__abort(struct lmt_session *s, int code);

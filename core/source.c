@@ -317,10 +317,10 @@ static int setup(struct lmt_session *s, const char *uri)
 int lmt_save_setup(lmt_session *s, const char *uri)
 {
 	if (s->role != LMT_ROLE_SOURCE)
-		return lmt__fail(s, LMT_ESTATE, "save setup: this session is a destination");
+		return lmt__usage(s, LMT_ESTATE, "save setup: this session is a destination");
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
-		return lmt__fail(s, LMT_ESTATE, "save setup: called twice");
+		return lmt__usage(s, LMT_ESTATE, "save setup: called twice");
 	s->start_ns = lmt__now();
 	pthread_mutex_lock(&s->lock);
 	s->stats.status = LMT_STATUS_SETUP;
@@ -729,6 +729,10 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 
 static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 {
+	/* Mid-pass, the pass so far is the best estimate once it means something. */
+	uint64_t span = lmt__now() - s->pass_start_ns;
+	if (!s->pass_done && s->pass_bytes >= (4u << 20) && span)
+		s->bandwidth_bps = (uint64_t)((double)s->pass_bytes * 1e9 / (double)span);
 	res->pass = s->pass;
 	res->remaining_bytes = s->dirty_bytes + s->inflight_bytes;
 	res->bandwidth_bps = s->bandwidth_bps;
@@ -742,9 +746,9 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 {
 	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
-		return lmt__fail(s, LMT_ESTATE, "save iterate: the session is not migrating");
+		return lmt__usage(s, LMT_ESTATE, "save iterate: the session is not migrating");
 	if (!res)
-		return lmt__fail(s, LMT_EINVAL, "save iterate: result is NULL");
+		return lmt__usage(s, LMT_EINVAL, "save iterate: result is NULL");
 	memset(res, 0, sizeof(*res));
 	int rc = iterate(s, res);
 	if (rc)
@@ -819,12 +823,12 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 {
 	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
-		return lmt__fail(s, LMT_ESTATE, "save complete: the session is not migrating");
+		return lmt__usage(s, LMT_ESTATE, "save complete: the session is not migrating");
 	if (length && !device_state)
-		return lmt__fail(s, LMT_EINVAL, "save complete: %zu bytes of device state at NULL",
+		return lmt__usage(s, LMT_EINVAL, "save complete: %zu bytes of device state at NULL",
 		                 length);
 	if (length > LMT_PROTO_MAX_STATE)
-		return lmt__fail(s, LMT_EOVERFLOW, "save complete: device state of %zu bytes over 1G",
+		return lmt__usage(s, LMT_EOVERFLOW, "save complete: device state of %zu bytes over 1G",
 		                 length);
 	uint64_t t0 = lmt__now();
 	pthread_mutex_lock(&s->lock);

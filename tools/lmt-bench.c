@@ -267,7 +267,8 @@ static void parse_args(int argc, char **argv, struct args *args)
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "lmt-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
+		fprintf(stderr, "lmt-bench: unexpected argument '%s' (see --help)\n",
+		        argv[optind]);
 		exit(2);
 	}
 	check_sizes(&args->cfg, ram_text, ws_text);

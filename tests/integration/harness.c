@@ -1,0 +1,167 @@
+/* Helpers of the two-process engine tests (see harness.h). */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+struct census census_take(void)
+{
+	return (struct census){count_entries("/proc/self/fd"), count_entries("/proc/self/task")};
+}
+
+void census_check(struct census before)
+{
+	struct census now = census_take();
+	if (now.fds != before.fds || now.threads != before.threads)
+		fail_msg("left behind: %d descriptors and %d threads (before %d and %d)", now.fds,
+		         now.threads, before.fds, before.threads);
+}
+
+uint8_t *ram_map(uint64_t bytes)
+{
+	uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+	                  0);
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+void ram_fill(struct bench_ram *ram, uint64_t bytes, uint64_t seed)
+{
+	bench_ram_layout(ram, ram_map(bytes), bytes);
+	bench_ram_fill(ram, 0.1, seed);
+	assert_int_equal(bench_ram_alloc_dirty(ram), 0);
+}
+
+void ram_release(struct bench_ram *ram)
+{
+	bench_ram_free_dirty(ram);
+	munmap(ram->base, ram->bytes);
+}
+
+lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, const char *opts)
+{
+	struct lmt_error err = {0};
+	lmt_session *s = NULL;
+	const char *plugin = getenv("LMT_TEST_PLUGIN") ? getenv("LMT_TEST_PLUGIN") : "tcp";
+	if (lmt_session_new(&s, role, plugin, opts, &err))
+		fail_msg("session over %s with '%s': %s", plugin, opts ? opts : "", err.message);
+	for (uint32_t i = 0; i < ram->nblocks; i++)
+		assert_int_equal(lmt_session_add_block(s, ram->blocks[i].name, ram->blocks[i].host,
+		                                       ram->blocks[i].length, BENCH_PAGE_SIZE),
+		                 0);
+	return s;
+}
+
+static void dest_child(const struct dest_spec *spec, int out)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	struct bench_ram ram;
+	bench_ram_layout(&ram, ram_map(spec->ram_bytes), spec->ram_bytes);
+	if (spec->prepare)
+		spec->prepare(&ram);
+	lmt_session *s = session_with_blocks(LMT_ROLE_DESTINATION, &ram, spec->options);
+	uint16_t port = 0;
+	if (lmt_load_listen(s, "127.0.0.1:0", &port) != 0 ||
+	    write(out, &port, sizeof(port)) != sizeof(port))
+		_exit(2);
+	int rc = lmt_load_run(s);
+	const void *state = NULL;
+	size_t length = 0;
+	if (rc == 0 && spec->check_state &&
+	    (lmt_load_device_state(s, &state, &length) != 0 || spec->check_state(state, length)))
+		rc = -1;
+	lmt_session_free(s);
+	_exit(rc == 0 ? 0 : 1);
+}
+
+pid_t dest_spawn(const struct dest_spec *spec, uint16_t *port)
+{
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		dest_child(spec, fds[1]);
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], port, sizeof(*port)), sizeof(*port));
+	close(fds[0]);
+	return pid;
+}
+
+int dest_wait(pid_t pid)
+{
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int compare_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16_t port,
+                                 const void *state, size_t state_len, pid_t kill_pid,
+                                 uint64_t kill_after_ns, uint64_t *killed_at)
+{
+	struct source_run r = {0};
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, ram, opts);
+	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, ram), 0);
+	uint64_t t0 = bench_now_ns();
+	uint64_t *times = calloc(100000, sizeof(*times));
+	r.rc = lmt_save_setup(s, uri);
+	struct lmt_iterate_result it = {0};
+	while (r.rc == 0 && !it.ready) {
+		if (kill_pid && !*killed_at && bench_now_ns() - t0 >= kill_after_ns) {
+			kill(kill_pid, SIGKILL);
+			*killed_at = bench_now_ns();
+		}
+		uint64_t before = bench_now_ns();
+		r.rc = lmt_save_iterate(s, &it);
+		if (r.iterations < 100000)
+			times[r.iterations++] = bench_now_ns() - before;
+	}
+	if (r.iterations) {
+		qsort(times, r.iterations, sizeof(*times), compare_u64);
+		r.max_iterate_ns = times[r.iterations - 1];
+		r.median_iterate_ns = times[r.iterations / 2];
+	}
+	free(times);
+	if (r.rc == 0)
+		r.rc = lmt_save_complete(s, state, state_len);
+	r.failed_at_ns = bench_now_ns();
+	snprintf(r.error, sizeof(r.error), "%s", lmt_session_error(s)->message);
+	lmt_session_stats(s, &r.stats);
+	lmt_session_free(s);
+	return r;
+}

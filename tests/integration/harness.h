@@ -1,0 +1,62 @@
+/* Helpers of the two-process engine tests: guest RAM, a destination in a
+ * child process, a source driven to completion, and a census of the
+ * process's descriptors and threads. */
+#ifndef LMT_TEST_HARNESS_H
+#define LMT_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <lmt/lmt.h>
+
+#include "bench.h"
+
+struct census {
+	int fds;
+	int threads;
+};
+
+struct census census_take(void);
+void census_check(struct census before);
+
+uint8_t *ram_map(uint64_t bytes);
+/* Random pages (10% zero) in a fresh mapping, with dirty bitmaps. */
+void ram_fill(struct bench_ram *ram, uint64_t bytes, uint64_t seed);
+void ram_release(struct bench_ram *ram);
+
+lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, const char *opts);
+
+/* What a destination child does besides loading. */
+struct dest_spec {
+	uint64_t ram_bytes;
+	const char *options;
+	/* Before the load: scribble over the RAM the source will send. */
+	void (*prepare)(struct bench_ram *ram);
+	/* After a load that succeeded: 0 if the device state is right. */
+	int (*check_state)(const void *data, size_t length);
+};
+
+/* Fork a destination; its bound port comes back. The child exits 0 on a
+ * completed (and checked) load, 1 on a failed one, 2 on a setup error. */
+pid_t dest_spawn(const struct dest_spec *spec, uint16_t *port);
+/* The child's exit status, or 128 + signal. */
+int dest_wait(pid_t pid);
+
+struct source_run {
+	int rc;
+	char error[600];
+	struct lmt_stats stats;
+	uint64_t failed_at_ns;
+	uint32_t iterations;
+	uint64_t max_iterate_ns;
+	uint64_t median_iterate_ns;
+};
+
+/* Migrate `ram` to 127.0.0.1:port. `kill_pid` is killed `kill_after_ns`
+ * after setup when non-zero, and *killed_at notes when. */
+struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16_t port,
+                                 const void *state, size_t state_len, pid_t kill_pid,
+                                 uint64_t kill_after_ns, uint64_t *killed_at);
+
+#endif
