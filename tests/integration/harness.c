@@ -68,8 +68,11 @@ lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, cons
 	struct lmt_error err = {0};
 	lmt_session *s = NULL;
 	const char *plugin = getenv("LMT_TEST_PLUGIN") ? getenv("LMT_TEST_PLUGIN") : "tcp";
+	const char *extra = getenv("LMT_TEST_OPTIONS");
 	if (lmt_session_new(&s, role, plugin, opts, &err))
 		fail_msg("session over %s with '%s': %s", plugin, opts ? opts : "", err.message);
+	if (extra && *extra && lmt_session_set_options(s, extra))
+		fail_msg("LMT_TEST_OPTIONS '%s': %s", extra, lmt_session_error(s)->message);
 	for (uint32_t i = 0; i < ram->nblocks; i++)
 		assert_int_equal(lmt_session_add_block(s, ram->blocks[i].name, ram->blocks[i].host,
 		                                       ram->blocks[i].length, BENCH_PAGE_SIZE),
