@@ -63,27 +63,6 @@ static int refuse(struct lmt_session *s, uint16_t type, int code, const char *fm
 	return lmt__fail(s, code, "%s", text);
 }
 
-/* Receive one message of type `want` (answering keep-alives). */
-static int expect(struct lmt_session *s, uint16_t want, uint64_t deadline,
-                  struct lmt_msg_header *h)
-{
-	for (;;) {
-		int rc = lmt__ctrl_recv(s, h, deadline);
-		if (rc)
-			return rc;
-		if (h->type == want)
-			return 0;
-		if (h->type == LMT_MSG_PING) {
-			if ((rc = lmt__enc_empty(&s->out, LMT_MSG_PONG)) || (rc = lmt__ctrl_send(s)))
-				return rc;
-			continue;
-		}
-		if (h->type != LMT_MSG_PONG)
-			return lmt__fail(s, LMT_EPROTO, "expected %s from the source, got %s",
-			                 lmt__msg_name(want), lmt__msg_name(h->type));
-	}
-}
-
 /* ---- handshake ---- */
 
 struct find_option {
@@ -139,7 +118,7 @@ static int check_hello(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_msg_header h;
 	struct lmt_error err = {0};
-	int rc = expect(s, LMT_MSG_HELLO, deadline, &h);
+	int rc = lmt__ctrl_expect(s, LMT_MSG_HELLO, deadline, &h);
 	if (rc)
 		return rc;
 	struct lmt_msg_hello *m = malloc(sizeof(*m));
@@ -172,7 +151,7 @@ static int check_blocks(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_msg_header h;
 	struct lmt_error err = {0};
-	int rc = expect(s, LMT_MSG_BLOCKS, deadline, &h);
+	int rc = lmt__ctrl_expect(s, LMT_MSG_BLOCKS, deadline, &h);
 	if (rc)
 		return rc;
 	struct lmt_msg_blocks *m = malloc(sizeof(*m));
@@ -210,47 +189,26 @@ static int open_channels(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_msg_header h;
 	struct lmt_error err = {0};
-	int rc = expect(s, LMT_MSG_EP_ADDRS, deadline, &h);
+	int rc = lmt__ctrl_expect(s, LMT_MSG_EP_ADDRS, deadline, &h);
 	if (rc)
 		return rc;
 	struct lmt_msg_addrs *theirs = malloc(sizeof(*theirs));
-	struct lmt_msg_addrs *mine = calloc(1, sizeof(*mine));
-	if (!theirs || !mine) {
-		free(theirs);
-		free(mine);
+	if (!theirs)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	}
 	rc = lmt__dec_addrs(s->in, h.length, theirs, &err);
 	if (rc)
 		lmt__fail(s, rc, "%s", err.message);
 	else if (theirs->count != s->channels)
 		rc = lmt__fail(s, LMT_EPROTO, "the source opened %u channels, expected %u",
 		               theirs->count, s->channels);
-	char local[64] = "", peer[64] = "";
-	lmt__numeric_host(s->ctrl_fd, false, local, sizeof(local));
-	lmt__numeric_host(s->ctrl_fd, true, peer, sizeof(peer));
 	if (!rc)
-		rc = lmt__transport_open(s, local, peer);
-	mine->count = s->channels;
-	for (uint32_t c = 0; c < s->channels && !rc; c++) {
-		rc = s->desc->ops.ep_open(s->inst, c, &s->eps[c], &mine->addrs[c]);
-		if (rc)
-			rc = lmt__fail(s, rc, "channel %u: cannot open an endpoint", c);
-		else if (mine->addrs[c].len == 0 || mine->addrs[c].len > LMT_BLOB_MAX)
-			rc = lmt__fail(s, LMT_EPROTO, "channel %u: plugin gave an address of %u bytes",
-			               c, mine->addrs[c].len);
-	}
-	if (!rc && (rc = lmt__enc_addrs(&s->out, mine)))
-		lmt__fail(s, rc, "encoding EP_ADDRS");
-	if (!rc)
-		rc = lmt__ctrl_send(s);
+		rc = lmt__endpoints_open(s);
 	for (uint32_t c = 0; c < s->channels && !rc; c++) {
 		rc = s->desc->ops.ep_connect(s->eps[c], &theirs->addrs[c]);
 		if (rc)
 			rc = lmt__fail(s, rc, "channel %u: the source did not connect", c);
 	}
 	free(theirs);
-	free(mine);
 	return rc;
 }
 

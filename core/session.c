@@ -491,6 +491,55 @@ void lmt__transport_close(struct lmt_session *s)
 	s->inst = NULL;
 }
 
+/* Open the plugin instance and every endpoint, and send their addresses
+ * to the peer: the same steps on both sides. */
+int lmt__endpoints_open(struct lmt_session *s)
+{
+	char local[64], peer[64];
+	lmt__numeric_host(s->ctrl_fd, false, local, sizeof(local));
+	lmt__numeric_host(s->ctrl_fd, true, peer, sizeof(peer));
+	int rc = lmt__transport_open(s, local, peer);
+	if (rc)
+		return rc;
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	if (!a)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	a->count = s->channels;
+	for (uint32_t c = 0; c < s->channels && !rc; c++) {
+		rc = s->desc->ops.ep_open(s->inst, c, &s->eps[c], &a->addrs[c]);
+		if (rc)
+			rc = lmt__fail(s, rc, "channel %u: cannot open an endpoint", c);
+		else if (a->addrs[c].len == 0 || a->addrs[c].len > LMT_BLOB_MAX)
+			rc = lmt__fail(s, LMT_EPROTO, "channel %u: plugin gave an address of %u bytes",
+			               c, a->addrs[c].len);
+	}
+	if (!rc && (rc = lmt__enc_addrs(&s->out, a)))
+		lmt__fail(s, rc, "encoding EP_ADDRS");
+	free(a);
+	return rc ? rc : lmt__ctrl_send(s);
+}
+
+int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
+                     struct lmt_msg_header *h)
+{
+	const char *peer = s->role == LMT_ROLE_SOURCE ? "destination" : "source";
+	for (;;) {
+		int rc = lmt__ctrl_recv(s, h, deadline_ns);
+		if (rc)
+			return rc;
+		if (h->type == want)
+			return 0;
+		if (h->type == LMT_MSG_PING) {
+			if ((rc = lmt__enc_empty(&s->out, LMT_MSG_PONG)) || (rc = lmt__ctrl_send(s)))
+				return rc;
+			continue;
+		}
+		if (h->type != LMT_MSG_PONG)
+			return lmt__fail(s, LMT_EPROTO, "expected %s from the %s, got %s",
+			                 lmt__msg_name(want), peer, lmt__msg_name(h->type));
+	}
+}
+
 /* Tell the peer (best effort, briefly), release the transport. */
 int lmt__abort(struct lmt_session *s, int code)
 {

@@ -141,6 +141,10 @@ void lmt__stats_update(struct lmt_session *s);
 int lmt__ctrl_send(struct lmt_session *s);
 int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns);
 bool lmt__ctrl_readable(struct lmt_session *s);
+/* Receive until a message of type `want`, answering keep-alives; anything
+ * else is a protocol error. */
+int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
+                     struct lmt_msg_header *h);
 /* The numeric IP of a socket's local (peer false) or remote end. */
 void lmt__numeric_host(int fd, bool peer, char *buf, size_t size);
 
@@ -148,6 +152,8 @@ void lmt__numeric_host(int fd, bool peer, char *buf, size_t size);
 int lmt__transport_open(struct lmt_session *s, const char *local_host,
                         const char *peer_host);
 void lmt__transport_close(struct lmt_session *s);
+/* Open the instance and the endpoints; send their addresses (EP_ADDRS). */
+int lmt__endpoints_open(struct lmt_session *s);
 int lmt__blocks_prepare(struct lmt_session *s);
 
 #endif

@@ -41,29 +41,6 @@ static int send_empty(struct lmt_session *s, uint16_t type)
 	return rc ? lmt__fail(s, rc, "encoding %s", lmt__msg_name(type)) : lmt__ctrl_send(s);
 }
 
-/* Receive until a message of `want` arrives, answering keep-alives. */
-static int expect(struct lmt_session *s, uint16_t want, uint64_t deadline,
-                  struct lmt_msg_header *h)
-{
-	for (;;) {
-		int rc = lmt__ctrl_recv(s, h, deadline);
-		if (rc)
-			return rc;
-		if (h->type == want)
-			return 0;
-		if (h->type == LMT_MSG_PING) {
-			rc = send_empty(s, LMT_MSG_PONG);
-			if (rc)
-				return rc;
-			continue;
-		}
-		if (h->type == LMT_MSG_PONG)
-			continue;
-		return lmt__fail(s, LMT_EPROTO, "expected %s from the destination, got %s",
-		                 lmt__msg_name(want), lmt__msg_name(h->type));
-	}
-}
-
 /* Keep-alives both ways, and any error the destination sent meanwhile. */
 static int service(struct lmt_session *s, bool force)
 {
@@ -131,7 +108,7 @@ static int handshake(struct lmt_session *s, uint64_t deadline)
 	if ((rc = lmt__ctrl_send(s)))
 		return rc;
 	struct lmt_msg_header h;
-	if ((rc = expect(s, LMT_MSG_HELLO_REPLY, deadline, &h)))
+	if ((rc = lmt__ctrl_expect(s, LMT_MSG_HELLO_REPLY, deadline, &h)))
 		return rc;
 	struct lmt_msg_status st;
 	struct lmt_error err = {0};
@@ -156,32 +133,15 @@ static int handshake(struct lmt_session *s, uint64_t deadline)
 
 static int open_channels(struct lmt_session *s, uint64_t deadline)
 {
-	char local[64], peer[64];
-	lmt__numeric_host(s->ctrl_fd, false, local, sizeof(local));
-	lmt__numeric_host(s->ctrl_fd, true, peer, sizeof(peer));
-	int rc = lmt__transport_open(s, local, peer);
+	int rc = lmt__endpoints_open(s);
 	if (rc)
 		return rc;
-	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	struct lmt_msg_addrs *a = malloc(sizeof(*a));
 	if (!a)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	a->count = s->channels;
-	for (uint32_t c = 0; c < s->channels && !rc; c++) {
-		rc = s->desc->ops.ep_open(s->inst, c, &s->eps[c], &a->addrs[c]);
-		if (rc)
-			rc = lmt__fail(s, rc, "channel %u: cannot open an endpoint", c);
-		else if (a->addrs[c].len == 0 || a->addrs[c].len > LMT_BLOB_MAX)
-			rc = lmt__fail(s, LMT_EPROTO, "channel %u: plugin gave an address of %u bytes",
-			               c, a->addrs[c].len);
-	}
-	if (!rc && (rc = lmt__enc_addrs(&s->out, a)))
-		lmt__fail(s, rc, "encoding EP_ADDRS");
-	if (!rc)
-		rc = lmt__ctrl_send(s);
 	struct lmt_msg_header h;
 	struct lmt_error err = {0};
-	if (!rc)
-		rc = expect(s, LMT_MSG_EP_ADDRS, deadline, &h);
+	rc = lmt__ctrl_expect(s, LMT_MSG_EP_ADDRS, deadline, &h);
 	if (!rc && (rc = lmt__dec_addrs(s->in, h.length, a, &err)))
 		lmt__fail(s, rc, "%s", err.message);
 	if (!rc && a->count != s->channels)
@@ -548,7 +508,7 @@ static int request_keys(struct lmt_session *s, const struct chunk *c)
 		return lmt__fail(s, rc, "encoding REG_REQ");
 	struct lmt_msg_header h;
 	if ((rc = lmt__ctrl_send(s)) ||
-	    (rc = expect(s, LMT_MSG_REG_REPLY, lmt__now() + s->idle_timeout_ns, &h)))
+	    (rc = lmt__ctrl_expect(s, LMT_MSG_REG_REPLY, lmt__now() + s->idle_timeout_ns, &h)))
 		return rc;
 	return import_keys(s, h.length);
 }
@@ -809,7 +769,7 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 		return lmt__fail(s, rc, "encoding COMPLETE");
 	struct lmt_msg_header h;
 	if ((rc = lmt__ctrl_send(s)) ||
-	    (rc = expect(s, LMT_MSG_COMPLETE_ACK, lmt__now() + s->idle_timeout_ns, &h)))
+	    (rc = lmt__ctrl_expect(s, LMT_MSG_COMPLETE_ACK, lmt__now() + s->idle_timeout_ns, &h)))
 		return rc;
 	struct lmt_msg_status st;
 	struct lmt_error err = {0};
