@@ -199,6 +199,7 @@ void lmt_session_free(lmt_session *s)
 	free(s->slots);
 	free(s->free_slots);
 	free(s->state_buf);
+	free(s->passes);
 	free(s->in);
 	lmt__buf_free(&s->out);
 	lmt__optset_free(s->opts);

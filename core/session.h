@@ -115,6 +115,10 @@ struct lmt_session {
 	uint64_t bw_bytes;
 	uint64_t bandwidth_bps;
 
+	struct lmt_pass_stats *passes; /* under lock */
+	uint32_t npasses;
+	uint32_t passes_cap;
+
 	/* destination */
 	uint8_t *state_buf;
 	uint64_t state_len;
@@ -134,6 +138,8 @@ bool lmt__is_cancelled(const struct lmt_session *s);
 /* A wait for the net helpers: until deadline_ns (absolute), or a cancel. */
 struct lmt_wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
 void lmt__stats_update(struct lmt_session *s);
+/* Append a finished pass to the timeline. */
+void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass);
 
 /* Control connection: send the message in s->out; receive one message
  * (payload in s->in) before `deadline_ns`. An ERROR message from the peer

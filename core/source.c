@@ -619,16 +619,32 @@ static int drain(struct lmt_session *s, uint64_t deadline)
 	return 0;
 }
 
-static void measure_pass(struct lmt_session *s, uint64_t dirtied)
+static uint64_t expected_downtime(const struct lmt_session *s);
+
+/* A pass ended with `dirtied` bytes newly dirty: measure and record it. */
+static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
 {
 	uint64_t now = lmt__now();
 	uint64_t span = now - s->pass_start_ns;
-	if (span && (s->pass_bytes >= (1u << 20) || !s->bandwidth_bps))
+	uint64_t rate = span ? (uint64_t)((double)dirtied * 1e9 / (double)span) : 0;
+	if (span && !final && (s->pass_bytes >= (1u << 20) || !s->bandwidth_bps))
 		s->bandwidth_bps = (uint64_t)((double)s->pass_bytes * 1e9 / (double)span);
 	pthread_mutex_lock(&s->lock);
-	if (span)
-		s->stats.dirty_rate_bps = (uint64_t)((double)dirtied * 1e9 / (double)span);
+	if (!final)
+		s->stats.dirty_rate_bps = rate;
 	pthread_mutex_unlock(&s->lock);
+	struct lmt_pass_stats p = {
+		.pass = s->pass,
+		.final = final,
+		.start_ns = s->pass_start_ns - s->start_ns,
+		.duration_ns = span,
+		.bytes = s->pass_bytes,
+		.dirtied_bytes = dirtied,
+		.dirty_rate_bps = rate,
+		.bandwidth_bps = span ? (uint64_t)((double)s->pass_bytes * 1e9 / (double)span) : 0,
+		.expected_downtime_ns = final ? 0 : expected_downtime(s),
+	};
+	lmt__pass_record(s, &p);
 }
 
 static uint64_t expected_downtime(const struct lmt_session *s)
@@ -674,7 +690,7 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 		uint64_t dirtied;
 		if ((rc = sync_dirty(s, &dirtied)))
 			return rc;
-		measure_pass(s, dirtied);
+		measure_pass(s, dirtied, false);
 		if (expected_downtime(s) <= s->downtime_limit_ns) {
 			res->ready = 1;
 			s->need_pass = true;
@@ -753,6 +769,7 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	if (rc)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
+	measure_pass(s, 0, true);
 	if ((rc = send_device_state(s, state, length)))
 		return rc;
 	struct lmt_msg_complete *m = calloc(1, sizeof(*m));

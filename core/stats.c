@@ -1,5 +1,6 @@
 /* Statistics: snapshots while running and after, and their JSON form. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "session.h"
@@ -47,6 +48,34 @@ int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
 	*out = s->stats;
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->npasses == s->passes_cap) {
+		uint32_t cap = s->passes_cap ? s->passes_cap * 2 : 16;
+		struct lmt_pass_stats *p = realloc(s->passes, cap * sizeof(*p));
+		if (p) {
+			s->passes = p;
+			s->passes_cap = cap;
+		}
+	}
+	if (s->npasses < s->passes_cap)
+		s->passes[s->npasses++] = *pass;
+	pthread_mutex_unlock(&s->lock);
+}
+
+int lmt_session_passes(lmt_session *s, struct lmt_pass_stats *out, uint32_t max)
+{
+	if (!s || (!out && max))
+		return -LMT_EINVAL;
+	pthread_mutex_lock(&s->lock);
+	uint32_t n = s->npasses;
+	for (uint32_t i = 0; i < n && i < max; i++)
+		out[i] = s->passes[i];
+	pthread_mutex_unlock(&s->lock);
+	return (int)n;
 }
 
 static double ms(uint64_t ns)

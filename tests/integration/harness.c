@@ -165,6 +165,7 @@ struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16
 	r.failed_at_ns = bench_now_ns();
 	snprintf(r.error, sizeof(r.error), "%s", lmt_session_error(s)->message);
 	lmt_session_stats(s, &r.stats);
+	r.npasses = lmt_session_passes(s, r.passes, 16);
 	lmt_session_free(s);
 	return r;
 }

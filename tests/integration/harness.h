@@ -51,6 +51,8 @@ struct source_run {
 	uint32_t iterations;
 	uint64_t max_iterate_ns;
 	uint64_t median_iterate_ns;
+	int npasses;
+	struct lmt_pass_stats passes[16];
 };
 
 /* Migrate `ram` to 127.0.0.1:port. `kill_pid` is killed `kill_after_ns`

@@ -83,6 +83,43 @@ static void test_idle_guest_is_ready_after_the_bulk_pass(void **state)
 	assert_true(r.stats.downtime_ns <= r.stats.total_ns);
 	assert_true(r.stats.setup_ns <= r.stats.total_ns);
 	assert_int_equal(r.stats.channel_bytes[0], r.stats.bytes_sent);
+	assert_int_equal(r.npasses, 2);
+	assert_int_equal(r.passes[0].pass, 1);
+	assert_false(r.passes[0].final);
+	assert_int_equal(r.passes[0].bytes, r.stats.bytes_sent);
+	assert_int_equal(r.passes[0].dirtied_bytes, 0);
+	assert_int_equal(r.passes[1].pass, 2);
+	assert_true(r.passes[1].final);
+	assert_int_equal(r.passes[1].bytes, 0);
+	assert_true(r.passes[1].start_ns >= r.passes[0].start_ns + r.passes[0].duration_ns);
+	ram_release(&ram);
+}
+
+static void test_dirtying_guest_records_every_pass(void **state)
+{
+	struct bench_ram ram;
+	ram_fill(&ram, RAM_BYTES, 8);
+	struct bench_workload *w = NULL;
+	assert_int_equal(bench_workload_start(&w, &ram, 8u << 20, 256u << 20, 9), 0);
+	uint16_t port;
+	pid_t pid = dest_spawn(&plain_dest, &port);
+	uint64_t none = 0;
+	/* A tight limit forces passes until the dirty set fits. */
+	struct source_run r =
+	    source_migrate(&ram, "downtime-limit=2ms", port, NULL, 0, 0, 0, &none);
+	bench_workload_stop(w);
+	assert_int_equal(r.rc, 0);
+	assert_int_equal(dest_wait(pid), 0);
+	assert_true(r.npasses >= 3);
+	assert_int_equal((uint64_t)r.npasses, r.stats.passes);
+	uint64_t bytes = 0;
+	for (int i = 0; i < r.npasses; i++) {
+		assert_int_equal(r.passes[i].pass, (uint32_t)i + 1);
+		assert_int_equal(r.passes[i].final, i == r.npasses - 1);
+		bytes += r.passes[i].bytes;
+	}
+	assert_true(r.passes[0].dirtied_bytes > 0);
+	assert_int_equal(bytes, r.stats.bytes_sent);
 	ram_release(&ram);
 }
 
@@ -242,6 +279,7 @@ int main(void)
 		cmocka_unit_test(test_iterate_returns_within_its_budget),
 		cmocka_unit_test(test_bandwidth_limit_is_honoured),
 		cmocka_unit_test(test_idle_guest_is_ready_after_the_bulk_pass),
+		cmocka_unit_test(test_dirtying_guest_records_every_pass),
 		cmocka_unit_test(test_stats_json_carries_every_figure),
 		cmocka_unit_test(test_verify_catches_a_destination_that_differs),
 		cmocka_unit_test(test_device_state_arrives_intact),

@@ -200,6 +200,23 @@ struct lmt_stats {
 
 /* A snapshot; callable from any thread, while running and after. */
 int lmt_session_stats(lmt_session *session, struct lmt_stats *out);
+
+/* One pass over the dirty pages, as recorded when it ended. */
+struct lmt_pass_stats {
+	uint32_t pass;                 /* 1-based */
+	int final;                     /* the stop-and-copy pass */
+	uint64_t start_ns;             /* since setup began */
+	uint64_t duration_ns;
+	uint64_t bytes;                /* written during the pass */
+	uint64_t dirtied_bytes;        /* newly dirty when it ended */
+	uint64_t dirty_rate_bps;
+	uint64_t bandwidth_bps;
+	uint64_t expected_downtime_ns; /* after the sync that ended it */
+};
+
+/* The passes so far: copies up to `max` into `out` (may be NULL with max
+ * 0) and returns how many there are. Callable from any thread. */
+int lmt_session_passes(lmt_session *session, struct lmt_pass_stats *out, uint32_t max);
 const char *lmt_status_name(enum lmt_status status);
 
 /* Stats as one JSON object in buf; returns the length it needs (like
