@@ -94,6 +94,21 @@ static const struct lmt_option_desc core_options[] = {
 		.max = 4096,
 		.doc = "writes in flight per channel",
 	},
+	{
+		.name = "auth-key",
+		.type = LMT_OPT_STRING,
+		.default_value = "",
+		.flags = LMT_OPTF_SECRET,
+		.doc = "shared secret: both sides prove they hold it (HMAC-SHA-256 "
+		       "challenge-response) before any block, address or key is sent",
+	},
+	{
+		.name = "auth-key-file",
+		.type = LMT_OPT_STRING,
+		.default_value = "",
+		.doc = "file whose contents are the shared secret (a trailing newline "
+		       "is ignored); instead of auth-key",
+	},
 };
 
 const struct lmt_option_desc *lmt_core_options(uint32_t *count)

@@ -114,6 +114,37 @@ static int count_match(void *opaque, const char *name, const struct lmt_option_d
 	return 0;
 }
 
+/* Say yes, with our challenge and proof when we hold a key, and check the
+ * source's proof before anything else is exchanged. */
+static int accept_hello(struct lmt_session *s, const struct lmt_msg_hello *m,
+                        uint64_t deadline)
+{
+	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .auth = s->auth.bytes != NULL};
+	snprintf(st.text, sizeof(st.text), "ok");
+	int rc = 0;
+	if (st.auth && ((rc = lmt__auth_nonce(st.nonce)) ||
+	                (rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, m->nonce,
+	                                      st.nonce, st.proof))))
+		return lmt__fail(s, rc, "computing the authentication proof");
+	if ((rc = lmt__enc_status(&s->out, LMT_MSG_HELLO_REPLY, &st)))
+		return lmt__fail(s, rc, "encoding HELLO_REPLY");
+	if ((rc = lmt__ctrl_send(s)) || !st.auth)
+		return rc;
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	uint8_t got[LMT_AUTH_PROOF], want[LMT_AUTH_PROOF];
+	if ((rc = lmt__ctrl_expect(s, LMT_MSG_AUTH, deadline, &h)))
+		return rc;
+	if ((rc = lmt__dec_auth(s->in, h.length, got, &err)))
+		return lmt__fail(s, rc, "%s", err.message);
+	if ((rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, st.nonce, m->nonce, want)))
+		return lmt__fail(s, rc, "computing the authentication proof");
+	if (!lmt__auth_equal(want, got))
+		return lmt__fail(s, LMT_EAUTH,
+		                 "authentication failed: the source does not hold this key");
+	return 0;
+}
+
 static int check_hello(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_msg_header h;
@@ -143,8 +174,14 @@ static int check_hello(struct lmt_session *s, uint64_t deadline)
 		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
 		            "the source sent %u of the %u options both sides must agree on",
 		            matched, wanted);
+	if (!rc && s->auth.bytes && !m->auth)
+		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EAUTH,
+		            "authentication required: the source holds no key (set auth-key or "
+		            "auth-key-file on the source)");
+	if (!rc)
+		rc = accept_hello(s, m, deadline);
 	free(m);
-	return rc ? rc : send_status(s, LMT_MSG_HELLO_REPLY, 0, "ok");
+	return rc;
 }
 
 static int check_blocks(struct lmt_session *s, uint64_t deadline)

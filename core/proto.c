@@ -106,6 +106,8 @@ int lmt__enc_hello(struct lmt_buf *b, const struct lmt_msg_hello *m)
 		put_str(b, m->options[i].name, sizeof(m->options[i].name));
 		put_str(b, m->options[i].value, sizeof(m->options[i].value));
 	}
+	put(b, &m->auth, 1);
+	put(b, m->nonce, LMT_PROTO_NONCE);
 	return finish(b);
 }
 
@@ -116,6 +118,13 @@ int lmt__enc_status(struct lmt_buf *b, uint16_t type, const struct lmt_msg_statu
 		put_u16(b, m->version);
 	put_u32(b, (uint32_t)m->code);
 	put_str(b, m->text, sizeof(m->text));
+	if (type == LMT_MSG_HELLO_REPLY) {
+		put(b, &m->auth, 1);
+		if (m->auth) {
+			put(b, m->nonce, LMT_PROTO_NONCE);
+			put(b, m->proof, LMT_PROTO_PROOF);
+		}
+	}
 	return finish(b);
 }
 
@@ -182,6 +191,13 @@ int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m)
 	put_u32(b, m->digest_count);
 	for (uint32_t i = 0; i < m->digest_count; i++)
 		put_u64(b, m->digests[i]);
+	return finish(b);
+}
+
+int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF])
+{
+	begin(b, LMT_MSG_AUTH);
+	put(b, proof, LMT_PROTO_PROOF);
 	return finish(b);
 }
 
@@ -316,6 +332,7 @@ static const char *const msg_names[] = {
 	[LMT_MSG_ERROR] = "ERROR",
 	[LMT_MSG_PING] = "PING",
 	[LMT_MSG_PONG] = "PONG",
+	[LMT_MSG_AUTH] = "AUTH",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -367,6 +384,10 @@ int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m,
 		get_str(&r, m->options[i].value, sizeof(m->options[i].value),
 		        "bad option value");
 	}
+	take(&r, &m->auth, 1, "truncated auth flag");
+	if (!r.rc && m->auth > 1)
+		return bad(&r, "auth flag must be 0 or 1");
+	take(&r, m->nonce, LMT_PROTO_NONCE, "truncated nonce");
 	return done(&r);
 }
 
@@ -379,6 +400,16 @@ int lmt__dec_status(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_
 	if (!r.rc && (m->code > 0 || m->code <= -LMT_ERRC_COUNT))
 		return bad(&r, "status code out of range");
 	get_str(&r, m->text, sizeof(m->text), "bad text");
+	m->auth = 0;
+	if (type == LMT_MSG_HELLO_REPLY) {
+		take(&r, &m->auth, 1, "truncated auth flag");
+		if (!r.rc && m->auth > 1)
+			return bad(&r, "auth flag must be 0 or 1");
+		if (!r.rc && m->auth) {
+			take(&r, m->nonce, LMT_PROTO_NONCE, "truncated nonce");
+			take(&r, m->proof, LMT_PROTO_PROOF, "truncated proof");
+		}
+	}
 	return done(&r);
 }
 
@@ -456,6 +487,14 @@ int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
 	get_count(&r, &m->digest_count, LMT_PROTO_MAX_BLOCKS, "too many digests");
 	for (uint32_t i = 0; i < m->digest_count && !r.rc; i++)
 		m->digests[i] = get_u64(&r, "truncated digest");
+	return done(&r);
+}
+
+int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
+                  struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_AUTH, err);
+	take(&r, proof, LMT_PROTO_PROOF, "truncated proof");
 	return done(&r);
 }
 

@@ -19,6 +19,8 @@
 #define LMT_PROTO_MAX_TEXT 480u
 #define LMT_PROTO_STATE_CHUNK (1u << 20)
 #define LMT_PROTO_MAX_STATE (1ull << 30)
+#define LMT_PROTO_NONCE 32u
+#define LMT_PROTO_PROOF 32u
 
 enum lmt_msg_type {
 	LMT_MSG_HELLO = 1,        /* S->D: magic, version, plugin, options */
@@ -34,7 +36,8 @@ enum lmt_msg_type {
 	LMT_MSG_ERROR = 11,       /* both: the sender failed; code and text */
 	LMT_MSG_PING = 12,        /* both: keep-alive */
 	LMT_MSG_PONG = 13,
-	LMT_MSG_TYPE_MAX = 13,
+	LMT_MSG_AUTH = 14,        /* S->D: the source's proof of the key */
+	LMT_MSG_TYPE_MAX = 14,
 };
 
 struct lmt_msg_header {
@@ -54,12 +57,18 @@ struct lmt_msg_hello {
 	char plugin[64];
 	uint32_t option_count;
 	struct lmt_msg_option options[LMT_PROTO_MAX_OPTIONS];
+	uint8_t auth; /* 1 when the source holds a key */
+	uint8_t nonce[LMT_PROTO_NONCE];
 };
 
 struct lmt_msg_status { /* HELLO_REPLY, COMPLETE_ACK, ERROR */
 	uint16_t version;   /* HELLO_REPLY only */
 	int32_t code;       /* 0 or a negative LMT_E* code */
 	char text[LMT_PROTO_MAX_TEXT + 1];
+	/* HELLO_REPLY only: the destination's challenge and proof */
+	uint8_t auth;
+	uint8_t nonce[LMT_PROTO_NONCE];
+	uint8_t proof[LMT_PROTO_PROOF];
 };
 
 struct lmt_msg_block {
@@ -124,6 +133,7 @@ int lmt__enc_regs(struct lmt_buf *b, uint16_t type, const struct lmt_msg_regs *m
 int lmt__enc_state(struct lmt_buf *b, const struct lmt_msg_state *m);
 int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m);
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type); /* READY, PING, PONG */
+int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
@@ -147,6 +157,8 @@ int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m,
 int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
                       struct lmt_error *err);
 int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err);
+int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
+                  struct lmt_error *err);
 
 const char *lmt__msg_name(uint16_t type);
 

@@ -200,6 +200,7 @@ void lmt_session_free(lmt_session *s)
 	free(s->free_slots);
 	free(s->state_buf);
 	free(s->passes);
+	lmt__auth_key_free(&s->auth);
 	free(s->in);
 	lmt__buf_free(&s->out);
 	lmt__optset_free(s->opts);
@@ -336,6 +337,12 @@ int lmt__blocks_prepare(struct lmt_session *s)
 	s->connect_timeout_ns = (uint64_t)lmt__opt_int(o, "connect-timeout");
 	s->idle_timeout_ns = (uint64_t)lmt__opt_int(o, "idle-timeout");
 	s->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
+	struct lmt_error err = {0};
+	lmt__auth_key_free(&s->auth);
+	int rc = lmt__auth_key_load(lmt__opt_text(o, "auth-key"), lmt__opt_text(o, "auth-key-file"),
+	                            &s->auth, &err);
+	if (rc)
+		return lmt__fail(s, rc, "%s", err.message);
 	if (s->channels > 1 && !(s->desc->caps & LMT_CAP_MULTI_CHANNEL))
 		return lmt__fail(s, LMT_ENOTSUP, "channels=%u: plugin '%s' supports one channel",
 		                 s->channels, s->desc->name);

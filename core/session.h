@@ -10,6 +10,7 @@
 
 #include <lmt/lmt.h>
 
+#include "auth.h"
 #include "net.h"
 #include "options.h"
 #include "proto.h"
@@ -90,6 +91,7 @@ struct lmt_session {
 	uint64_t connect_timeout_ns;
 	uint64_t idle_timeout_ns;
 	uint32_t queue_depth;
+	struct lmt_auth_key auth;
 
 	/* source engine */
 	struct lmt_slot *slots;

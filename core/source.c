@@ -91,32 +91,35 @@ static int add_match_option(void *opaque, const char *name, const struct lmt_opt
 	return 0;
 }
 
-static int handshake(struct lmt_session *s, uint64_t deadline)
+/* Check the destination's proof of the key and send ours. */
+static int authenticate(struct lmt_session *s, const struct lmt_msg_hello *hello,
+                        const struct lmt_msg_status *st)
 {
-	struct lmt_msg_hello *hello = calloc(1, sizeof(*hello));
-	if (!hello)
-		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	hello->magic = LMT_PROTO_MAGIC;
-	hello->version = LMT_PROTO_VERSION;
-	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->desc->name);
-	int rc = lmt__optset_foreach(s->opts, add_match_option, hello);
+	if (st->auth && !s->auth.bytes)
+		return lmt__fail(s, LMT_EAUTH,
+		                 "the destination requires authentication: set auth-key or "
+		                 "auth-key-file");
+	if (!st->auth && s->auth.bytes)
+		return lmt__fail(s, LMT_EAUTH,
+		                 "the destination does not authenticate (it has no auth-key): "
+		                 "refusing to send it guest memory");
+	if (!st->auth)
+		return 0;
+	uint8_t want[LMT_AUTH_PROOF], mine[LMT_AUTH_PROOF];
+	int rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, hello->nonce, st->nonce,
+	                         want);
+	if (!rc && !lmt__auth_equal(want, st->proof))
+		return lmt__fail(s, LMT_EAUTH,
+		                 "authentication failed: the destination does not hold this key");
 	if (!rc)
-		rc = lmt__enc_hello(&s->out, hello);
-	free(hello);
-	if (rc)
-		return lmt__fail(s, rc, "encoding HELLO");
-	if ((rc = lmt__ctrl_send(s)))
-		return rc;
-	struct lmt_msg_header h;
-	if ((rc = lmt__ctrl_expect(s, LMT_MSG_HELLO_REPLY, deadline, &h)))
-		return rc;
-	struct lmt_msg_status st;
-	struct lmt_error err = {0};
-	if ((rc = lmt__dec_status(s->in, h.length, LMT_MSG_HELLO_REPLY, &st, &err)))
-		return lmt__fail(s, rc, "%s", err.message);
-	if (st.code)
-		return lmt__fail(s, st.code, "the destination refused: %s", st.text);
+		rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, st->nonce, hello->nonce, mine);
+	if (!rc)
+		rc = lmt__enc_auth(&s->out, mine);
+	return rc ? lmt__fail(s, rc, "computing the authentication proof") : lmt__ctrl_send(s);
+}
 
+static int send_blocks(struct lmt_session *s)
+{
 	struct lmt_msg_blocks *bl = calloc(1, sizeof(*bl));
 	if (!bl)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
@@ -126,9 +129,42 @@ static int handshake(struct lmt_session *s, uint64_t deadline)
 		bl->blocks[i].length = s->blocks[i].length;
 		bl->blocks[i].page_size = s->blocks[i].page_size;
 	}
-	rc = lmt__enc_blocks(&s->out, bl);
+	int rc = lmt__enc_blocks(&s->out, bl);
 	free(bl);
 	return rc ? lmt__fail(s, rc, "encoding BLOCKS") : lmt__ctrl_send(s);
+}
+
+static int handshake(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_msg_hello *hello = calloc(1, sizeof(*hello));
+	if (!hello)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	hello->magic = LMT_PROTO_MAGIC;
+	hello->version = LMT_PROTO_VERSION;
+	hello->auth = s->auth.bytes != NULL;
+	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->desc->name);
+	int rc = lmt__auth_nonce(hello->nonce);
+	if (!rc)
+		rc = lmt__optset_foreach(s->opts, add_match_option, hello);
+	if (!rc)
+		rc = lmt__enc_hello(&s->out, hello);
+	if (rc)
+		rc = lmt__fail(s, rc, "encoding HELLO");
+	else
+		rc = lmt__ctrl_send(s);
+	struct lmt_msg_header h;
+	struct lmt_msg_status st;
+	struct lmt_error err = {0};
+	if (!rc)
+		rc = lmt__ctrl_expect(s, LMT_MSG_HELLO_REPLY, deadline, &h);
+	if (!rc && (rc = lmt__dec_status(s->in, h.length, LMT_MSG_HELLO_REPLY, &st, &err)))
+		lmt__fail(s, rc, "%s", err.message);
+	if (!rc && st.code)
+		rc = lmt__fail(s, st.code, "the destination refused: %s", st.text);
+	if (!rc)
+		rc = authenticate(s, hello, &st);
+	free(hello);
+	return rc ? rc : send_blocks(s);
 }
 
 static int open_channels(struct lmt_session *s, uint64_t deadline)

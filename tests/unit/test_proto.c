@@ -260,6 +260,53 @@ static void test_addresses_round_trip(void **state)
 	free(out);
 }
 
+static void test_hello_reply_carries_challenge_and_proof(void **state)
+{
+	struct lmt_msg_status in = {.version = 1, .auth = 1};
+	memset(in.nonce, 0x11, sizeof(in.nonce));
+	memset(in.proof, 0x22, sizeof(in.proof));
+	strcpy(in.text, "ok");
+	assert_int_equal(lmt__enc_status(&buf, LMT_MSG_HELLO_REPLY, &in), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_HELLO_REPLY, &len);
+	struct lmt_msg_status out;
+	assert_int_equal(lmt__dec_status(p, len, LMT_MSG_HELLO_REPLY, &out, &err), 0);
+	assert_int_equal(out.auth, 1);
+	assert_memory_equal(out.nonce, in.nonce, sizeof(in.nonce));
+	assert_memory_equal(out.proof, in.proof, sizeof(in.proof));
+	assert_int_equal(lmt__dec_status(p, len - 1, LMT_MSG_HELLO_REPLY, &out, &err),
+	                 -LMT_EPROTO);
+	assert_string_equal(err.message, "HELLO_REPLY message: truncated proof");
+}
+
+static void test_auth_flag_other_than_0_or_1_is_refused(void **state)
+{
+	struct lmt_msg_hello in = {.magic = LMT_PROTO_MAGIC, .version = 1, .auth = 2};
+	assert_int_equal(lmt__enc_hello(&buf, &in), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_HELLO, &len);
+	struct lmt_msg_hello *out = malloc(sizeof(*out));
+	assert_int_equal(lmt__dec_hello(p, len, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "HELLO message: auth flag must be 0 or 1");
+	free(out);
+}
+
+static void test_auth_message_is_exactly_one_proof(void **state)
+{
+	uint8_t proof[LMT_PROTO_PROOF];
+	memset(proof, 7, sizeof(proof));
+	assert_int_equal(lmt__enc_auth(&buf, proof), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_AUTH, &len);
+	uint8_t out[LMT_PROTO_PROOF];
+	assert_int_equal(lmt__dec_auth(p, len, out, &err), 0);
+	assert_memory_equal(out, proof, sizeof(proof));
+	assert_int_equal(lmt__dec_auth(p, len - 1, out, &err), -LMT_EPROTO);
+	uint8_t longer[LMT_PROTO_PROOF + 1] = {0};
+	assert_int_equal(lmt__dec_auth(longer, sizeof(longer), out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "AUTH message: trailing bytes");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -283,6 +330,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_status_code_out_of_range_is_refused, teardown),
 		cmocka_unit_test_teardown(test_complete_round_trips_digests, teardown),
 		cmocka_unit_test_teardown(test_addresses_round_trip, teardown),
+		cmocka_unit_test_teardown(test_hello_reply_carries_challenge_and_proof, teardown),
+		cmocka_unit_test_teardown(test_auth_flag_other_than_0_or_1_is_refused, teardown),
+		cmocka_unit_test_teardown(test_auth_message_is_exactly_one_proof, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -446,16 +446,17 @@ static void test_full_queue_answers_eagain(void **state)
 	struct pair *p = pair_open(1);
 	struct region r;
 	region_open(&r, p->dst, p->src, 4096);
+	static const uint8_t data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
 	uint64_t posted = 0;
 	int rc;
-	while ((rc = plugin->ops.write(p->src_ep[0], r.mem, 8, NULL, r.rkey, 0, posted)) == 0)
+	while ((rc = plugin->ops.write(p->src_ep[0], data, 8, NULL, r.rkey, 0, posted)) == 0)
 		assert_true(++posted <= 100000);
 	assert_int_equal(rc, -LMT_EAGAIN);
 	assert_true(posted >= 16);
 	struct tally t;
 	tally_init(&t, posted + 1);
 	assert_true(harvest(p->src, &t, SECOND) > 0);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.mem, 8, NULL, r.rkey, 0, posted), 0);
+	assert_int_equal(plugin->ops.write(p->src_ep[0], data, 8, NULL, r.rkey, 0, posted), 0);
 	assert_int_equal(plugin->ops.flush(p->src, 5 * SECOND), 0);
 	harvest_all(p->src, &t, posted + 1);
 	assert_int_equal(error_count(&p->src_host), 0);
@@ -895,6 +896,7 @@ static int count_entries(const char *dir)
 static void test_open_close_cycles_leave_no_fds_or_threads(void **state)
 {
 	(void)state;
+	static const uint8_t payload[1 << 20];
 	int fds = count_entries("/proc/self/fd");
 	int threads = count_entries("/proc/self/task");
 	for (int i = 0; i < 10; i++) {
@@ -902,7 +904,8 @@ static void test_open_close_cycles_leave_no_fds_or_threads(void **state)
 		struct pair *p = pair_open(2);
 		struct region r;
 		region_open(&r, p->dst, p->src, 1 << 20);
-		assert_int_equal(plugin->ops.write(p->src_ep[1], r.mem, 1 << 20, NULL, r.rkey, 0, 1),
+		assert_int_equal(plugin->ops.write(p->src_ep[1], payload, sizeof(payload), NULL,
+		                                   r.rkey, 0, 1),
 		                 0);
 		plugin->ops.instance_close(p->src);
 		plugin->ops.instance_close(p->dst);
