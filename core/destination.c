@@ -162,10 +162,10 @@ static int check_hello(struct lmt_session *s, uint64_t deadline)
 		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO,
 		            "protocol version %u is not supported; this destination speaks %u",
 		            m->version, LMT_PROTO_VERSION);
-	else if (strcmp(m->plugin, s->desc->name) != 0)
+	else if (strcmp(m->plugin, s->wire_name) != 0)
 		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
 		            "plugin: the source uses '%s', the destination '%s'", m->plugin,
-		            s->desc->name);
+		            s->wire_name);
 	uint32_t matched = 0, wanted = 0;
 	for (uint32_t i = 0; i < m->option_count && !rc; i++)
 		rc = check_option(s, &m->options[i], &matched);
@@ -422,7 +422,7 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 /* Drive the plugin and the control connection until COMPLETE. */
 static int load(struct lmt_session *s)
 {
-	bool target = s->desc->caps & LMT_CAP_TARGET_PROGRESS;
+	bool target = s->caps & LMT_CAP_TARGET_PROGRESS;
 	struct lmt_completion comps[16];
 	for (;;) {
 		if (lmt__is_cancelled(s))

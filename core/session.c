@@ -114,6 +114,65 @@ static int host_cancelled(void *ctx)
 	return lmt__is_cancelled(ctx);
 }
 
+static const struct lmt_plugin *host_inner(void *ctx)
+{
+	struct lmt_session *s = ctx;
+	return s->inner;
+}
+
+/* Plugin threads end before the control socket is closed, so a shutdown
+ * here never races with a close. */
+static void host_inject(void *ctx, enum lmt_fault fault)
+{
+	struct lmt_session *s = ctx;
+	if (fault == LMT_FAULT_DROP_CONTROL && s->ctrl_fd >= 0) {
+		lmt__log(LMT_LOG_INFO, "%s: dropping the control connection", s->desc->name);
+		shutdown(s->ctrl_fd, SHUT_RDWR);
+	}
+}
+
+/* Load `spec`: a plugin name or path, or "decorator:plugin". */
+static int load_plugins(struct lmt_session *s, const char *spec, struct lmt_error *err)
+{
+	const char *colon = strchr(spec, ':');
+	if (!colon || memchr(spec, '/', (size_t)(colon - spec))) {
+		int rc = lmt_plugin_open(spec, &s->plugin, err);
+		if (rc)
+			return rc;
+		s->desc = lmt_plugin_descriptor(s->plugin);
+		if (s->desc->caps & LMT_CAP_DECORATOR)
+			return lmt__error(err, LMT_EINVAL,
+			                  "plugin '%s' is a decorator: name the plugin it wraps, as in "
+			                  "'%s:tcp'",
+			                  s->desc->name, s->desc->name);
+		s->caps = s->desc->caps;
+		s->wire_name = s->desc->name;
+		return 0;
+	}
+	char outer[64];
+	if ((size_t)(colon - spec) >= sizeof(outer))
+		return lmt__error(err, LMT_EINVAL, "plugin '%s': decorator name too long", spec);
+	memcpy(outer, spec, (size_t)(colon - spec));
+	outer[colon - spec] = '\0';
+	int rc = lmt_plugin_open(outer, &s->plugin, err);
+	if (rc)
+		return rc;
+	s->desc = lmt_plugin_descriptor(s->plugin);
+	if (!(s->desc->caps & LMT_CAP_DECORATOR))
+		return lmt__error(err, LMT_EINVAL,
+		                  "plugin '%s': '%s' is not a decorator, so it cannot wrap '%s'", spec,
+		                  outer, colon + 1);
+	if ((rc = lmt_plugin_open(colon + 1, &s->inner_plugin, err)))
+		return rc;
+	s->inner = lmt_plugin_descriptor(s->inner_plugin);
+	if (s->inner->caps & LMT_CAP_DECORATOR)
+		return lmt__error(err, LMT_EINVAL, "plugin '%s': a decorator wraps one transport, "
+		                  "not another decorator", spec);
+	s->caps = s->inner->caps;
+	s->wire_name = s->inner->name;
+	return 0;
+}
+
 /* ---- creation, options, blocks ---- */
 
 int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
@@ -138,12 +197,14 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
 		.now_ns = host_now,
 		.option = host_option,
 		.cancelled = host_cancelled,
+		.inner = host_inner,
+		.inject = host_inject,
 	};
 	uint32_t ncore;
 	const struct lmt_option_desc *core = lmt_core_options(&ncore);
-	int rc = lmt_plugin_open(plugin, &s->plugin, err);
+	int rc = plugin ? load_plugins(s, plugin, err)
+	                : lmt__error(err, LMT_EINVAL, "plugin: no name given");
 	if (!rc) {
-		s->desc = lmt_plugin_descriptor(s->plugin);
 		rc = lmt__optset_new(&s->opts);
 		if (rc)
 			lmt__error(err, rc, "out of memory creating a session");
@@ -153,6 +214,9 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
 	if (!rc)
 		rc = lmt__optset_add_schema(s->opts, s->desc->name, s->desc->options,
 		                            s->desc->option_count, err);
+	if (!rc && s->inner)
+		rc = lmt__optset_add_schema(s->opts, s->inner->name, s->inner->options,
+		                            s->inner->option_count, err);
 	if (!rc)
 		rc = lmt__optset_load_env(s->opts, err);
 	if (!rc)
@@ -204,6 +268,7 @@ void lmt_session_free(lmt_session *s)
 	free(s->in);
 	lmt__buf_free(&s->out);
 	lmt__optset_free(s->opts);
+	lmt_plugin_close(s->inner_plugin);
 	lmt_plugin_close(s->plugin);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -343,9 +408,9 @@ int lmt__blocks_prepare(struct lmt_session *s)
 	                            &s->auth, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
-	if (s->channels > 1 && !(s->desc->caps & LMT_CAP_MULTI_CHANNEL))
+	if (s->channels > 1 && !(s->caps & LMT_CAP_MULTI_CHANNEL))
 		return lmt__fail(s, LMT_ENOTSUP, "channels=%u: plugin '%s' supports one channel",
-		                 s->channels, s->desc->name);
+		                 s->channels, s->wire_name);
 	if (s->nblocks == 0)
 		return lmt__fail(s, LMT_EINVAL, "no RAM blocks: add them before setup");
 	bool source = s->role == LMT_ROLE_SOURCE;
@@ -474,9 +539,9 @@ int lmt__transport_open(struct lmt_session *s, const char *local_host, const cha
 
 void lmt__transport_close(struct lmt_session *s)
 {
-	const struct lmt_plugin_ops *ops = s->desc ? &s->desc->ops : NULL;
 	if (!s->inst)
 		return;
+	const struct lmt_plugin_ops *ops = &s->desc->ops;
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		for (uint64_t w = 0; w < b->nwindows; w++) {

@@ -55,6 +55,12 @@ struct lmt_session {
 	enum lmt_role role;
 	lmt_plugin_handle *plugin;
 	const struct lmt_plugin *desc;
+	/* With a decorator ("chaos:tcp"), the plugin it wraps. The wrapped
+	 * plugin decides the capabilities and the name on the wire. */
+	lmt_plugin_handle *inner_plugin;
+	const struct lmt_plugin *inner;
+	uint64_t caps;
+	const char *wire_name;
 	struct lmt_optset *opts;
 	struct lmt_host host;
 	lmt_instance *inst;

@@ -142,7 +142,7 @@ static int handshake(struct lmt_session *s, uint64_t deadline)
 	hello->magic = LMT_PROTO_MAGIC;
 	hello->version = LMT_PROTO_VERSION;
 	hello->auth = s->auth.bytes != NULL;
-	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->desc->name);
+	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->wire_name);
 	int rc = lmt__auth_nonce(hello->nonce);
 	if (!rc)
 		rc = lmt__optset_foreach(s->opts, add_match_option, hello);
@@ -302,7 +302,7 @@ static int setup(struct lmt_session *s, const char *uri)
 	s->last_rx_ns = s->last_tx_ns = lmt__now();
 	if ((rc = handshake(s, deadline)) || (rc = open_channels(s, deadline)))
 		return rc;
-	if (s->pin_all && (s->desc->caps & LMT_CAP_LOCAL_MR))
+	if (s->pin_all && (s->caps & LMT_CAP_LOCAL_MR))
 		for (uint32_t i = 0; i < s->nblocks && !rc; i++)
 			rc = register_local(s, &s->blocks[i], 0);
 	if (rc || (rc = wait_ready(s)))
@@ -573,7 +573,7 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 	if (!b->rkeys[w])
 		return lmt__fail(s, LMT_EPROTO, "block '%s': no key for offset %llu", b->name,
 		                 (unsigned long long)offset);
-	if ((s->desc->caps & LMT_CAP_LOCAL_MR) && !b->mrs[w] && (rc = register_local(s, b, w)))
+	if ((s->caps & LMT_CAP_LOCAL_MR) && !b->mrs[w] && (rc = register_local(s, b, w)))
 		return rc;
 	uint32_t idx = s->free_slots[s->nfree - 1];
 	uint64_t cookie = (++s->generation << SLOT_BITS) | idx;

@@ -101,6 +101,11 @@ struct lmt_option_value {
 
 /* ---- Services the core lends to a plugin ----------------------------- */
 
+/* Faults a decorator may ask the core to simulate (host->inject). */
+enum lmt_fault {
+	LMT_FAULT_DROP_CONTROL = 1, /* drop the control connection */
+};
+
 /* Every service takes the `host_ctx` given to instance_open. All are safe
  * to call from any thread the plugin runs. */
 struct lmt_host {
@@ -121,6 +126,12 @@ struct lmt_host {
 	/* Non-zero once the session was cancelled; blocking plugin calls poll
 	 * it at least every 100 ms and return -LMT_ECANCELED. */
 	int (*cancelled)(void *host_ctx);
+	/* For decorators (LMT_CAP_DECORATOR): the plugin this one wraps, as in
+	 * "chaos:tcp", or NULL. The decorator drives it through its ops with
+	 * the same host services. */
+	const struct lmt_plugin *(*inner)(void *host_ctx);
+	/* For fault-injection decorators: act as if the peer had vanished. */
+	void (*inject)(void *host_ctx, enum lmt_fault fault);
 };
 
 /* ---- The data path --------------------------------------------------- */

@@ -1,0 +1,484 @@
+/* chaos: a decorator that wraps any plugin ("chaos:tcp") through the ABI
+ * alone and injects faults from seeded options: delayed and reordered
+ * completions, a failed write, a stalled transport, a dropped channel or
+ * control connection, or the death or stop of its own process. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lmt/plugin.h>
+
+#define CHAOS_HELD_MAX 4096u
+#define CHAOS_SLICE_NS 10000000ull
+
+enum chaos_fault {
+	CHAOS_NONE,
+	CHAOS_FAIL_WRITE,
+	CHAOS_STALL,
+	CHAOS_DROP_CHANNEL,
+	CHAOS_DROP_CONTROL,
+	CHAOS_KILL,
+	CHAOS_STOP,
+};
+
+static const char *const fault_names[] = {
+	"none", "fail-write", "stall", "drop-channel", "drop-control", "kill", "stop", NULL,
+};
+
+/* Where the fault strikes: the events a plugin sees in each phase. */
+enum chaos_point {
+	CHAOS_AT_CONNECT, /* setup: an endpoint connects */
+	CHAOS_AT_WRITE,   /* mid-pass, source: the Nth write */
+	CHAOS_AT_PROGRESS, /* mid-pass, destination: the Nth progress call */
+	CHAOS_AT_FLUSH,   /* complete, source: the flush */
+	CHAOS_AT_REGISTER, /* destination: the Nth registration */
+};
+
+static const struct lmt_option_desc chaos_options[] = {
+	{.name = "fault", .type = LMT_OPT_ENUM, .default_value = "none",
+	 .enum_values = fault_names,
+	 .doc = "what to break: fail-write, stall, drop-channel, drop-control, kill, stop"},
+	{.name = "at", .type = LMT_OPT_STRING, .default_value = "write:1",
+	 .doc = "when: connect, write:N, progress:N, register:N or flush"},
+	{.name = "channel", .type = LMT_OPT_INT, .default_value = "0", .min = 0, .max = 63,
+	 .doc = "the channel drop-channel drops"},
+	{.name = "stall", .type = LMT_OPT_DURATION, .default_value = "1h", .min = 1000000,
+	 .max = 86400000000000ll, .doc = "how long stall holds progress and writes still"},
+	{.name = "delay", .type = LMT_OPT_DURATION, .default_value = "0", .min = 0,
+	 .max = 60000000000ll, .doc = "each completion is held back up to this long"},
+	{.name = "reorder", .type = LMT_OPT_BOOL, .default_value = "off",
+	 .doc = "hand completions back in random order"},
+	{.name = "seed", .type = LMT_OPT_INT, .default_value = "1", .min = 0,
+	 .max = INT64_MAX, .doc = "seed of the delays and the order"},
+};
+
+struct held {
+	struct lmt_completion c;
+	uint64_t release_ns;
+};
+
+struct lmt_instance {
+	const struct lmt_host *host;
+	void *ctx;
+	const struct lmt_plugin *inner;
+	struct lmt_instance *in; /* the wrapped plugin's instance */
+	enum lmt_role role;
+	uint32_t channels;
+	struct lmt_endpoint **eps;
+
+	enum chaos_fault fault;
+	enum chaos_point point;
+	uint64_t point_n;
+	uint32_t drop_channel;
+	uint64_t stall_ns;
+	uint64_t delay_ns;
+	bool reorder;
+	uint64_t rng;
+
+	uint64_t writes;
+	uint64_t progresses;
+	uint64_t registrations;
+	bool struck;
+	uint64_t stall_until;
+	struct held *held;
+	uint32_t nheld;
+	struct lmt_completion *failed; /* completions we owe for faked writes */
+	uint32_t nfailed;
+	uint32_t failed_cap;
+};
+
+struct lmt_endpoint {
+	struct lmt_instance *inst;
+	struct lmt_endpoint *in;
+	uint32_t channel;
+	bool dropped;
+};
+
+static uint64_t next_random(struct lmt_instance *i)
+{
+	uint64_t z = (i->rng += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int parse_point(struct lmt_instance *i, const char *at)
+{
+	static const struct {
+		const char *name;
+		enum chaos_point point;
+		bool counted;
+	} points[] = {
+		{"connect", CHAOS_AT_CONNECT, false}, {"flush", CHAOS_AT_FLUSH, false},
+		{"write:", CHAOS_AT_WRITE, true},     {"progress:", CHAOS_AT_PROGRESS, true},
+		{"register:", CHAOS_AT_REGISTER, true},
+	};
+	for (size_t k = 0; k < sizeof(points) / sizeof(points[0]); k++) {
+		size_t n = strlen(points[k].name);
+		if (strncmp(at, points[k].name, n) != 0 || (!points[k].counted && at[n]))
+			continue;
+		char *end = NULL;
+		unsigned long long count = points[k].counted ? strtoull(at + n, &end, 10) : 0;
+		if (points[k].counted && (!at[n] || *end || count == 0 || at[n] == '-'))
+			break;
+		i->point = points[k].point;
+		i->point_n = count;
+		return 0;
+	}
+	return i->host->error(i->ctx, LMT_EINVAL,
+	                      "chaos.at: expected connect, write:N, progress:N, register:N or "
+	                      "flush, got '%s'",
+	                      at);
+}
+
+static int read_options(struct lmt_instance *i)
+{
+	struct lmt_option_value v;
+	const struct lmt_host *h = i->host;
+	if (h->option(i->ctx, "chaos.fault", &v))
+		return -LMT_EINVAL;
+	i->fault = (enum chaos_fault)v.integer;
+	if (h->option(i->ctx, "chaos.at", &v) || parse_point(i, v.text))
+		return -LMT_EINVAL;
+	h->option(i->ctx, "chaos.channel", &v);
+	i->drop_channel = (uint32_t)v.integer;
+	h->option(i->ctx, "chaos.stall", &v);
+	i->stall_ns = (uint64_t)v.integer;
+	h->option(i->ctx, "chaos.delay", &v);
+	i->delay_ns = (uint64_t)v.integer;
+	h->option(i->ctx, "chaos.reorder", &v);
+	i->reorder = v.boolean;
+	h->option(i->ctx, "chaos.seed", &v);
+	i->rng = (uint64_t)v.integer;
+	return 0;
+}
+
+/* ---- faults ---- */
+
+static void drop_endpoint(struct lmt_endpoint *ep)
+{
+	if (ep->dropped)
+		return;
+	ep->dropped = true;
+	ep->inst->inner->ops.ep_close(ep->in);
+	ep->in = NULL;
+}
+
+/* The fault strikes now, once, if `point` (and its count) is the one. */
+static void strike(struct lmt_instance *i, enum chaos_point point, uint64_t count)
+{
+	if (i->struck || i->fault == CHAOS_NONE || point != i->point ||
+	    (i->point_n && count != i->point_n))
+		return;
+	i->struck = true;
+	i->host->log(i->ctx, LMT_LOG_INFO, "chaos: %s now", fault_names[i->fault]);
+	switch (i->fault) {
+	case CHAOS_STALL:
+		i->stall_until = i->host->now_ns(i->ctx) + i->stall_ns;
+		break;
+	case CHAOS_DROP_CHANNEL:
+		if (i->drop_channel < i->channels && i->eps[i->drop_channel])
+			drop_endpoint(i->eps[i->drop_channel]);
+		break;
+	case CHAOS_DROP_CONTROL:
+		i->host->inject(i->ctx, LMT_FAULT_DROP_CONTROL);
+		break;
+	case CHAOS_KILL:
+		raise(SIGKILL);
+		break;
+	case CHAOS_STOP:
+		raise(SIGSTOP);
+		break;
+	default:
+		break;
+	}
+}
+
+/* Hold still while a stall lasts, as a hung transport would. */
+static int stalled(struct lmt_instance *i, uint64_t deadline)
+{
+	while (i->host->now_ns(i->ctx) < i->stall_until) {
+		if (i->host->cancelled(i->ctx))
+			return i->host->error(i->ctx, LMT_ECANCELED, "chaos: cancelled");
+		if (deadline && i->host->now_ns(i->ctx) >= deadline)
+			return 1;
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+/* ---- instance ---- */
+
+static int chaos_instance_open(const struct lmt_host *host, void *ctx,
+                               const struct lmt_instance_params *params,
+                               struct lmt_instance **out)
+{
+	if (host->struct_size < offsetof(struct lmt_host, inject) + sizeof(host->inject) ||
+	    !host->inner || !host->inner(ctx))
+		return host->error(ctx, LMT_EINVAL,
+		                   "chaos: name the plugin to wrap, as in 'chaos:tcp'");
+	struct lmt_instance *i = calloc(1, sizeof(*i));
+	if (!i)
+		return host->error(ctx, LMT_ENOMEM, "chaos: out of memory");
+	i->host = host;
+	i->ctx = ctx;
+	i->inner = host->inner(ctx);
+	i->role = params->role;
+	i->channels = params->channels;
+	i->eps = calloc(params->channels, sizeof(*i->eps));
+	i->held = calloc(CHAOS_HELD_MAX, sizeof(*i->held));
+	int rc = !i->eps || !i->held ? host->error(ctx, LMT_ENOMEM, "chaos: out of memory")
+	                             : read_options(i);
+	if (!rc)
+		rc = i->inner->ops.instance_open(host, ctx, params, &i->in);
+	if (rc) {
+		free(i->eps);
+		free(i->held);
+		free(i);
+		return rc;
+	}
+	*out = i;
+	return 0;
+}
+
+static void chaos_instance_close(struct lmt_instance *i)
+{
+	if (!i)
+		return;
+	for (uint32_t c = 0; c < i->channels; c++)
+		free(i->eps[c]);
+	i->inner->ops.instance_close(i->in);
+	free(i->eps);
+	free(i->held);
+	free(i->failed);
+	free(i);
+}
+
+static int chaos_ep_open(struct lmt_instance *i, uint32_t channel, struct lmt_endpoint **ep,
+                         struct lmt_blob *addr)
+{
+	struct lmt_endpoint *e = calloc(1, sizeof(*e));
+	if (!e || channel >= i->channels) {
+		free(e);
+		return i->host->error(i->ctx, LMT_EINVAL, "chaos: cannot open channel %u", channel);
+	}
+	int rc = i->inner->ops.ep_open(i->in, channel, &e->in, addr);
+	if (rc) {
+		free(e);
+		return rc;
+	}
+	e->inst = i;
+	e->channel = channel;
+	i->eps[channel] = e;
+	*ep = e;
+	return 0;
+}
+
+static int chaos_ep_connect(struct lmt_endpoint *ep, const struct lmt_blob *peer)
+{
+	struct lmt_instance *i = ep->inst;
+	int rc = i->inner->ops.ep_connect(ep->in, peer);
+	if (rc)
+		return rc;
+	strike(i, CHAOS_AT_CONNECT, 0);
+	if (stalled(i, 0) < 0)
+		return -LMT_ECANCELED;
+	return ep->dropped ? i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u dropped",
+	                                    ep->channel)
+	                   : 0;
+}
+
+static void chaos_ep_close(struct lmt_endpoint *ep)
+{
+	struct lmt_instance *i = ep->inst;
+	if (!ep->dropped)
+		i->inner->ops.ep_close(ep->in);
+	i->eps[ep->channel] = NULL;
+	free(ep);
+}
+
+static int chaos_mr_register(struct lmt_instance *i, void *addr, size_t len, uint32_t access,
+                             lmt_mr **mr, struct lmt_blob *key)
+{
+	if (access & LMT_MR_REMOTE_WRITE)
+		strike(i, CHAOS_AT_REGISTER, ++i->registrations);
+	return i->inner->ops.mr_register(i->in, addr, len, access, mr, key);
+}
+
+static void chaos_mr_deregister(struct lmt_instance *i, lmt_mr *mr)
+{
+	i->inner->ops.mr_deregister(i->in, mr);
+}
+
+static int chaos_rkey_import(struct lmt_instance *i, const struct lmt_blob *key,
+                             lmt_rkey **rkey)
+{
+	return i->inner->ops.rkey_import(i->in, key, rkey);
+}
+
+static void chaos_rkey_release(struct lmt_instance *i, lmt_rkey *rkey)
+{
+	i->inner->ops.rkey_release(i->in, rkey);
+}
+
+/* A write we pretend to post: its completion is an error. */
+static int owe_failure(struct lmt_instance *i, uint64_t cookie, uint32_t channel, int status)
+{
+	if (i->nfailed == i->failed_cap) {
+		uint32_t cap = i->failed_cap ? i->failed_cap * 2 : 16;
+		struct lmt_completion *f = realloc(i->failed, cap * sizeof(*f));
+		if (!f)
+			return i->host->error(i->ctx, LMT_ENOMEM, "chaos: out of memory");
+		i->failed = f;
+		i->failed_cap = cap;
+	}
+	i->failed[i->nfailed++] = (struct lmt_completion){cookie, status, channel};
+	return 0;
+}
+
+static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, lmt_mr *mr,
+                       lmt_rkey *rkey, uint64_t offset, uint64_t cookie)
+{
+	struct lmt_instance *i = ep->inst;
+	if (i->host->now_ns(i->ctx) < i->stall_until)
+		return -LMT_EAGAIN;
+	if (ep->dropped)
+		return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
+		                      ep->channel);
+	uint64_t n = i->writes + 1;
+	if (i->fault == CHAOS_FAIL_WRITE && !i->struck && i->point == CHAOS_AT_WRITE &&
+	    n == i->point_n) {
+		i->writes = n;
+		i->struck = true;
+		i->host->error(i->ctx, LMT_EIO, "chaos: write %llu of %zu bytes failed on purpose",
+		               (unsigned long long)n, len);
+		return owe_failure(i, cookie, ep->channel, -LMT_EIO);
+	}
+	int rc = i->inner->ops.write(ep->in, local, len, mr, rkey, offset, cookie);
+	if (rc == 0) {
+		i->writes = n;
+		strike(i, CHAOS_AT_WRITE, n);
+	}
+	return rc;
+}
+
+/* Move what the inner plugin completed into the held list. */
+static int gather(struct lmt_instance *i, uint64_t timeout_ns)
+{
+	struct lmt_completion c[64];
+	uint32_t room = CHAOS_HELD_MAX - i->nheld;
+	int n = i->inner->ops.progress(i->in, c, room < 64 ? room : 64, timeout_ns);
+	uint64_t now = i->host->now_ns(i->ctx);
+	for (int k = 0; k < n; k++) {
+		uint64_t delay = i->delay_ns ? next_random(i) % (i->delay_ns + 1) : 0;
+		i->held[i->nheld++] = (struct held){c[k], now + delay};
+	}
+	return n;
+}
+
+/* Hand back the completions whose time has come, shuffled if asked. */
+static uint32_t release(struct lmt_instance *i, struct lmt_completion *out, uint32_t max)
+{
+	uint64_t now = i->host->now_ns(i->ctx);
+	uint32_t n = 0;
+	while (n < max && i->nfailed)
+		out[n++] = i->failed[--i->nfailed];
+	for (uint32_t k = i->nheld; i->reorder && k > 1; k--) {
+		uint32_t j = (uint32_t)(next_random(i) % k);
+		struct held t = i->held[k - 1];
+		i->held[k - 1] = i->held[j];
+		i->held[j] = t;
+	}
+	uint32_t keep = 0;
+	for (uint32_t k = 0; k < i->nheld; k++) {
+		if (n < max && i->held[k].release_ns <= now)
+			out[n++] = i->held[k].c;
+		else
+			i->held[keep++] = i->held[k];
+	}
+	i->nheld = keep;
+	return n;
+}
+
+/* A channel this side dropped fails the migration at once. */
+static int dropped(struct lmt_instance *i)
+{
+	for (uint32_t c = 0; c < i->channels; c++)
+		if (i->eps[c] && i->eps[c]->dropped)
+			return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped", c);
+	return 0;
+}
+
+static int chaos_progress(struct lmt_instance *i, struct lmt_completion *out, uint32_t max,
+                          uint64_t timeout_ns)
+{
+	uint64_t deadline = i->host->now_ns(i->ctx) + timeout_ns;
+	strike(i, CHAOS_AT_PROGRESS, ++i->progresses);
+	for (;;) {
+		int rc = dropped(i);
+		if (rc)
+			return rc;
+		rc = stalled(i, deadline);
+		if (rc < 0)
+			return rc;
+		if (rc > 0)
+			return 0;
+		uint64_t now = i->host->now_ns(i->ctx);
+		uint64_t left = deadline > now ? deadline - now : 0;
+		uint64_t wait = left < CHAOS_SLICE_NS ? left : CHAOS_SLICE_NS;
+		rc = gather(i, i->nheld || i->nfailed ? 0 : wait);
+		if (rc < 0)
+			return rc;
+		uint32_t n = release(i, out, max);
+		if (n || i->host->now_ns(i->ctx) >= deadline)
+			return (int)n;
+		if (i->nheld) {
+			struct timespec ts = {0, 200000};
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
+{
+	strike(i, CHAOS_AT_FLUSH, 0);
+	int rc = stalled(i, i->host->now_ns(i->ctx) + timeout_ns);
+	if (rc)
+		return rc < 0 ? rc
+		              : i->host->error(i->ctx, LMT_ETIMEDOUT, "chaos: stalled flush timed out");
+	return dropped(i) ? -LMT_ECONN : i->inner->ops.flush(i->in, timeout_ns);
+}
+
+static const struct lmt_plugin chaos_plugin = {
+	.abi_version = LMT_PLUGIN_ABI_VERSION,
+	.struct_size = sizeof(struct lmt_plugin),
+	.name = "chaos",
+	.version = "0.1.0",
+	.description = "fault injection around another plugin: use as chaos:<plugin>",
+	.caps = LMT_CAP_DECORATOR | LMT_CAP_MULTI_CHANNEL,
+	.options = chaos_options,
+	.option_count = sizeof(chaos_options) / sizeof(chaos_options[0]),
+	.ops = {
+		.instance_open = chaos_instance_open,
+		.instance_close = chaos_instance_close,
+		.ep_open = chaos_ep_open,
+		.ep_connect = chaos_ep_connect,
+		.ep_close = chaos_ep_close,
+		.mr_register = chaos_mr_register,
+		.mr_deregister = chaos_mr_deregister,
+		.rkey_import = chaos_rkey_import,
+		.rkey_release = chaos_rkey_release,
+		.write = chaos_write,
+		.progress = chaos_progress,
+		.flush = chaos_flush,
+	},
+};
+
+LMT_DECLARE_PLUGIN(chaos_plugin)
