@@ -115,6 +115,8 @@ struct lmt_session {
 	uint32_t pass;
 	bool pass_done;       /* the walk reached the end of the pass */
 	bool need_pass;       /* "ready" was returned; the next call starts a pass */
+	bool draining;        /* the pass ended near convergence: draining */
+	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
 	uint64_t last_service_ns;
 	uint64_t start_ns;
 	uint64_t pass_start_ns;

@@ -703,6 +703,44 @@ static void start_pass(struct lmt_session *s)
 	s->cur_page = 0;
 }
 
+/* A pass has walked every block. Far from converging, the next pass
+ * starts at once and overlaps the writes still in flight (the overlap
+ * rule keeps that safe). Close to it, the writes in flight are drained
+ * first, so that "ready" means nothing is left but what is dirty. Returns
+ * 1 when the deadline came first. */
+static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate_result *res)
+{
+	int rc;
+	if (!s->draining) {
+		uint64_t dirtied;
+		if ((rc = sync_dirty(s, &dirtied)))
+			return rc;
+		s->pass_dirtied = dirtied;
+		uint64_t bw = s->bandwidth_bps ? s->bandwidth_bps : 1;
+		if ((double)s->dirty_bytes * 1e9 / (double)bw > (double)s->downtime_limit_ns &&
+		    s->bandwidth_bps) {
+			measure_pass(s, dirtied, false);
+			start_pass(s);
+			return 0;
+		}
+		s->draining = true;
+	}
+	if ((rc = drain(s, deadline)))
+		return rc;
+	s->draining = false;
+	uint64_t more;
+	if ((rc = sync_dirty(s, &more)))
+		return rc;
+	measure_pass(s, s->pass_dirtied + more, false);
+	if (expected_downtime(s) <= s->downtime_limit_ns) {
+		res->ready = 1;
+		s->need_pass = true;
+	} else {
+		start_pass(s);
+	}
+	return 0;
+}
+
 static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	uint64_t deadline = lmt__now() + s->iterate_ns;
@@ -715,26 +753,13 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 		s->need_pass = false;
 		start_pass(s);
 	}
-	for (;;) {
+	while (!res->ready && lmt__now() < deadline) {
 		if ((rc = send_pass(s, deadline, true)))
 			return rc;
 		if (!s->pass_done)
 			break;
-		rc = drain(s, deadline);
-		if (rc)
+		if ((rc = end_pass(s, deadline, res)))
 			return rc < 0 ? rc : 0;
-		uint64_t dirtied;
-		if ((rc = sync_dirty(s, &dirtied)))
-			return rc;
-		measure_pass(s, dirtied, false);
-		if (expected_downtime(s) <= s->downtime_limit_ns) {
-			res->ready = 1;
-			s->need_pass = true;
-			break;
-		}
-		start_pass(s);
-		if (lmt__now() >= deadline)
-			break;
 	}
 	return 0;
 }

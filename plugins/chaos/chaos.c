@@ -38,6 +38,7 @@ enum chaos_point {
 	CHAOS_AT_PROGRESS, /* mid-pass, destination: the Nth progress call */
 	CHAOS_AT_FLUSH,   /* complete, source: the flush */
 	CHAOS_AT_REGISTER, /* destination: the Nth registration */
+	CHAOS_AT_TIME,     /* either side: N ms after the instance opened */
 };
 
 static const struct lmt_option_desc chaos_options[] = {
@@ -45,15 +46,19 @@ static const struct lmt_option_desc chaos_options[] = {
 	 .enum_values = fault_names,
 	 .doc = "what to break: fail-write, stall, drop-channel, drop-control, kill, stop"},
 	{.name = "at", .type = LMT_OPT_STRING, .default_value = "write:1",
-	 .doc = "when: connect, write:N, progress:N, register:N or flush"},
+	 .doc = "when: connect, write:N, progress:N, register:N, after-ms:N or flush"},
 	{.name = "channel", .type = LMT_OPT_INT, .default_value = "0", .min = 0, .max = 63,
 	 .doc = "the channel drop-channel drops"},
-	{.name = "stall", .type = LMT_OPT_DURATION, .default_value = "1h", .min = 1000000,
+	{.name = "stall", .type = LMT_OPT_DURATION, .default_value = "60m", .min = 1000000,
 	 .max = 86400000000000ll, .doc = "how long stall holds progress and writes still"},
 	{.name = "delay", .type = LMT_OPT_DURATION, .default_value = "0", .min = 0,
 	 .max = 60000000000ll, .doc = "each completion is held back up to this long"},
 	{.name = "reorder", .type = LMT_OPT_BOOL, .default_value = "off",
-	 .doc = "hand completions back in random order"},
+	 .doc = "hand completions back, and send held writes, in random order"},
+	{.name = "hold", .type = LMT_OPT_DURATION, .default_value = "0", .min = 0,
+	 .max = 60000000000ll,
+	 .doc = "capture each write's data when posted and send it up to this long later, "
+	        "as a NIC that read memory early would"},
 	{.name = "seed", .type = LMT_OPT_INT, .default_value = "1", .min = 0,
 	 .max = INT64_MAX, .doc = "seed of the delays and the order"},
 };
@@ -61,6 +66,19 @@ static const struct lmt_option_desc chaos_options[] = {
 struct held {
 	struct lmt_completion c;
 	uint64_t release_ns;
+};
+
+/* A write whose data was captured when it was posted, sent later. */
+struct bounce {
+	struct lmt_endpoint *ep;
+	uint8_t *data;
+	size_t len;
+	lmt_mr *mr; /* the inner plugin's registration of data, if it needs one */
+	lmt_rkey *rkey;
+	uint64_t offset;
+	uint64_t cookie;
+	uint64_t post_at;
+	bool posted;
 };
 
 struct lmt_instance {
@@ -78,9 +96,11 @@ struct lmt_instance {
 	uint32_t drop_channel;
 	uint64_t stall_ns;
 	uint64_t delay_ns;
+	uint64_t hold_ns;
 	bool reorder;
 	uint64_t rng;
 
+	uint64_t opened_ns;
 	uint64_t writes;
 	uint64_t progresses;
 	uint64_t registrations;
@@ -91,6 +111,9 @@ struct lmt_instance {
 	struct lmt_completion *failed; /* completions we owe for faked writes */
 	uint32_t nfailed;
 	uint32_t failed_cap;
+	struct bounce *bounces;
+	uint32_t nbounces;
+	uint32_t bounces_cap;
 };
 
 struct lmt_endpoint {
@@ -117,7 +140,7 @@ static int parse_point(struct lmt_instance *i, const char *at)
 	} points[] = {
 		{"connect", CHAOS_AT_CONNECT, false}, {"flush", CHAOS_AT_FLUSH, false},
 		{"write:", CHAOS_AT_WRITE, true},     {"progress:", CHAOS_AT_PROGRESS, true},
-		{"register:", CHAOS_AT_REGISTER, true},
+		{"register:", CHAOS_AT_REGISTER, true}, {"after-ms:", CHAOS_AT_TIME, true},
 	};
 	for (size_t k = 0; k < sizeof(points) / sizeof(points[0]); k++) {
 		size_t n = strlen(points[k].name);
@@ -132,8 +155,8 @@ static int parse_point(struct lmt_instance *i, const char *at)
 		return 0;
 	}
 	return i->host->error(i->ctx, LMT_EINVAL,
-	                      "chaos.at: expected connect, write:N, progress:N, register:N or "
-	                      "flush, got '%s'",
+	                      "chaos.at: expected connect, write:N, progress:N, register:N, "
+	                      "after-ms:N or flush, got '%s'",
 	                      at);
 }
 
@@ -152,6 +175,8 @@ static int read_options(struct lmt_instance *i)
 	i->stall_ns = (uint64_t)v.integer;
 	h->option(i->ctx, "chaos.delay", &v);
 	i->delay_ns = (uint64_t)v.integer;
+	h->option(i->ctx, "chaos.hold", &v);
+	i->hold_ns = (uint64_t)v.integer;
 	h->option(i->ctx, "chaos.reorder", &v);
 	i->reorder = v.boolean;
 	h->option(i->ctx, "chaos.seed", &v);
@@ -173,6 +198,11 @@ static void drop_endpoint(struct lmt_endpoint *ep)
 /* The fault strikes now, once, if `point` (and its count) is the one. */
 static void strike(struct lmt_instance *i, enum chaos_point point, uint64_t count)
 {
+	if (i->point == CHAOS_AT_TIME && !i->struck &&
+	    i->host->now_ns(i->ctx) - i->opened_ns >= i->point_n * 1000000ull) {
+		point = CHAOS_AT_TIME;
+		count = i->point_n;
+	}
 	if (i->struck || i->fault == CHAOS_NONE || point != i->point ||
 	    (i->point_n && count != i->point_n))
 		return;
@@ -231,6 +261,7 @@ static int chaos_instance_open(const struct lmt_host *host, void *ctx,
 	i->ctx = ctx;
 	i->inner = host->inner(ctx);
 	i->role = params->role;
+	i->opened_ns = host->now_ns(ctx);
 	i->channels = params->channels;
 	i->eps = calloc(params->channels, sizeof(*i->eps));
 	i->held = calloc(CHAOS_HELD_MAX, sizeof(*i->held));
@@ -248,10 +279,22 @@ static int chaos_instance_open(const struct lmt_host *host, void *ctx,
 	return 0;
 }
 
+static void bounce_free(struct lmt_instance *i, uint32_t k)
+{
+	struct bounce *b = &i->bounces[k];
+	if (b->mr)
+		i->inner->ops.mr_deregister(i->in, b->mr);
+	free(b->data);
+	i->bounces[k] = i->bounces[--i->nbounces];
+}
+
 static void chaos_instance_close(struct lmt_instance *i)
 {
 	if (!i)
 		return;
+	while (i->nbounces)
+		bounce_free(i, i->nbounces - 1);
+	free(i->bounces);
 	for (uint32_t c = 0; c < i->channels; c++)
 		free(i->eps[c]);
 	i->inner->ops.instance_close(i->in);
@@ -343,6 +386,58 @@ static int owe_failure(struct lmt_instance *i, uint64_t cookie, uint32_t channel
 	return 0;
 }
 
+/* Capture the data now; post_due sends it when its time comes. */
+static int hold_write(struct lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *rkey,
+                      uint64_t offset, uint64_t cookie)
+{
+	struct lmt_instance *i = ep->inst;
+	if (i->nbounces == i->bounces_cap) {
+		uint32_t cap = i->bounces_cap ? i->bounces_cap * 2 : 64;
+		struct bounce *b = realloc(i->bounces, cap * sizeof(*b));
+		if (!b)
+			return i->host->error(i->ctx, LMT_ENOMEM, "chaos: out of memory");
+		i->bounces = b;
+		i->bounces_cap = cap;
+	}
+	struct bounce b = {.ep = ep, .len = len, .rkey = rkey, .offset = offset,
+	                   .cookie = cookie, .data = malloc(len ? len : 1)};
+	if (!b.data)
+		return i->host->error(i->ctx, LMT_ENOMEM, "chaos: out of memory");
+	memcpy(b.data, local, len);
+	if (i->inner->caps & LMT_CAP_LOCAL_MR) {
+		struct lmt_blob unused;
+		int rc = i->inner->ops.mr_register(i->in, b.data, len, LMT_MR_LOCAL_READ, &b.mr,
+		                                   &unused);
+		if (rc) {
+			free(b.data);
+			return rc;
+		}
+	}
+	b.post_at = i->host->now_ns(i->ctx) + next_random(i) % (i->hold_ns + 1);
+	i->bounces[i->nbounces++] = b;
+	return 0;
+}
+
+/* Send the held writes whose time has come, in random order if asked. */
+static int post_due(struct lmt_instance *i)
+{
+	uint64_t now = i->host->now_ns(i->ctx);
+	for (uint32_t left = i->nbounces; left; left--) {
+		uint32_t k = i->reorder ? (uint32_t)(next_random(i) % i->nbounces) : i->nbounces - left;
+		struct bounce *b = &i->bounces[k];
+		if (b->posted || b->post_at > now || b->ep->dropped)
+			continue;
+		int rc = i->inner->ops.write(b->ep->in, b->data, b->len, b->mr, b->rkey, b->offset,
+		                             b->cookie);
+		if (rc == -LMT_EAGAIN)
+			continue;
+		if (rc)
+			return rc;
+		b->posted = true;
+	}
+	return 0;
+}
+
 static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, lmt_mr *mr,
                        lmt_rkey *rkey, uint64_t offset, uint64_t cookie)
 {
@@ -361,7 +456,8 @@ static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, l
 		               (unsigned long long)n, len);
 		return owe_failure(i, cookie, ep->channel, -LMT_EIO);
 	}
-	int rc = i->inner->ops.write(ep->in, local, len, mr, rkey, offset, cookie);
+	int rc = i->hold_ns ? hold_write(ep, local, len, rkey, offset, cookie)
+	                    : i->inner->ops.write(ep->in, local, len, mr, rkey, offset, cookie);
 	if (rc == 0) {
 		i->writes = n;
 		strike(i, CHAOS_AT_WRITE, n);
@@ -377,6 +473,11 @@ static int gather(struct lmt_instance *i, uint64_t timeout_ns)
 	int n = i->inner->ops.progress(i->in, c, room < 64 ? room : 64, timeout_ns);
 	uint64_t now = i->host->now_ns(i->ctx);
 	for (int k = 0; k < n; k++) {
+		for (uint32_t b = 0; b < i->nbounces; b++)
+			if (i->bounces[b].posted && i->bounces[b].cookie == c[k].cookie) {
+				bounce_free(i, b);
+				break;
+			}
 		uint64_t delay = i->delay_ns ? next_random(i) % (i->delay_ns + 1) : 0;
 		i->held[i->nheld++] = (struct held){c[k], now + delay};
 	}
@@ -430,16 +531,18 @@ static int chaos_progress(struct lmt_instance *i, struct lmt_completion *out, ui
 			return rc;
 		if (rc > 0)
 			return 0;
+		if ((rc = post_due(i)))
+			return rc;
 		uint64_t now = i->host->now_ns(i->ctx);
 		uint64_t left = deadline > now ? deadline - now : 0;
 		uint64_t wait = left < CHAOS_SLICE_NS ? left : CHAOS_SLICE_NS;
-		rc = gather(i, i->nheld || i->nfailed ? 0 : wait);
+		rc = gather(i, i->nheld || i->nfailed || i->nbounces ? 0 : wait);
 		if (rc < 0)
 			return rc;
 		uint32_t n = release(i, out, max);
 		if (n || i->host->now_ns(i->ctx) >= deadline)
 			return (int)n;
-		if (i->nheld) {
+		if (i->nheld || i->nbounces) {
 			struct timespec ts = {0, 200000};
 			nanosleep(&ts, NULL);
 		}

@@ -63,11 +63,21 @@ void ram_release(struct bench_ram *ram)
 	munmap(ram->base, ram->bytes);
 }
 
+const char *test_plugin(void)
+{
+	return getenv("LMT_TEST_PLUGIN") ? getenv("LMT_TEST_PLUGIN") : "tcp";
+}
+
 lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, const char *opts)
+{
+	return session_on(role, ram, test_plugin(), opts);
+}
+
+lmt_session *session_on(enum lmt_role role, struct bench_ram *ram, const char *plugin,
+                        const char *opts)
 {
 	struct lmt_error err = {0};
 	lmt_session *s = NULL;
-	const char *plugin = getenv("LMT_TEST_PLUGIN") ? getenv("LMT_TEST_PLUGIN") : "tcp";
 	const char *extra = getenv("LMT_TEST_OPTIONS");
 	if (lmt_session_new(&s, role, plugin, opts, &err))
 		fail_msg("session over %s with '%s': %s", plugin, opts ? opts : "", err.message);
@@ -135,11 +145,20 @@ struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16
                                  const void *state, size_t state_len, pid_t kill_pid,
                                  uint64_t kill_after_ns, uint64_t *killed_at)
 {
+	return source_migrate_view(ram, ram, opts, port, state, state_len, kill_pid,
+	                           kill_after_ns, killed_at);
+}
+
+struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *tracking,
+                                      const char *opts, uint16_t port, const void *state,
+                                      size_t state_len, pid_t kill_pid, uint64_t kill_after_ns,
+                                      uint64_t *killed_at)
+{
 	struct source_run r = {0};
 	char uri[64];
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
-	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, ram, opts);
-	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, ram), 0);
+	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, view, opts);
+	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, tracking), 0);
 	uint64_t t0 = bench_now_ns();
 	uint64_t *times = calloc(100000, sizeof(*times));
 	r.rc = lmt_save_setup(s, uri);

@@ -25,7 +25,12 @@ uint8_t *ram_map(uint64_t bytes);
 void ram_fill(struct bench_ram *ram, uint64_t bytes, uint64_t seed);
 void ram_release(struct bench_ram *ram);
 
+/* The plugin under test: LMT_TEST_PLUGIN, or tcp. Its options are in
+ * LMT_TEST_OPTIONS and are added to every session. */
+const char *test_plugin(void);
 lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, const char *opts);
+lmt_session *session_on(enum lmt_role role, struct bench_ram *ram, const char *plugin,
+                        const char *opts);
 
 /* What a destination child does besides loading. */
 struct dest_spec {
@@ -60,5 +65,12 @@ struct source_run {
 struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16_t port,
                                  const void *state, size_t state_len, pid_t kill_pid,
                                  uint64_t kill_after_ns, uint64_t *killed_at);
+
+/* The same, with lmt given `view` (e.g. a read-only mapping) while the
+ * dirty bitmaps live in `tracking`. */
+struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *tracking,
+                                      const char *opts, uint16_t port, const void *state,
+                                      size_t state_len, pid_t kill_pid, uint64_t kill_after_ns,
+                                      uint64_t *killed_at);
 
 #endif
