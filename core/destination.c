@@ -463,11 +463,10 @@ static int accept_source(struct lmt_session *s)
 	return 0;
 }
 
-static int run(struct lmt_session *s)
+/* Everything after the source connected. */
+static int serve(struct lmt_session *s)
 {
-	int rc = lmt__blocks_prepare(s);
-	if (rc || (rc = accept_source(s)))
-		return rc;
+	int rc;
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
 	if ((rc = check_hello(s, deadline)) || (rc = check_blocks(s, deadline)) ||
 	    (rc = open_channels(s, deadline)))
@@ -485,17 +484,20 @@ static int run(struct lmt_session *s)
 	return rc == 1 ? 0 : rc;
 }
 
-int lmt_load_run(lmt_session *s)
+static int begin_load(struct lmt_session *s, int from_state)
 {
 	if (s->role != LMT_ROLE_DESTINATION)
 		return lmt__usage(s, LMT_ESTATE, "load run: this session is a source");
-	int expected = LMT_STATE_LISTENING;
-	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
+	if (!atomic_compare_exchange_strong(&s->state, &from_state, LMT_STATE_SETUP))
 		return lmt__usage(s, LMT_ESTATE, "load run: call lmt_load_listen first, once");
 	pthread_mutex_lock(&s->lock);
 	s->stats.status = LMT_STATUS_SETUP;
 	pthread_mutex_unlock(&s->lock);
-	int rc = run(s);
+	return 0;
+}
+
+static int end_load(struct lmt_session *s, int rc)
+{
 	if (rc)
 		return lmt__abort(s, rc);
 	lmt__transport_close(s);
@@ -507,6 +509,32 @@ int lmt_load_run(lmt_session *s)
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
 	return 0;
+}
+
+int lmt_load_run(lmt_session *s)
+{
+	int rc = begin_load(s, LMT_STATE_LISTENING);
+	if (rc)
+		return rc;
+	rc = lmt__blocks_prepare(s);
+	if (!rc)
+		rc = accept_source(s);
+	if (!rc)
+		rc = serve(s);
+	return end_load(s, rc);
+}
+
+int lmt__load_connected(struct lmt_session *s, int fd)
+{
+	int rc = begin_load(s, LMT_STATE_NEW);
+	if (rc)
+		return rc;
+	s->ctrl_fd = fd;
+	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
+	rc = lmt__blocks_prepare(s);
+	if (!rc)
+		rc = serve(s);
+	return end_load(s, rc);
 }
 
 int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)

@@ -164,6 +164,10 @@ int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
 /* The numeric IP of a socket's local (peer false) or remote end. */
 void lmt__numeric_host(int fd, bool peer, char *buf, size_t size);
 
+/* Destination: take a migration in over an already connected control
+ * socket (the session owns fd from now on). For the fuzzer. */
+int lmt__load_connected(struct lmt_session *s, int fd);
+
 /* Transport lifecycle shared by both roles. */
 int lmt__transport_open(struct lmt_session *s, const char *local_host,
                         const char *peer_host);

@@ -274,6 +274,12 @@ static int compare_doubles(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+double bench_median(double *values, size_t n)
+{
+	qsort(values, n, sizeof(*values), compare_doubles);
+	return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 double bench_memcpy_gibps(uint64_t bytes)
 {
 	uint8_t *src = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
@@ -294,11 +300,10 @@ double bench_memcpy_gibps(uint64_t bytes)
 			ns = bench_now_ns() - start;
 			gibps[i] = (double)bytes / (double)(ns ? ns : 1) * 1e9 / 1073741824.0;
 		}
-		qsort(gibps, 3, sizeof(gibps[0]), compare_doubles);
 	}
 	if (src != MAP_FAILED)
 		munmap(src, bytes);
 	if (dst != MAP_FAILED)
 		munmap(dst, bytes);
-	return gibps[1];
+	return bench_median(gibps, 3);
 }

@@ -175,3 +175,18 @@ void bench_json_string(FILE *f, const char *text)
 	}
 	fputc('"', f);
 }
+
+void bench_csv_string(FILE *f, const char *text)
+{
+	if (!text[strcspn(text, ",\"\r\n")]) {
+		fputs(text, f);
+		return;
+	}
+	fputc('"', f);
+	for (const char *c = text; *c; c++) {
+		if (*c == '"')
+			fputc('"', f);
+		fputc(*c, f);
+	}
+	fputc('"', f);
+}

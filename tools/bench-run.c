@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <stdnoreturn.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -288,24 +289,43 @@ static noreturn void dest_main(const struct bench_config *cfg, const char *plugi
 
 /* ---- Source ------------------------------------------------------------- */
 
+static int terminal_width(FILE *f)
+{
+	struct winsize ws;
+
+	if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20)
+		return ws.ws_col;
+	return 80;
+}
+
+/* One line, rewritten in place: cut to the terminal's width, since a line
+ * that wraps cannot be rewritten; the label gives way before the figures. */
 static void progress_show(struct run *run, uint64_t *last_ns)
 {
 	const struct lmt_iterate_result *it = &run->last;
+	const char *label = run->cfg->label ? run->cfg->label : run->plugin;
+	FILE *f = run->cfg->progress;
 	uint64_t now = bench_now_ns();
-	char rate[32] = "rate not measured yet", downtime[48] = "";
+	char rate[32] = "", downtime[48] = "", figures[160];
+	int width, room;
 
-	if (!run->cfg->progress || now - *last_ns < PROGRESS_EVERY_NS)
+	if (!f || now - *last_ns < PROGRESS_EVERY_NS)
 		return;
 	*last_ns = now;
 	run->progress_shown = true;
 	if (it->bandwidth_bps > 0)
-		snprintf(rate, sizeof(rate), "%.1f MiB/s", (double)it->bandwidth_bps / 1048576.0);
+		snprintf(rate, sizeof(rate), " at %.2f GiB/s",
+		         (double)it->bandwidth_bps / 1073741824.0);
 	/* Without a measured rate the expected downtime means nothing. */
 	if (it->bandwidth_bps > 0 && it->expected_downtime_ns != UINT64_MAX)
-		snprintf(downtime, sizeof(downtime), ", expected downtime %.1f ms",
+		snprintf(downtime, sizeof(downtime), ", expected downtime %.0f ms",
 		         (double)it->expected_downtime_ns / 1e6);
-	fprintf(stderr, "\r%s: pass %u, %.1f MiB remaining, %s%s\033[K", run->plugin,
-	        (unsigned)it->pass, (double)it->remaining_bytes / 1048576.0, rate, downtime);
+	snprintf(figures, sizeof(figures), ": pass %u, %.1f MiB left%s%s",
+	         (unsigned)it->pass, (double)it->remaining_bytes / 1048576.0, rate, downtime);
+	width = terminal_width(f) - 1;
+	room = width - (int)strlen(figures);
+	fprintf(f, "\r%.*s%.*s\033[K", room > 8 ? room : 8, label, width, figures);
+	fflush(f);
 }
 
 static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
@@ -316,14 +336,19 @@ static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
 
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)port);
 	rc = lmt_save_setup(session, uri);
+	/* A plugin that loads but finds no device says so at setup. */
+	if (rc == -LMT_ENOTFOUND)
+		run->out->unavailable = true;
 	while (rc == 0) {
 		rc = lmt_save_iterate(session, &run->last);
 		if (rc < 0 || run->last.ready)
 			break;
 		progress_show(run, &last_ns);
 	}
-	if (run->progress_shown)
-		fputs("\r\033[K", stderr);
+	if (run->progress_shown) {
+		fputs("\r\033[K", run->cfg->progress);
+		fflush(run->cfg->progress);
+	}
 	return rc;
 }
 
@@ -358,12 +383,27 @@ static int source_drive(struct run *run, lmt_session *session, uint16_t port, bo
 	return rc;
 }
 
+static void source_passes(struct run *run, lmt_session *session)
+{
+	struct bench_result *out = run->out;
+	int n = lmt_session_passes(session, NULL, 0), copied;
+
+	if (n <= 0)
+		return;
+	out->passes = calloc((size_t)n, sizeof(*out->passes));
+	if (!out->passes)
+		return;
+	copied = lmt_session_passes(session, out->passes, (uint32_t)n);
+	out->npasses = copied < 0 ? 0 : copied < n ? (uint32_t)copied : (uint32_t)n;
+}
+
 static void source_stats(struct run *run, lmt_session *session)
 {
 	struct bench_result *out = run->out;
 	size_t size = 4096;
 	int n;
 
+	source_passes(run, session);
 	if (lmt_session_stats(session, &out->stats) < 0)
 		return;
 	out->have_stats = true;
@@ -613,13 +653,17 @@ static bool compare_block(struct bench_result *out, const struct bench_block *b,
 static void verify(struct run *run)
 {
 	const struct bench_config *cfg = run->cfg;
-	uint8_t *dst = mmap(NULL, cfg->ram_bytes, PROT_READ, MAP_SHARED, run->memfd, 0);
+	int prot = cfg->test_corrupt ? PROT_READ | PROT_WRITE : PROT_READ;
+	uint8_t *dst = mmap(NULL, cfg->ram_bytes, prot, MAP_SHARED, run->memfd, 0);
 	bool same = true;
 
 	if (dst == MAP_FAILED) {
 		note(run->out, "verify: mapping the destination RAM: %s", strerror(errno));
 		return;
 	}
+	/* Proves that the check catches a wrong byte (tests only). */
+	if (cfg->test_corrupt)
+		dst[cfg->ram_bytes / 2] ^= 0x01;
 	for (uint32_t i = 0; i < run->src.nblocks && same; i++) {
 		const struct bench_block *b = &run->src.blocks[i];
 		uint64_t offset = (uint64_t)(b->host - run->src.base);
@@ -676,4 +720,7 @@ void bench_result_clear(struct bench_result *result)
 {
 	free(result->stats_json);
 	result->stats_json = NULL;
+	free(result->passes);
+	result->passes = NULL;
+	result->npasses = 0;
 }

@@ -1,5 +1,5 @@
 /* lmt-bench internals shared by its files: the synthetic guest and its
- * workload, one migration run, strict argument parsing. Not installed. */
+ * workload, one migration run, the rows of a sweep, output. Not installed. */
 #ifndef LMT_TOOLS_BENCH_H
 #define LMT_TOOLS_BENCH_H
 
@@ -16,7 +16,7 @@
 #define BENCH_ERROR_MAX 1024u
 #define BENCH_DEVICE_STATE_SIZE 4096u
 
-/* What the user asked for; the same for every run. */
+/* What one run is asked to do. */
 struct bench_config {
 	uint64_t ram_bytes;
 	uint64_t dirty_rate;  /* bytes per second the guest rewrites; 0 = idle */
@@ -26,7 +26,9 @@ struct bench_config {
 	uint64_t timeout_ns; /* watchdog for one run */
 	uint16_t port;       /* destination control port, 0 = any */
 	bool prefault;
-	bool progress; /* a progress line on stderr */
+	bool test_corrupt;   /* flip a destination byte before the check */
+	FILE *progress;      /* where the progress line goes (a terminal), or NULL */
+	const char *label;   /* what the progress line calls this run */
 	const char *options; /* "key=value,..." for both sides, or NULL */
 };
 
@@ -58,6 +60,9 @@ struct bench_result {
 	uint64_t prefault_ns;
 	uint64_t zero_pages_made;    /* all-zero pages in the initial guest */
 	uint64_t dirtied_bytes;      /* written by the workload */
+	struct lmt_pass_stats *passes; /* the source's timeline, malloc'ed */
+	uint32_t npasses;
+	bool unavailable;            /* setup found no device to run on */
 };
 
 /* ---- bench-guest.c ------------------------------------------------------ */
@@ -94,6 +99,8 @@ uint64_t bench_workload_stop(struct bench_workload *w);
 /* Single-thread memcpy bandwidth over `bytes`, median of 3, in GiB/s; 0
  * when the buffers cannot be had. */
 double bench_memcpy_gibps(uint64_t bytes);
+/* Sorts `values` (n > 0) in place and returns their median. */
+double bench_median(double *values, size_t n);
 
 /* ---- bench-run.c -------------------------------------------------------- */
 
@@ -101,6 +108,138 @@ double bench_memcpy_gibps(uint64_t bytes);
  * destination and verify it. Fills *out; free with bench_result_clear. */
 void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_result *out);
 void bench_result_clear(struct bench_result *result);
+
+/* ---- bench-sweep.c ------------------------------------------------------ */
+
+/* A plugin to compare, with options of its own ("ucx", "ucx.tls=posix"). */
+struct bench_plugin {
+	char *name;       /* a plugin name or a path to its .so */
+	char *options;    /* "key=value,...", or NULL */
+	char *label;      /* "ucx ucx.tls=posix" */
+	bool discovered;  /* found on the search path rather than named */
+	bool unavailable; /* it loads, but found nothing to run on here */
+	char yardstick[160];   /* its own benchmark, described; "" for none */
+	double yardstick_gbps; /* what that benchmark measured */
+};
+
+/* --sweep KEY=V1,V2,...: one option and the values it takes in turn. */
+struct bench_sweep {
+	char *arg; /* as given, for messages */
+	char *key;
+	char **values;
+	size_t count;
+};
+
+/* The figures of one run, or the median, minimum or maximum over a row's
+ * verified runs. NAN: not measured (no pre-fault, no memcpy figure). */
+enum bench_figure {
+	BENCH_SETUP_MS,
+	BENCH_TOTAL_MS,
+	BENCH_DOWNTIME_MS,
+	BENCH_GBPS,
+	BENCH_GIBPS,
+	BENCH_MEMCPY_PERCENT,
+	BENCH_YARDSTICK_PERCENT,
+	BENCH_BYTES_SENT,
+	BENCH_ZERO_PAGES,
+	BENCH_PASS_COUNT,
+	BENCH_PREFAULT_MS,
+	BENCH_FIGURE_COUNT
+};
+
+struct bench_figures {
+	double v[BENCH_FIGURE_COUNT];
+};
+
+/* One row of the output: a plugin under one combination of swept values,
+ * run --repeat times. */
+struct bench_row {
+	unsigned index;       /* 1-based */
+	struct bench_plugin *plugin;
+	char *config;         /* the swept values, "channels=2,pin-all=on"; "" */
+	char *options;        /* everything both sides get, or NULL */
+	char *label;          /* "ucx ucx.tls=posix channels=2 pin-all=on" */
+	bool skipped;         /* its plugin cannot run here */
+	unsigned runs;        /* done */
+	unsigned verified_runs;
+	struct bench_result *results; /* one per run, until the row is printed */
+	struct bench_figures median, min, max; /* over the verified runs */
+};
+
+/* Parse "NAME" or "NAME:KEY=VALUE<sep>KEY=VALUE..." into *out; `sep` is ','
+ * (--plugin) or ';' (an entry of --plugins). 0, or -1 with `err` filled. */
+int bench_plugin_parse(const char *text, char sep, struct bench_plugin *out,
+                       char *err, size_t err_size);
+void bench_plugin_clear(struct bench_plugin *plugin);
+
+/* Parse "KEY=V1,V2,..." into *out. 0, or -1 with `err` filled. */
+int bench_sweep_parse(const char *text, struct bench_sweep *out, char *err, size_t err_size);
+void bench_sweep_clear(struct bench_sweep *sweep);
+
+/* An option set in two places (a sweep, -o, a plugin's own options) is an
+ * error: 0, or -1 with `err` naming it. */
+int bench_check_conflicts(const struct bench_sweep *sweeps, size_t nsweeps,
+                          const char *common_options, const struct bench_plugin *plugins,
+                          size_t nplugins, char *err, size_t err_size);
+
+/* Every plugin times every combination of the sweeps, the first sweep
+ * varying slowest. 0, or -1 with `err` filled. Free with bench_rows_free. */
+int bench_rows_build(struct bench_plugin *plugins, size_t nplugins,
+                     const struct bench_sweep *sweeps, size_t nsweeps,
+                     const char *common_options, struct bench_row **rows, size_t *nrows,
+                     char *err, size_t err_size);
+void bench_rows_free(struct bench_row *rows, size_t nrows);
+
+/* ---- bench-output.c ----------------------------------------------------- */
+
+enum bench_format { BENCH_FORMAT_TABLE, BENCH_FORMAT_JSON, BENCH_FORMAT_CSV };
+
+/* What every row of one invocation shares. */
+struct bench_report {
+	FILE *out;                      /* stdout as it was at start */
+	const struct bench_config *cfg; /* the guest; options are per row */
+	const char *common_options;     /* -o, or NULL */
+	enum bench_format format;
+	unsigned repeat;
+	double memcpy_gibps;            /* 0 when it could not be measured */
+	const struct bench_plugin *plugins; /* with their yardsticks */
+	size_t nplugins;
+	bool sweeping;                  /* rows differ by config */
+	bool yardsticks;                /* --yardsticks: a column for them */
+	int plugin_width;               /* of the table's plugin column */
+};
+
+/* `yardstick_gbps`: the plugin's own benchmark, or 0. */
+void bench_figures_of(const struct bench_result *result, double memcpy_gibps,
+                      double yardstick_gbps, struct bench_figures *out);
+/* Median, minimum and maximum of each figure over `n` runs (n > 0). */
+void bench_figures_summarize(const struct bench_figures *runs, size_t n,
+                             struct bench_figures *median, struct bench_figures *min,
+                             struct bench_figures *max);
+
+/* The preamble and table header, or the CSV header; nothing for JSON. */
+void bench_output_begin(const struct bench_report *report);
+/* One row, once its runs are done. */
+void bench_output_row(const struct bench_report *report, const struct bench_row *row);
+
+/* ---- bench-plot.c ------------------------------------------------------- */
+
+/* Whether `program` is an executable file in a directory of PATH. */
+bool bench_on_path(const char *program);
+/* Whether gnuplot is on PATH. */
+bool bench_plot_available(void);
+/* Throughput and downtime per row into `path` (.svg or .png) with gnuplot.
+ * 0 when drawn, 1 when skipped (no gnuplot, nothing to draw), -1 when it
+ * failed; each with a message on stderr. */
+int bench_plot(const char *path, const struct bench_report *report,
+               const struct bench_row *rows, size_t nrows);
+
+/* ---- bench-yardstick.c -------------------------------------------------- */
+
+/* Run each plugin's own benchmark over loopback (iperf3 for tcp,
+ * ucx_perftest for ucx, with the entry's ucx.tls), median of 3, and fill
+ * its yardstick fields; a message on stderr for a tool that is missing. */
+void bench_yardsticks(struct bench_plugin *plugins, size_t nplugins);
 
 /* ---- bench-parse.c ------------------------------------------------------ */
 
@@ -118,5 +257,7 @@ void bench_format_size(uint64_t bytes, char *buf, size_t size);
 void bench_format_duration(uint64_t ns, char *buf, size_t size);
 /* `text` as a JSON string, quotes included; NULL as null. */
 void bench_json_string(FILE *f, const char *text);
+/* `text` as a CSV field, quoted when it holds a comma, quote or newline. */
+void bench_csv_string(FILE *f, const char *text);
 
 #endif

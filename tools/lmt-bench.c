@@ -1,9 +1,9 @@
 /* lmt-bench: migrates a synthetic guest between two processes over each
- * transport plugin and prints throughput, total time and downtime. */
+ * transport plugin and configuration, and compares throughput and downtime. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <stdnoreturn.h>
 #include <string.h>
@@ -14,38 +14,31 @@
 #define DEFAULT_RAM (UINT64_C(256) << 20)
 #define DEFAULT_TIMEOUT_NS (UINT64_C(120) * 1000000000u)
 #define MAX_REPEAT 1000u
-#define MIB 1048576.0
-#define GIB 1073741824.0
+
+/* A --plugin or --plugins entry; `all` stands for every plugin found. */
+struct entry {
+	bool all;
+	struct bench_plugin plugin;
+};
 
 struct args {
 	struct bench_config cfg;
-	char *plugins; /* comma-separated, or NULL for every plugin found */
+	struct entry *entries;
+	size_t nentries;
+	struct bench_sweep *sweeps;
+	size_t nsweeps;
 	char *options; /* the -o values joined with ',' */
 	unsigned repeat;
-	bool json;
+	enum bench_format format;
+	const char *format_flag;
+	const char *plot;
+	bool dry_run;
+	bool yardsticks;
 };
 
-struct names {
-	char **items;
+struct plugins {
+	struct bench_plugin *items;
 	size_t count;
-};
-
-/* The figures of one run, by index, so that a summary can take medians. */
-enum metric {
-	M_SETUP_MS,
-	M_TOTAL_MS,
-	M_DOWNTIME_MS,
-	M_GBPS,
-	M_GIBPS,
-	M_SENT_BYTES,
-	M_ZERO_PAGES,
-	M_PASSES,
-	M_PREFAULT_MS,
-	M_COUNT
-};
-
-struct metrics {
-	double v[M_COUNT];
 };
 
 /* ---- Arguments ---------------------------------------------------------- */
@@ -53,6 +46,12 @@ struct metrics {
 static noreturn void bad_arg(const char *flag, const char *expected, const char *got)
 {
 	fprintf(stderr, "lmt-bench: %s: expected %s, got '%s'\n", flag, expected, got);
+	exit(2);
+}
+
+static noreturn void usage_error(const char *message)
+{
+	fprintf(stderr, "lmt-bench: %s\n", message);
 	exit(2);
 }
 
@@ -71,6 +70,15 @@ static char *xstrdup(const char *s)
 	return p;
 }
 
+static void *grow(void *items, size_t count, size_t size)
+{
+	void *p = realloc(items, (count + 1) * size);
+
+	if (!p)
+		out_of_memory();
+	return p;
+}
+
 static void usage(FILE *f)
 {
 	char ram[32], timeout[32];
@@ -78,15 +86,44 @@ static void usage(FILE *f)
 	bench_format_size(DEFAULT_RAM, ram, sizeof(ram));
 	bench_format_duration(DEFAULT_TIMEOUT_NS, timeout, sizeof(timeout));
 	fprintf(f,
-	        "usage: lmt-bench [--plugins LIST | --plugin NAME] [--ram SIZE] [options]\n"
+	        "usage: lmt-bench [--plugins LIST] [--ram SIZE] [--sweep OPTION=V1,V2...]... "
+	        "[options]\n"
 	        "\n"
-	        "Migrates a synthetic guest between two processes over each transport\n"
-	        "plugin, checks the copy bit for bit, and prints throughput, total time\n"
-	        "and downtime side by side, next to single-thread memcpy bandwidth.\n"
+	        "Migrates a synthetic guest between two processes over each transport plugin\n"
+	        "and each combination of swept options, checks every copy bit for bit, and\n"
+	        "prints throughput, total time and downtime side by side, next to the\n"
+	        "single-thread memcpy bandwidth over a buffer of the guest's size.\n"
 	        "\n"
-	        "  --plugins LIST|all   plugins to compare, comma-separated (default: all,\n"
-	        "                       every plugin found that is not a decorator)\n"
-	        "  --plugin NAME        the same, for one plugin\n"
+	        "What to compare:\n"
+	        "  --plugins LIST       plugins to compare, comma-separated; an entry may carry\n"
+	        "                       the plugin's own options after ':', separated by ';'\n"
+	        "                       (quote them from the shell), and 'all' stands for\n"
+	        "                       every plugin found that is not a decorator; e.g.\n"
+	        "                       'tcp,ucx:ucx.tls=posix,ucx:ucx.tls=tcp;ucx.transfer=am'\n"
+	        "                       (default: all; a plugin found that loads but has no\n"
+	        "                       device here is skipped with a message)\n"
+	        "  --plugin NAME[:KEY=VALUE,...]\n"
+	        "                       one plugin, its options separated by ','; may be given\n"
+	        "                       more than once, and with --plugins (default: all); a\n"
+	        "                       decorator keeps its own ':', as in\n"
+	        "                       chaos:tcp:chaos.delay=1ms,chaos.reorder=on\n"
+	        "  -o, --options LIST   lmt options for every row, key=value,...; may be given\n"
+	        "                       more than once (default: none, the library's defaults)\n"
+	        "  --sweep OPTION=V1,V2,...\n"
+	        "                       run a row per value; several --sweep give every\n"
+	        "                       combination, the first varying slowest, e.g.\n"
+	        "                       --sweep chunk-size=1M,64M --sweep channels=1,2,4\n"
+	        "                       (default: none; an option may be swept or set with\n"
+	        "                       -o or a plugin entry, not both)\n"
+	        "  --repeat N           runs per row; the row gives the median, min and max of\n"
+	        "                       each figure over its verified runs (default 1)\n"
+	        "  --yardsticks         also run each transport's own benchmark over loopback,\n"
+	        "                       median of 3: iperf3 for tcp; ucx_perftest ucp_put_bw\n"
+	        "                       (ucp_am_bw with ucx.transfer=am) for ucx, with the\n"
+	        "                       entry's ucx.tls; each row is then also given as a\n"
+	        "                       percentage of it (default: off, only memcpy)\n"
+	        "\n"
+	        "The guest:\n"
 	        "  --ram SIZE           guest RAM, a multiple of 4K (default %s)\n"
 	        "  --dirty-rate SIZE    bytes per second the guest rewrites while it is\n"
 	        "                       migrated, e.g. 100M or 100M/s (default 0: idle)\n"
@@ -94,22 +131,31 @@ static void usage(FILE *f)
 	        "                       (default: all of it)\n"
 	        "  --zero-fraction F    fraction of the 4 KiB pages left all-zero, 0 to 1\n"
 	        "                       (default 0)\n"
-	        "  -o, --options LIST   lmt options for both sides, key=value,...; may be\n"
-	        "                       given more than once (default: none)\n"
-	        "  --repeat N           runs per plugin; prints each, then the median and\n"
-	        "                       min-max (default 1)\n"
 	        "  --seed N             seed of the guest's pseudo-random data (default 1)\n"
-	        "  --no-prefault        leave the destination's RAM unfaulted, to measure\n"
-	        "                       the page-fault cost (default: pre-fault it)\n"
+	        "  --no-prefault        leave the destination's RAM unfaulted, to measure the\n"
+	        "                       page-fault cost (default: pre-fault it, timed apart)\n"
+	        "\n"
+	        "Output (on stdout; a progress line is drawn there when it is a terminal):\n"
+	        "  --json               one JSON object per row, with every run and its\n"
+	        "                       per-pass timeline (default: a table)\n"
+	        "  --csv                a header line, then one line per row (default: a table)\n"
+	        "  --plot FILE          draw throughput and downtime per row into FILE.svg or\n"
+	        "                       FILE.png with gnuplot; skipped, with a message, when\n"
+	        "                       gnuplot is not installed (default: no plot)\n"
+	        "  --dry-run            list the rows (number, label, options; tab-separated)\n"
+	        "                       after checking their options, and exit (default: off)\n"
+	        "\n"
+	        "Runs:\n"
 	        "  --port N             destination control port (default 0: any)\n"
 	        "  --timeout DURATION   watchdog for one run: 500ms, 120s, 5m... (default %s)\n"
-	        "  --json               one JSON object per run (and per summary) on stdout\n"
-	        "  -h, --help           this help\n"
+	        "  --test-corrupt       TESTS ONLY: flip a byte of the destination's RAM before\n"
+	        "                       the check, so that every run fails (default: off)\n"
+	        "  -h, --help           this help, then exit (default: off)\n"
 	        "\n"
-	        "Sizes are digits with an optional K, M, G or T (binary; 64KiB and 64KB\n"
-	        "mean 64K). Throughput is bytes sent over the transport divided by the\n"
-	        "total migration time. Exit status: 0 when every run migrated and\n"
-	        "verified, 1 when one failed, 2 for bad arguments.\n",
+	        "Sizes are digits with an optional K, M, G or T (binary; 64KiB and 64KB mean\n"
+	        "64K). Throughput is bytes sent over the transport divided by the total\n"
+	        "migration time. Exit status: 0 when every row migrated and verified, 1 when\n"
+	        "a row failed (or the plot could not be drawn), 2 for bad arguments.\n",
 	        ram, timeout);
 }
 
@@ -152,12 +198,67 @@ static void append_options(struct args *args, const char *text)
 	args->options = joined;
 }
 
-static void check_plugin_list(const char *flag, const char *text)
+static void add_entry(struct args *args, const char *flag, const char *list,
+                      const char *text, char sep)
 {
-	size_t len = strlen(text);
+	struct entry e = { 0 };
+	char err[BENCH_ERROR_MAX];
 
-	if (len == 0 || text[0] == ',' || text[len - 1] == ',' || strstr(text, ",,"))
-		bad_arg(flag, "plugin names separated by commas, or 'all'", text);
+	if (strcmp(text, "all") == 0) {
+		e.all = true;
+	} else if (bench_plugin_parse(text, sep, &e.plugin, err, sizeof(err)) < 0) {
+		if (sep == ',')
+			fprintf(stderr, "lmt-bench: %s '%s': %s\n", flag, list, err);
+		else
+			fprintf(stderr, "lmt-bench: %s '%s': entry '%s': %s\n", flag, list, text,
+			        err);
+		exit(2);
+	}
+	args->entries = grow(args->entries, args->nentries, sizeof(e));
+	args->entries[args->nentries++] = e;
+}
+
+static void add_plugin_list(struct args *args, const char *list)
+{
+	size_t len = strlen(list);
+	char *copy, *save = NULL;
+
+	if (len == 0 || list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,"))
+		bad_arg("--plugins", "plugin entries separated by commas, or 'all'", list);
+	copy = xstrdup(list);
+	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save))
+		add_entry(args, "--plugins", list, item, ';');
+	free(copy);
+}
+
+static void add_sweep(struct args *args, const char *text)
+{
+	char err[BENCH_ERROR_MAX];
+
+	args->sweeps = grow(args->sweeps, args->nsweeps, sizeof(*args->sweeps));
+	if (bench_sweep_parse(text, &args->sweeps[args->nsweeps], err, sizeof(err)) < 0)
+		usage_error(err);
+	args->nsweeps++;
+}
+
+static void set_format(struct args *args, enum bench_format format, const char *flag)
+{
+	if (args->format_flag && args->format != format) {
+		fprintf(stderr, "lmt-bench: %s and %s: choose one output format\n",
+		        args->format_flag, flag);
+		exit(2);
+	}
+	args->format = format;
+	args->format_flag = flag;
+}
+
+static void set_plot(struct args *args, const char *path)
+{
+	size_t len = strlen(path);
+
+	if (len < 5 || (strcasecmp(path + len - 4, ".svg") && strcasecmp(path + len - 4, ".png")))
+		bad_arg("--plot", "a file name ending in .svg or .png", path);
+	args->plot = path;
 }
 
 static void apply_flag(struct args *args, int flag, const char *value)
@@ -167,10 +268,16 @@ static void apply_flag(struct args *args, int flag, const char *value)
 
 	switch (flag) {
 	case 'p':
+		if (strchr(value, ',') && !strchr(value, ':'))
+			bad_arg("--plugin", "one plugin, NAME or NAME:KEY=VALUE,... (--plugins "
+			        "takes a list)", value);
+		add_entry(args, "--plugin", value, value, ',');
+		break;
 	case 'P':
-		check_plugin_list(flag == 'p' ? "--plugin" : "--plugins", value);
-		free(args->plugins);
-		args->plugins = strcmp(value, "all") == 0 ? NULL : xstrdup(value);
+		add_plugin_list(args, value);
+		break;
+	case 'S':
+		add_sweep(args, value);
 		break;
 	case 'r':
 		cfg->ram_bytes = arg_size("--ram", value);
@@ -206,6 +313,33 @@ static void apply_flag(struct args *args, int flag, const char *value)
 			bad_arg("--port", "a port number from 0 to 65535", value);
 		cfg->port = (uint16_t)n;
 		break;
+	case 'G':
+		set_plot(args, value);
+		break;
+	}
+}
+
+static void apply_switch(struct args *args, int flag)
+{
+	switch (flag) {
+	case 'F':
+		args->cfg.prefault = false;
+		break;
+	case 'j':
+		set_format(args, BENCH_FORMAT_JSON, "--json");
+		break;
+	case 'c':
+		set_format(args, BENCH_FORMAT_CSV, "--csv");
+		break;
+	case 'D':
+		args->dry_run = true;
+		break;
+	case 'X':
+		args->cfg.test_corrupt = true;
+		break;
+	case 'Y':
+		args->yardsticks = true;
+		break;
 	}
 }
 
@@ -227,6 +361,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'p' },
 		{ "plugins", required_argument, NULL, 'P' },
+		{ "sweep", required_argument, NULL, 'S' },
 		{ "ram", required_argument, NULL, 'r' },
 		{ "dirty-rate", required_argument, NULL, 'd' },
 		{ "working-set", required_argument, NULL, 'w' },
@@ -236,8 +371,13 @@ static void parse_args(int argc, char **argv, struct args *args)
 		{ "seed", required_argument, NULL, 's' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "port", required_argument, NULL, 'q' },
+		{ "plot", required_argument, NULL, 'G' },
 		{ "no-prefault", no_argument, NULL, 'F' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "csv", no_argument, NULL, 'c' },
+		{ "dry-run", no_argument, NULL, 'D' },
+		{ "yardsticks", no_argument, NULL, 'Y' },
+		{ "test-corrupt", no_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -254,12 +394,9 @@ static void parse_args(int argc, char **argv, struct args *args)
 			usage(stdout);
 			exit(0);
 		} else if (c == '?') {
-			fprintf(stderr, "lmt-bench: see --help for the flags\n");
-			exit(2);
-		} else if (c == 'F') {
-			args->cfg.prefault = false;
-		} else if (c == 'j') {
-			args->json = true;
+			usage_error("see --help for the flags");
+		} else if (strchr("FjcDXY", c)) {
+			apply_switch(args, c);
 		} else {
 			ram_text = c == 'r' ? optarg : ram_text;
 			ws_text = c == 'w' ? optarg : ws_text;
@@ -272,38 +409,54 @@ static void parse_args(int argc, char **argv, struct args *args)
 		exit(2);
 	}
 	check_sizes(&args->cfg, ram_text, ws_text);
-	args->cfg.options = args->options;
-	args->cfg.progress = isatty(STDERR_FILENO);
+}
+
+static void args_free(struct args *args)
+{
+	for (size_t i = 0; i < args->nentries; i++)
+		bench_plugin_clear(&args->entries[i].plugin);
+	free(args->entries);
+	for (size_t i = 0; i < args->nsweeps; i++)
+		bench_sweep_clear(&args->sweeps[i]);
+	free(args->sweeps);
+	free(args->options);
 }
 
 /* ---- Plugins ------------------------------------------------------------ */
 
-static void names_add(struct names *names, const char *name)
+static bool same_plugin(const struct bench_plugin *a, const struct bench_plugin *b)
 {
-	char **items;
+	const char *ao = a->options ? a->options : "", *bo = b->options ? b->options : "";
 
-	for (size_t i = 0; i < names->count; i++) {
-		if (strcmp(names->items[i], name) == 0)
-			return;
-	}
-	items = realloc(names->items, (names->count + 1) * sizeof(*items));
-	if (!items)
-		out_of_memory();
-	names->items = items;
-	names->items[names->count++] = xstrdup(name);
+	return strcmp(a->name, b->name) == 0 && strcmp(ao, bo) == 0;
 }
 
-static void names_free(struct names *names)
+/* Takes `p` over, or frees it when the same plugin is there already. */
+static void plugins_add(struct plugins *list, struct bench_plugin *p)
 {
-	for (size_t i = 0; i < names->count; i++)
-		free(names->items[i]);
-	free(names->items);
+	for (size_t i = 0; i < list->count; i++) {
+		if (same_plugin(&list->items[i], p)) {
+			bench_plugin_clear(p);
+			return;
+		}
+	}
+	list->items = grow(list->items, list->count, sizeof(*p));
+	list->items[list->count++] = *p;
+	memset(p, 0, sizeof(*p));
+}
+
+static void plugins_free(struct plugins *list)
+{
+	for (size_t i = 0; i < list->count; i++)
+		bench_plugin_clear(&list->items[i]);
+	free(list->items);
 }
 
 static void visit_plugin(void *opaque, const char *path, const lmt_plugin_handle *plugin,
                          const struct lmt_error *err)
 {
 	const struct lmt_plugin *desc;
+	struct bench_plugin p = { .discovered = true };
 
 	if (!plugin) {
 		fprintf(stderr, "lmt-bench: skipping %s: %s\n", path,
@@ -312,379 +465,256 @@ static void visit_plugin(void *opaque, const char *path, const lmt_plugin_handle
 	}
 	desc = lmt_plugin_descriptor(plugin);
 	/* A decorator needs a plugin to wrap; name it explicitly to bench it. */
-	if (!(desc->caps & LMT_CAP_DECORATOR))
-		names_add(opaque, desc->name);
+	if (desc->caps & LMT_CAP_DECORATOR)
+		return;
+	p.name = xstrdup(desc->name);
+	p.label = xstrdup(desc->name);
+	plugins_add(opaque, &p);
 }
 
-static int resolve_plugins(const char *list, struct names *names)
+/* The entries in the order given, 'all' standing for what the search path
+ * holds; no entries at all means 'all'. */
+static int resolve_plugins(struct args *args, struct plugins *list)
 {
-	char *copy, *save = NULL;
+	struct entry all = { .all = true };
+	struct entry *entries = args->nentries ? args->entries : &all;
+	size_t n = args->nentries ? args->nentries : 1;
 
-	if (!list) {
-		lmt_plugin_list(visit_plugin, names);
-		return names->count > 0 ? 0 : -1;
+	for (size_t i = 0; i < n; i++) {
+		if (entries[i].all)
+			lmt_plugin_list(visit_plugin, list);
+		else
+			plugins_add(list, &entries[i].plugin);
 	}
-	copy = xstrdup(list);
-	for (char *name = strtok_r(copy, ",", &save); name; name = strtok_r(NULL, ",", &save))
-		names_add(names, name);
-	free(copy);
-	return 0;
+	return list->count > 0 ? 0 : -1;
 }
 
-/* ---- Figures ------------------------------------------------------------ */
+/* ---- Rows --------------------------------------------------------------- */
 
-static void metrics_of(const struct bench_result *r, struct metrics *m)
+/* Create a session with each row's options, as each run will: a bad value
+ * is a bad argument, found now rather than after an hour of runs. */
+static void check_row_options(const struct bench_row *rows, size_t nrows)
 {
-	const struct lmt_stats *s = &r->stats;
-	double total_ns = (double)s->total_ns;
+	for (size_t i = 0; i < nrows; i++) {
+		struct lmt_error err = { 0 };
+		lmt_session *session;
+		const char *dot;
 
-	m->v[M_SETUP_MS] = (double)s->setup_ns / 1e6;
-	m->v[M_TOTAL_MS] = total_ns / 1e6;
-	m->v[M_DOWNTIME_MS] = (double)s->downtime_ns / 1e6;
-	/* Bits per nanosecond are Gb/s. */
-	m->v[M_GBPS] = total_ns > 0 ? (double)s->bytes_sent * 8.0 / total_ns : 0.0;
-	m->v[M_GIBPS] = total_ns > 0 ? (double)s->bytes_sent / total_ns * 1e9 / GIB : 0.0;
-	m->v[M_SENT_BYTES] = (double)s->bytes_sent;
-	m->v[M_ZERO_PAGES] = (double)s->zero_pages;
-	m->v[M_PASSES] = (double)s->passes;
-	m->v[M_PREFAULT_MS] = (double)r->prefault_ns / 1e6;
+		if (lmt_session_new(&session, LMT_ROLE_SOURCE, rows[i].plugin->name,
+		                    rows[i].options, &err) == 0) {
+			lmt_session_free(session);
+			continue;
+		}
+		fprintf(stderr, "lmt-bench: row %u (%s): %s\n", rows[i].index, rows[i].label,
+		        err.message[0] ? err.message : lmt_strerror(err.code));
+		dot = strstr(err.message, ": unknown option");
+		if (dot && memchr(err.message, '.', (size_t)(dot - err.message)))
+			fprintf(stderr, "lmt-bench: a plugin's own options go with it: "
+			        "--plugin NAME:KEY=VALUE\n");
+		exit(2);
+	}
 }
 
-static int compare_doubles(const void *a, const void *b)
+static void print_rows(FILE *out, const struct bench_row *rows, size_t nrows)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
+	for (size_t i = 0; i < nrows; i++)
+		fprintf(out, "%u\t%s\t%s\n", rows[i].index, rows[i].label,
+		        rows[i].options ? rows[i].options : "");
 }
 
-/* Median, min and max of each figure over `n` runs (n > 0). */
-static void summarize(const struct metrics *runs, size_t n, struct metrics *median,
-                      struct metrics *min, struct metrics *max)
+static void skip_plugin(struct bench_row *row, const struct bench_result *result)
 {
-	double *values = malloc(n * sizeof(*values));
+	row->plugin->unavailable = true;
+	row->skipped = true;
+	fprintf(stderr, "lmt-bench: skipping %s: it loads but cannot run here: %s\n",
+	        row->plugin->name, result->error);
+}
 
-	if (!values)
+/* Run one row `repeat` times and summarize its verified runs. */
+static void run_row(struct bench_row *row, const struct args *args, double memcpy_gibps,
+                    size_t nrows)
+{
+	struct bench_config cfg = args->cfg;
+	struct bench_figures *verified = calloc(args->repeat, sizeof(*verified));
+	char label[1024];
+
+	row->results = calloc(args->repeat, sizeof(*row->results));
+	if (!verified || !row->results)
 		out_of_memory();
-	for (int k = 0; k < M_COUNT; k++) {
-		for (size_t i = 0; i < n; i++)
-			values[i] = runs[i].v[k];
-		qsort(values, n, sizeof(*values), compare_doubles);
-		median->v[k] = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-		min->v[k] = values[0];
-		max->v[k] = values[n - 1];
+	cfg.options = row->options;
+	cfg.label = label;
+	for (unsigned i = 0; i < args->repeat; i++) {
+		struct bench_result *r = &row->results[i];
+
+		if (args->repeat > 1)
+			snprintf(label, sizeof(label), "[%u/%zu] %s (run %u/%u)", row->index,
+			         nrows, row->label, i + 1, args->repeat);
+		else
+			snprintf(label, sizeof(label), "[%u/%zu] %s", row->index, nrows,
+			         row->label);
+		bench_run(&cfg, row->plugin->name, r);
+		row->runs++;
+		if (r->unavailable && row->plugin->discovered) {
+			skip_plugin(row, r);
+			break;
+		}
+		if (r->ok)
+			bench_figures_of(r, memcpy_gibps, row->plugin->yardstick_gbps,
+			                 &verified[row->verified_runs++]);
+		else if (args->format != BENCH_FORMAT_TABLE)
+			fprintf(stderr, "lmt-bench: %s: run %u: %s\n", row->label, i + 1,
+			        r->error);
 	}
-	free(values);
+	if (row->verified_runs > 0)
+		bench_figures_summarize(verified, row->verified_runs, &row->median, &row->min,
+		                        &row->max);
+	free(verified);
 }
 
-/* ---- Table -------------------------------------------------------------- */
-
-enum column {
-	C_PLUGIN,
-	C_RAM,
-	C_VERIFIED,
-	C_SETUP,
-	C_TOTAL,
-	C_DOWNTIME,
-	C_GBPS,
-	C_GIBPS,
-	C_MEMCPY,
-	C_SENT,
-	C_ZERO,
-	C_PASSES,
-	C_PREFAULT,
-	C_COUNT
-};
-
-static const struct {
-	const char *title;
-	const char *unit;
-	int width; /* negative: left-aligned */
-} columns[C_COUNT] = {
-	[C_PLUGIN] = { "plugin", "", -14 },       [C_RAM] = { "RAM", "(MiB)", 7 },
-	[C_VERIFIED] = { "verified", "(yes/NO)", 8 }, [C_SETUP] = { "setup", "(ms)", 8 },
-	[C_TOTAL] = { "total", "(ms)", 9 },        [C_DOWNTIME] = { "downtime", "(ms)", 9 },
-	[C_GBPS] = { "throughput", "(Gb/s)", 10 }, [C_GIBPS] = { "throughput", "(GiB/s)", 10 },
-	[C_MEMCPY] = { "of memcpy", "(%)", 9 },    [C_SENT] = { "sent", "(MiB)", 9 },
-	[C_ZERO] = { "zero", "(pages)", 9 },       [C_PASSES] = { "passes", "(count)", 7 },
-	[C_PREFAULT] = { "prefault", "(ms)", 8 },
-};
-
-typedef char cell[32];
-
-static void print_cells(cell cells[C_COUNT])
+static void release_results(struct bench_row *row)
 {
-	for (int i = 0; i < C_COUNT; i++)
-		printf("%s%*s", i ? "  " : "", columns[i].width, cells[i]);
-	printf("\n");
+	for (unsigned r = 0; r < row->runs; r++)
+		bench_result_clear(&row->results[r]);
 }
 
-static void print_header(void)
+/* Returns how many rows failed; -1 when none could run. */
+static int run_rows(struct bench_row *rows, size_t nrows, const struct args *args,
+                    const struct bench_report *report)
 {
-	cell titles[C_COUNT], units[C_COUNT];
+	int failed = 0;
+	bool ran = false;
 
-	for (int i = 0; i < C_COUNT; i++) {
-		snprintf(titles[i], sizeof(cell), "%s", columns[i].title);
-		snprintf(units[i], sizeof(cell), "%s", columns[i].unit);
+	bench_output_begin(report);
+	for (size_t i = 0; i < nrows; i++) {
+		struct bench_row *row = &rows[i];
+
+		row->skipped = row->plugin->unavailable;
+		if (!row->skipped)
+			run_row(row, args, report->memcpy_gibps, nrows);
+		if (!row->skipped) {
+			bench_output_row(report, row);
+			ran = true;
+			failed += row->verified_runs < row->runs;
+		}
+		release_results(row);
 	}
-	print_cells(titles);
-	print_cells(units);
+	return ran ? failed : -1;
 }
 
-/* `m` NULL: a run that left no figures. */
-static void print_row(const char *label, const char *verified, const struct args *args,
-                      const struct metrics *m, double memcpy_gibps)
+static int table_plugin_width(const struct bench_row *rows, size_t nrows)
 {
-	const uint64_t ram = args->cfg.ram_bytes;
-	cell c[C_COUNT];
+	size_t width = strlen("plugin");
 
-	for (int i = 0; i < C_COUNT; i++)
-		snprintf(c[i], sizeof(cell), "-");
-	snprintf(c[C_PLUGIN], sizeof(cell), "%s", label);
-	snprintf(c[C_RAM], sizeof(cell), ram % (1u << 20) ? "%.2f" : "%.0f", (double)ram / MIB);
-	snprintf(c[C_VERIFIED], sizeof(cell), "%s", verified);
-	if (m) {
-		snprintf(c[C_SETUP], sizeof(cell), "%.1f", m->v[M_SETUP_MS]);
-		snprintf(c[C_TOTAL], sizeof(cell), "%.1f", m->v[M_TOTAL_MS]);
-		snprintf(c[C_DOWNTIME], sizeof(cell), "%.2f", m->v[M_DOWNTIME_MS]);
-		snprintf(c[C_GBPS], sizeof(cell), "%.2f", m->v[M_GBPS]);
-		snprintf(c[C_GIBPS], sizeof(cell), "%.2f", m->v[M_GIBPS]);
-		if (memcpy_gibps > 0)
-			snprintf(c[C_MEMCPY], sizeof(cell), "%.1f",
-			         100.0 * m->v[M_GIBPS] / memcpy_gibps);
-		snprintf(c[C_SENT], sizeof(cell), "%.1f", m->v[M_SENT_BYTES] / MIB);
-		snprintf(c[C_ZERO], sizeof(cell), "%.0f", m->v[M_ZERO_PAGES]);
-		snprintf(c[C_PASSES], sizeof(cell), "%.0f", m->v[M_PASSES]);
-		if (args->cfg.prefault)
-			snprintf(c[C_PREFAULT], sizeof(cell), "%.1f", m->v[M_PREFAULT_MS]);
+	for (size_t i = 0; i < nrows; i++) {
+		size_t len = strlen(rows[i].plugin->label);
+
+		width = len > width ? len : width;
 	}
-	print_cells(c);
-}
-
-static void print_preamble(const struct args *args, double memcpy_gibps)
-{
-	const struct bench_config *cfg = &args->cfg;
-	struct bench_ram layout;
-	char size[32];
-
-	bench_ram_layout(&layout, NULL, cfg->ram_bytes);
-	bench_format_size(cfg->ram_bytes, size, sizeof(size));
-	printf("guest: %s of RAM (", size);
-	for (uint32_t i = 0; i < layout.nblocks; i++) {
-		bench_format_size(layout.blocks[i].length, size, sizeof(size));
-		printf("%s%s %s", i ? ", " : "", layout.blocks[i].name, size);
-	}
-	printf("), %.0f%% of its pages zero, seed %llu; ", cfg->zero_fraction * 100.0,
-	       (unsigned long long)cfg->seed);
-	if (cfg->dirty_rate > 0) {
-		bench_format_size(cfg->dirty_rate, size, sizeof(size));
-		printf("dirties %s/s ", size);
-		bench_format_size(cfg->working_set, size, sizeof(size));
-		printf("of a %s working set\n", size);
-	} else {
-		printf("idle\n");
-	}
-	printf("options: %s; destination RAM %s\n", cfg->options ? cfg->options : "(defaults)",
-	       cfg->prefault ? "pre-faulted" : "not pre-faulted");
-	if (memcpy_gibps > 0)
-		printf("memcpy yardstick: %.2f GiB/s (one thread, median of 3)\n\n", memcpy_gibps);
-	else
-		printf("memcpy yardstick: unavailable (not enough memory)\n\n");
-}
-
-static void print_ranges(const char *plugin, const struct metrics *min, const struct metrics *max)
-{
-	printf("  %s min-max: setup %.1f-%.1f ms, total %.1f-%.1f ms, downtime %.2f-%.2f ms, "
-	       "throughput %.2f-%.2f Gb/s\n",
-	       plugin, min->v[M_SETUP_MS], max->v[M_SETUP_MS], min->v[M_TOTAL_MS],
-	       max->v[M_TOTAL_MS], min->v[M_DOWNTIME_MS], max->v[M_DOWNTIME_MS], min->v[M_GBPS],
-	       max->v[M_GBPS]);
-}
-
-/* ---- JSON --------------------------------------------------------------- */
-
-static void json_number(const char *key, double value, bool valid, bool integer)
-{
-	if (!valid)
-		printf(",\"%s\":null", key);
-	else if (integer)
-		printf(",\"%s\":%.0f", key, value);
-	else
-		printf(",\"%s\":%.4f", key, value);
-}
-
-static void json_common(const char *kind, const char *plugin, const struct args *args,
-                        double memcpy_gibps)
-{
-	const struct bench_config *cfg = &args->cfg;
-
-	printf("{\"kind\":\"%s\",\"plugin\":", kind);
-	bench_json_string(stdout, plugin);
-	printf(",\"ram_bytes\":%llu,\"options\":", (unsigned long long)cfg->ram_bytes);
-	bench_json_string(stdout, cfg->options ? cfg->options : "");
-	printf(",\"dirty_rate\":%llu,\"working_set\":%llu,\"zero_fraction\":%g,\"seed\":%llu",
-	       (unsigned long long)cfg->dirty_rate, (unsigned long long)cfg->working_set,
-	       cfg->zero_fraction, (unsigned long long)cfg->seed);
-	printf(",\"prefault\":%s", cfg->prefault ? "true" : "false");
-	json_number("memcpy_gibps", memcpy_gibps, memcpy_gibps > 0, false);
-}
-
-static void json_metrics(const struct metrics *m, const struct args *args, double memcpy_gibps,
-                         const char *suffix)
-{
-	static const char *const keys[M_COUNT] = {
-		[M_SETUP_MS] = "setup_ms",      [M_TOTAL_MS] = "total_ms",
-		[M_DOWNTIME_MS] = "downtime_ms", [M_GBPS] = "throughput_gbps",
-		[M_GIBPS] = "throughput_gibps", [M_SENT_BYTES] = "bytes_sent",
-		[M_ZERO_PAGES] = "zero_pages",  [M_PASSES] = "passes",
-		[M_PREFAULT_MS] = "prefault_ms",
-	};
-	char key[64];
-
-	for (int k = 0; k < M_COUNT; k++) {
-		bool valid = m && (k != M_PREFAULT_MS || args->cfg.prefault);
-		bool integer = k == M_SENT_BYTES || k == M_ZERO_PAGES || k == M_PASSES;
-
-		snprintf(key, sizeof(key), "%s%s", keys[k], suffix);
-		json_number(key, m ? m->v[k] : 0, valid, integer);
-	}
-	if (!suffix[0]) {
-		json_number("memcpy_percent",
-		            m && memcpy_gibps > 0 ? 100.0 * m->v[M_GIBPS] / memcpy_gibps : 0,
-		            m && memcpy_gibps > 0, false);
-	}
-}
-
-static void json_run(const char *plugin, unsigned run, const struct args *args,
-                     const struct bench_result *r, double memcpy_gibps)
-{
-	struct metrics m;
-
-	metrics_of(r, &m);
-	json_common("run", plugin, args, memcpy_gibps);
-	printf(",\"run\":%u,\"runs\":%u,\"verified\":%s", run, args->repeat,
-	       r->verified ? "true" : "false");
-	json_metrics(r->have_stats ? &m : NULL, args, memcpy_gibps, "");
-	printf(",\"zero_pages_made\":%llu,\"dirtied_bytes\":%llu,\"error\":",
-	       (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
-	bench_json_string(stdout, r->ok ? NULL : r->error);
-	printf(",\"stats\":%s}\n", r->stats_json ? r->stats_json : "null");
-}
-
-static void json_summary(const char *plugin, const struct args *args, size_t ok,
-                         const struct metrics *median, const struct metrics *min,
-                         const struct metrics *max, double memcpy_gibps)
-{
-	char error[64];
-
-	json_common("summary", plugin, args, memcpy_gibps);
-	printf(",\"runs\":%u,\"verified_runs\":%zu,\"verified\":%s", args->repeat, ok,
-	       ok == args->repeat ? "true" : "false");
-	json_metrics(ok ? median : NULL, args, memcpy_gibps, "");
-	json_metrics(ok ? min : NULL, args, memcpy_gibps, "_min");
-	json_metrics(ok ? max : NULL, args, memcpy_gibps, "_max");
-	snprintf(error, sizeof(error), "%u of %u runs failed", args->repeat - (unsigned)ok,
-	         args->repeat);
-	printf(",\"error\":");
-	bench_json_string(stdout, ok == args->repeat ? NULL : error);
-	printf("}\n");
+	return width > 200 ? 200 : (int)width;
 }
 
 /* ---- Main --------------------------------------------------------------- */
 
-static void report_run(const char *plugin, unsigned run, const struct args *args,
-                       const struct bench_result *r, double memcpy_gibps)
+/* Transport libraries may log to stdout (UCX does): keep the real stdout
+ * for the table, JSON or CSV, and give them stderr instead. */
+static FILE *claim_stdout(void)
 {
-	struct metrics m;
-	char label[64];
+	int fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+	FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
 
-	if (args->json) {
-		json_run(plugin, run, args, r, memcpy_gibps);
-		if (!r->ok)
-			fprintf(stderr, "lmt-bench: %s: run %u: %s\n", plugin, run, r->error);
-	} else {
-		if (args->repeat > 1)
-			snprintf(label, sizeof(label), "%s #%u", plugin, run);
-		else
-			snprintf(label, sizeof(label), "%s", plugin);
-		metrics_of(r, &m);
-		print_row(label, r->ok ? "yes" : "NO", args, r->have_stats ? &m : NULL,
-		          memcpy_gibps);
-		if (!r->ok)
-			printf("  %s: %s\n", label, r->error);
+	if (!out) {
+		if (fd >= 0)
+			close(fd);
+		return stdout;
 	}
 	fflush(stdout);
+	dup2(STDERR_FILENO, STDOUT_FILENO);
+	return out;
 }
 
-static void report_summary(const char *plugin, const struct args *args,
-                           const struct metrics *runs, size_t ok, double memcpy_gibps)
+static int release_stdout(FILE *out)
 {
-	struct metrics median, min, max;
-	char label[64], verified[32];
+	bool failed = ferror(out) != 0;
 
-	if (ok > 0)
-		summarize(runs, ok, &median, &min, &max);
-	if (args->json) {
-		json_summary(plugin, args, ok, &median, &min, &max, memcpy_gibps);
-		return;
-	}
-	snprintf(label, sizeof(label), "%s median", plugin);
-	snprintf(verified, sizeof(verified), ok == args->repeat ? "yes" : "NO %zu/%u", ok,
-	         args->repeat);
-	print_row(label, verified, args, ok ? &median : NULL, memcpy_gibps);
-	if (ok > 0)
-		print_ranges(plugin, &min, &max);
-	if (ok < args->repeat)
-		printf("  %s: %u of %u runs failed; the median is over the others\n", plugin,
-		       args->repeat - (unsigned)ok, args->repeat);
+	if (out != stdout)
+		failed = fclose(out) != 0 || failed;
+	else
+		failed = fflush(out) != 0 || failed;
+	if (failed)
+		fprintf(stderr, "lmt-bench: writing the output failed\n");
+	return failed ? 1 : 0;
 }
 
-/* Runs one plugin `repeat` times; returns how many runs failed. */
-static unsigned bench_plugin(const char *plugin, const struct args *args, double memcpy_gibps)
+static int bench(FILE *out, struct args *args, struct plugins *plugins,
+                 struct bench_row *rows, size_t nrows)
 {
-	struct metrics *runs = calloc(args->repeat, sizeof(*runs));
-	struct bench_result result;
-	size_t ok = 0;
+	struct bench_report report = {
+		.out = out,
+		.cfg = &args->cfg,
+		.common_options = args->options,
+		.format = args->format,
+		.repeat = args->repeat,
+		.sweeping = args->nsweeps > 0,
+		.yardsticks = args->yardsticks,
+		.plugins = plugins->items,
+		.nplugins = plugins->count,
+		.plugin_width = table_plugin_width(rows, nrows),
+	};
+	int failed, plot = 0;
 
-	if (!runs)
-		out_of_memory();
-	for (unsigned i = 1; i <= args->repeat; i++) {
-		bench_run(&args->cfg, plugin, &result);
-		report_run(plugin, i, args, &result, memcpy_gibps);
-		/* Medians are over the runs that migrated and verified. */
-		if (result.ok)
-			metrics_of(&result, &runs[ok++]);
-		bench_result_clear(&result);
+	report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes);
+	if (args->yardsticks)
+		bench_yardsticks(plugins->items, plugins->count);
+	if (args->plot && !bench_plot_available())
+		fprintf(stderr, "lmt-bench: --plot: gnuplot is not on PATH; %s will not be drawn "
+		        "(Debian: apt-get install gnuplot-nox)\n", args->plot);
+	failed = run_rows(rows, nrows, args, &report);
+	if (failed < 0) {
+		fprintf(stderr, "lmt-bench: no plugin could run here\n");
+		return 1;
 	}
-	if (args->repeat > 1)
-		report_summary(plugin, args, runs, ok, memcpy_gibps);
-	free(runs);
-	return args->repeat - (unsigned)ok;
+	if (args->plot && bench_plot_available())
+		plot = bench_plot(args->plot, &report, rows, nrows);
+	return failed > 0 || plot < 0 ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
 	struct args args = { 0 };
-	struct names plugins = { 0 };
-	unsigned failed = 0;
-	double memcpy_gibps;
+	struct plugins plugins = { 0 };
+	struct bench_row *rows = NULL;
+	size_t nrows = 0;
+	char err[BENCH_ERROR_MAX];
+	FILE *out;
+	int rc;
 
 	parse_args(argc, argv, &args);
+	out = claim_stdout();
+	/* The progress line is for a person watching the output. */
+	args.cfg.progress = isatty(fileno(out)) ? out : NULL;
 	/* A peer that dies must end a run with an error, not end lmt-bench. */
 	signal(SIGPIPE, SIG_IGN);
-	if (resolve_plugins(args.plugins, &plugins) < 0) {
+	if (resolve_plugins(&args, &plugins) < 0) {
 		fprintf(stderr, "lmt-bench: no plugins found (see lmt-info --search-path)\n");
-		free(args.options);
+		args_free(&args);
 		return 1;
 	}
-	memcpy_gibps = bench_memcpy_gibps(args.cfg.ram_bytes);
-	if (!args.json) {
-		print_preamble(&args, memcpy_gibps);
-		print_header();
+	if (bench_check_conflicts(args.sweeps, args.nsweeps, args.options, plugins.items,
+	                          plugins.count, err, sizeof(err)) < 0 ||
+	    bench_rows_build(plugins.items, plugins.count, args.sweeps, args.nsweeps,
+	                     args.options, &rows, &nrows, err, sizeof(err)) < 0)
+		usage_error(err);
+	check_row_options(rows, nrows);
+	if (args.dry_run) {
+		print_rows(out, rows, nrows);
+		rc = 0;
+	} else {
+		rc = bench(out, &args, &plugins, rows, nrows);
 	}
-	for (size_t i = 0; i < plugins.count; i++)
-		failed += bench_plugin(plugins.items[i], &args, memcpy_gibps);
-	names_free(&plugins);
-	free(args.plugins);
-	free(args.options);
-	return failed ? 1 : 0;
+	bench_rows_free(rows, nrows);
+	plugins_free(&plugins);
+	args_free(&args);
+	if (release_stdout(out) != 0)
+		return 1;
+	return rc;
 }

@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""lmt-bench from the outside: its arguments, rows, JSON, CSV, plot, progress
+line and failure marking. Usage: check_bench.py LMT_BENCH CASE (exit 77 = skipped)."""
+import csv
+import io
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BENCH = ""
+SKIP = 77
+
+# A small guest that keeps dirtying: every run has at least two passes.
+GUEST = ["--plugin", "tcp", "--ram", "16M", "--dirty-rate", "32M", "--working-set", "4M",
+         "--timeout", "60s"]
+
+FIGURES = ["setup_ms", "total_ms", "downtime_ms", "throughput_gbps", "throughput_gibps",
+           "memcpy_percent", "yardstick_percent", "bytes_sent", "zero_pages", "pass_count",
+           "prefault_ms"]
+ROW_KEYS = ["kind", "row", "label", "plugin", "plugin_options", "config", "options", "status",
+            "repeat", "verified_runs", "ram_bytes", "dirty_rate_bps", "working_set_bytes",
+            "zero_fraction", "seed", "prefault", "memcpy_gibps", "yardstick", "yardstick_gbps",
+            "error", "runs"]
+ROW_KEYS += [f + s for s in ("", "_min", "_max") for f in FIGURES]
+RUN_KEYS = ["kind", "run", "verified", "error", "zero_pages_made", "dirtied_bytes", "passes",
+            "stats"] + FIGURES
+PASS_KEYS = ["pass", "final", "start_ms", "duration_ms", "bytes", "dirtied_bytes",
+             "dirty_rate_bps", "bandwidth_bps", "expected_downtime_ms"]
+FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsticks", "--ram",
+         "--dirty-rate",
+         "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--json", "--csv",
+         "--plot", "--dry-run", "--port", "--timeout", "--test-corrupt", "--help"]
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def bench(*args, env=None):
+    proc = subprocess.run([BENCH, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def expect_usage_error(args, *needles):
+    rc, out, err = bench(*args)
+    check(rc == 2, f"{args}: exit status {rc}, expected 2; stderr: {err!r}")
+    check(out == "", f"{args}: wrote to stdout: {out!r}")
+    for needle in needles:
+        check(needle in err, f"{args}: stderr does not name {needle!r}: {err!r}")
+
+
+def dry_rows(*args):
+    rc, out, err = bench("--dry-run", *args)
+    check(rc == 0, f"--dry-run {args}: exit status {rc}: {err}")
+    return [line.split("\t") for line in out.splitlines()]
+
+
+# ---- unit: arguments, without a migration -----------------------------------
+
+
+def case_help():
+    rc, out, _ = bench("--help")
+    check(rc == 0, f"--help: exit status {rc}")
+    # Each flag's entry runs from its name to the next flag's.
+    entries, current = {}, None
+    for line in out.splitlines():
+        words = line.split()
+        if line.startswith("  -") and words:
+            flag = words[1].rstrip(",") if words[0] == "-o," or words[0] == "-h," \
+                else words[0]
+            current = flag.split("=")[0]
+            entries[current] = ""
+        if current:
+            entries[current] += " " + line
+    for flag in FLAGS:
+        check(flag in entries, f"--help does not show {flag}")
+        check("default" in entries[flag], f"--help: {flag} has no default: {entries[flag]}")
+    check("TESTS ONLY" in entries["--test-corrupt"], "--test-corrupt is not marked test-only")
+
+
+def case_sweep_errors():
+    cases = [
+        (["--sweep", "channels"], "--sweep 'channels'", "OPTION=VALUE"),
+        (["--sweep", "=1,2"], "--sweep '=1,2'", "name"),
+        (["--sweep", "channels="], "--sweep 'channels='", "no values"),
+        (["--sweep", "channels=1,,2"], "--sweep 'channels=1,,2'", "value 2 is empty"),
+        (["--sweep", "channels=1,2,"], "--sweep 'channels=1,2,'", "value 3 is empty"),
+        (["--sweep", "channels=1,1"], "--sweep 'channels=1,1'", "'1' is given twice"),
+        (["--sweep", "chan nels=1"], "--sweep 'chan nels=1'", "not an option name"),
+        (["--sweep", "channels=1,2", "--sweep", "channels=4"], "--sweep 'channels=4'",
+         "already swept by --sweep 'channels=1,2'"),
+        (["--sweep", "channels=1,2", "-o", "channels=2"], "--sweep 'channels=1,2'",
+         "-o 'channels=2'"),
+        (["--sweep", "pin-all=on,off", "-o", "verify=on,pin-all=on"], "pin-all",
+         "-o 'pin-all=on'"),
+        (["--sweep"], "--sweep", "argument"),
+    ]
+    for args, *needles in cases:
+        expect_usage_error(["--plugin", "tcp", "--dry-run", *args], *needles)
+
+
+def case_sweep_values_checked_by_library():
+    expect_usage_error(["--plugin", "tcp", "--dry-run", "--sweep", "chunk-size=1M,3M"],
+                       "tcp chunk-size=3M", "chunk-size", "power of two", "'3M'")
+    expect_usage_error(["--plugin", "tcp", "--dry-run", "--sweep", "no-such-option=1"],
+                       "no-such-option", "unknown option")
+    expect_usage_error(["--plugin", "tcp", "--dry-run", "--sweep", "pin-all=on,maybe"],
+                       "pin-all", "maybe")
+
+
+def case_sweep_rows():
+    rows = dry_rows("--plugin", "tcp", "--sweep", "chunk-size=1M,64M", "--sweep",
+                    "channels=1,2", "--sweep", "pin-all=on,off", "-o", "verify=on")
+    check(len(rows) == 8, f"2x2x2 sweep: {len(rows)} rows, expected 8: {rows}")
+    want = []
+    for chunk in ("1M", "64M"):
+        for channels in ("1", "2"):
+            for pin in ("on", "off"):
+                config = f"chunk-size={chunk},channels={channels},pin-all={pin}"
+                want.append([str(len(want) + 1), "tcp " + config.replace(",", " "),
+                             "verify=on," + config])
+    check(rows == want, f"rows {rows}, expected {want}")
+    rows = dry_rows("--plugin", "tcp")
+    check(rows == [["1", "tcp", ""]], f"no sweep: {rows}")
+
+
+def case_plugin_entries():
+    rows = dry_rows("--plugins", "tcp,tcp:tcp.nodelay=off;tcp.buffer-size=1M", "--sweep",
+                    "channels=1,2")
+    labels = [r[1] for r in rows]
+    check(labels == ["tcp channels=1", "tcp channels=2",
+                     "tcp tcp.nodelay=off tcp.buffer-size=1M channels=1",
+                     "tcp tcp.nodelay=off tcp.buffer-size=1M channels=2"], f"labels {labels}")
+    check(rows[2][2] == "tcp.nodelay=off,tcp.buffer-size=1M,channels=1", f"options {rows[2]}")
+    rows = dry_rows("--plugin", "tcp:tcp.nodelay=off,tcp.buffer-size=1M", "--plugin", "tcp")
+    check([r[1] for r in rows] == ["tcp tcp.nodelay=off tcp.buffer-size=1M", "tcp"],
+          f"--plugin twice: {rows}")
+    rows = dry_rows("--plugins", "tcp,tcp")
+    check(len(rows) == 1, f"the same plugin twice runs once: {rows}")
+    expect_usage_error(["--dry-run", "--plugins", "tcp,tcp:"], "--plugins 'tcp,tcp:'",
+                       "no options after ':'")
+    expect_usage_error(["--dry-run", "--plugins", "tcp:tcp.nodelay=off,tcp.buffer-size=1M"],
+                       "'tcp.buffer-size=1M'", "separated by ';'")
+    expect_usage_error(["--dry-run", "--plugins", ",tcp"], "--plugins", "',tcp'")
+    expect_usage_error(["--dry-run", "--plugin", "tcp,ucx"], "--plugin", "--plugins")
+    expect_usage_error(["--dry-run", "--plugins", "tcp:channels=2", "--sweep", "channels=1,2"],
+                       "--sweep 'channels=1,2'", "'tcp:channels=2'")
+    expect_usage_error(["--dry-run", "--plugins", "tcp:channels=2", "-o", "channels=1"],
+                       "-o 'channels=1'", "'tcp:channels=2'")
+    expect_usage_error(["--dry-run", "--plugin", "tcp", "-o", "ucx.tls=posix"], "ucx.tls",
+                       "--plugin NAME:KEY=VALUE")
+
+
+def case_output_flags():
+    expect_usage_error(["--plugin", "tcp", "--json", "--csv"], "--json", "--csv")
+    expect_usage_error(["--plugin", "tcp", "--plot", "out.pdf"], "--plot", "out.pdf")
+    expect_usage_error(["--plugin", "tcp", "--repeat", "0"], "--repeat", "'0'")
+    expect_usage_error(["--plugin", "tcp", "--ram", "1000"], "--ram", "'1000'")
+
+
+# ---- integration: real migrations over tcp ----------------------------------
+
+
+def parse_json_rows(out):
+    rows = []
+    for n, line in enumerate(out.splitlines(), 1):
+        try:
+            rows.append(json.loads(line))
+        except ValueError as e:
+            raise Failure(f"stdout line {n} is not JSON ({e}): {line[:200]!r}")
+    return rows
+
+
+def check_keys(obj, keys, what):
+    missing = [k for k in keys if k not in obj]
+    check(not missing, f"{what} lacks {missing}")
+
+
+def check_passes(run, label):
+    passes = run["passes"]
+    check(isinstance(passes, list) and len(passes) >= 2,
+          f"{label}: a dirtying guest needs at least two passes: {passes}")
+    for i, p in enumerate(passes, 1):
+        check_keys(p, PASS_KEYS, f"{label} pass {i}")
+        check(p["pass"] == i, f"{label}: pass {i} numbered {p['pass']}")
+        check(p["final"] == (i == len(passes)), f"{label}: pass {i} final={p['final']}")
+        for k in PASS_KEYS[2:]:
+            check(p[k] is None or isinstance(p[k], (int, float)) and p[k] >= 0,
+                  f"{label} pass {i}: {k}={p[k]!r}")
+    check(sum(p["bytes"] for p in passes) == run["bytes_sent"],
+          f"{label}: the passes' bytes do not add up to bytes_sent")
+
+
+def case_json_rows():
+    rc, out, err = bench(*GUEST, "--sweep", "channels=1,2", "--repeat", "2", "--json")
+    check(rc == 0, f"exit status {rc}: {err}")
+    rows = parse_json_rows(out)
+    check(len(rows) == 2, f"{len(rows)} JSON rows, expected 2")
+    for n, row in enumerate(rows, 1):
+        label = f"row {n}"
+        check_keys(row, ROW_KEYS, label)
+        check(row["kind"] == "row" and row["row"] == n, f"{label}: kind/row {row['row']}")
+        check(row["status"] == "ok" and row["verified_runs"] == 2 and row["error"] is None,
+              f"{label}: status {row['status']}, error {row['error']}")
+        check(row["config"] == f"channels={n}", f"{label}: config {row['config']!r}")
+        check(row["label"] == f"tcp channels={n}", f"{label}: label {row['label']!r}")
+        check(row["ram_bytes"] == 16 << 20 and row["dirty_rate_bps"] == 32 << 20,
+              f"{label}: guest figures")
+        check(row["yardstick"] is None and row["yardstick_percent"] is None,
+              f"{label}: a yardstick without --yardsticks")
+        for f in FIGURES:
+            if f == "memcpy_percent" and row["memcpy_gibps"] is None or \
+                    f == "yardstick_percent":
+                continue
+            lo, mid, hi = row[f + "_min"], row[f], row[f + "_max"]
+            check(all(isinstance(v, (int, float)) for v in (lo, mid, hi)),
+                  f"{label}: {f} is not a number: {lo}, {mid}, {hi}")
+            check(lo <= mid <= hi, f"{label}: {f}: {lo} <= {mid} <= {hi} fails")
+        check(row["throughput_gbps"] > 0 and row["bytes_sent"] >= 16 << 20,
+              f"{label}: throughput {row['throughput_gbps']}, sent {row['bytes_sent']}")
+        check(len(row["runs"]) == 2, f"{label}: {len(row['runs'])} runs, expected 2")
+        for run in row["runs"]:
+            check_keys(run, RUN_KEYS, f"{label} run {run.get('run')}")
+            check(run["kind"] == "run" and run["verified"] is True and run["error"] is None,
+                  f"{label}: run {run['run']} not verified")
+            check(run["stats"]["status"] == "completed", f"{label}: stats {run['stats']}")
+            check(run["stats"]["channels"] == n, f"{label}: {run['stats']['channels']} channels")
+            check(run["pass_count"] == len(run["passes"]), f"{label}: pass_count")
+            check_passes(run, f"{label} run {run['run']}")
+
+
+def case_csv_rows():
+    rc, out, err = bench(*GUEST, "--sweep", "channels=1,2", "--sweep", "pin-all=on,off",
+                         "--csv")
+    check(rc == 0, f"exit status {rc}: {err}")
+    lines = out.splitlines()
+    check(len(lines) == 5, f"{len(lines)} lines, expected a header and 4 rows: {lines}")
+    table = list(csv.reader(io.StringIO(out)))
+    header = table[0]
+    for key in ["row", "label", "plugin", "config", "status", "error"] + FIGURES + \
+            [f + "_max" for f in FIGURES]:
+        check(key in header, f"CSV header lacks {key}: {header}")
+    configs = []
+    for n, fields in enumerate(table[1:], 1):
+        check(len(fields) == len(header), f"row {n}: {len(fields)} fields, {len(header)} named")
+        row = dict(zip(header, fields))
+        check(row["row"] == str(n) and row["status"] == "ok", f"row {n}: {row}")
+        check(float(row["throughput_gbps"]) > 0, f"row {n}: throughput {row}")
+        configs.append(row["config"])
+    check(configs == ["channels=1,pin-all=on", "channels=1,pin-all=off",
+                      "channels=2,pin-all=on", "channels=2,pin-all=off"], f"configs {configs}")
+
+
+def case_table():
+    rc, out, err = bench(*GUEST, "--sweep", "channels=1,2", "--repeat", "2")
+    check(rc == 0, f"exit status {rc}: {err}")
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("plugin"))
+    titles, units = lines[head], lines[head + 1]
+    for unit in ["(ms)", "(Gb/s)", "(GiB/s)", "(%)", "(MiB)"]:
+        check(unit in units, f"no {unit} in the units line: {units!r}")
+    check("config" in titles, f"no config column: {titles!r}")
+    rows = [line for line in lines[head + 2:] if line.strip()]
+    check(len(rows) == 6, f"2 rows of median, min and max: {rows}")
+    check(rows[0].startswith("tcp") and "median" in rows[0] and rows[0].endswith("channels=1"),
+          f"first row: {rows[0]!r}")
+    check("memcpy yardstick" in out, "no memcpy yardstick in the preamble")
+    check("\r" not in out and "\033" not in out, "a progress line on a stdout that is a file")
+
+
+def case_progress_on_terminal():
+    # Throttled so that the first pass lasts long enough to be shown.
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([BENCH, "--plugin", "tcp", "--ram", "64M", "-o",
+                             "max-bandwidth=128M", "--timeout", "60s"],
+                            stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        if not ready:
+            break
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        seen += data
+    rc = proc.wait(60)
+    os.close(master)
+    check(rc == 0, f"exit status {rc}: {proc.stderr.read()}")
+    text = seen.decode(errors="replace")
+    check("\r[1/1] tcp: pass 1, " in text and "MiB left" in text,
+          f"no progress line on the terminal: {text[:600]!r}")
+    check("expected downtime" in text, "the progress line lacks the expected downtime")
+
+
+def case_failed_row():
+    rc, out, err = bench(*GUEST, "--test-corrupt", "--json")
+    check(rc == 1, f"a corrupted row exits {rc}, expected 1")
+    rows = parse_json_rows(out)
+    check(len(rows) == 1, f"{len(rows)} rows")
+    row = rows[0]
+    check(row["status"] == "failed" and row["verified_runs"] == 0, f"status {row['status']}")
+    check("RAM differs" in row["error"], f"error {row['error']!r}")
+    check(row["runs"][0]["verified"] is False, "the run is marked verified")
+    check(row["throughput_gbps"] is None, "a failed row has no median")
+    check("RAM differs" in err, f"stderr does not say why: {err!r}")
+    rc, out, _ = bench(*GUEST, "--test-corrupt")
+    check(rc == 1 and "FAILED" in out and "RAM differs" in out, f"table: {rc} {out!r}")
+
+
+def case_plot():
+    if not shutil.which("gnuplot"):
+        print("skipped: gnuplot is not on PATH (Debian: apt-get install gnuplot-nox)")
+        sys.exit(SKIP)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("bench.svg", "bench.png"):
+            path = os.path.join(tmp, name)
+            rc, out, err = bench(*GUEST, "--sweep", "channels=1,2", "--plot", path, "--csv")
+            check(rc == 0, f"{name}: exit status {rc}: {err}")
+            check(os.path.getsize(path) > 0, f"{name} is empty")
+            check(len(out.splitlines()) == 3, f"--plot changed stdout: {out!r}")
+            with open(path, "rb") as f:
+                data = f.read()
+            if name.endswith(".svg"):
+                check(b"<svg" in data and b"tcp channels=2" in data,
+                      "the SVG lacks its rows' labels")
+            else:
+                check(data.startswith(b"\x89PNG"), "not a PNG")
+            scratch = os.environ["TMPDIR"]
+            check(not os.listdir(scratch), f"left behind in {scratch}: {os.listdir(scratch)}")
+
+
+def case_yardsticks():
+    if not shutil.which("iperf3"):
+        print("skipped: iperf3 is not on PATH (Debian: apt-get install iperf3)")
+        sys.exit(SKIP)
+    rc, out, err = bench(*GUEST, "--yardsticks", "--json")
+    check(rc == 0, f"exit status {rc}: {err}")
+    row = parse_json_rows(out)[0]
+    check(row["yardstick"] and "iperf3" in row["yardstick"], f"yardstick {row['yardstick']!r}")
+    check(row["yardstick_gbps"] > 0, f"yardstick_gbps {row['yardstick_gbps']}")
+    want = 100 * row["runs"][0]["throughput_gbps"] / row["yardstick_gbps"]
+    check(abs(row["yardstick_percent"] - want) < 0.01 * want + 0.01,
+          f"yardstick_percent {row['yardstick_percent']}, expected {want}")
+    rc, out, err = bench(*GUEST, "--yardsticks")
+    check(rc == 0 and "tcp yardstick:" in out and "of own bench" in out, f"table: {out!r}")
+
+
+def case_plot_without_gnuplot():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bench.svg")
+        env = dict(os.environ, PATH=tmp)
+        rc, _, err = bench(*GUEST, "--plot", path, env=env)
+        check(rc == 0, f"exit status {rc} without gnuplot: {err}")
+        check("gnuplot is not on PATH" in err, f"no message: {err!r}")
+        check(not os.path.exists(path), "a plot appeared without gnuplot")
+
+
+CASES = {name[5:].replace("_", "-"): fn for name, fn in globals().items()
+         if name.startswith("case_")}
+
+
+def main():
+    global BENCH
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        sys.exit(f"usage: {sys.argv[0]} LMT_BENCH {{{','.join(CASES)}}}")
+    BENCH = sys.argv[1]
+    # Each case gets its own TMPDIR, where lmt-bench writes the plot's script.
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["TMPDIR"] = tmp
+        try:
+            CASES[sys.argv[2]]()
+        except Failure as e:
+            print(f"FAIL: {e}")
+            sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+/* Writes the seed corpora of the fuzz harnesses: valid encodings of every
+ * control message, blob and option string, so the fuzzers start from inputs
+ * that reach deep. The output is committed under tests/fuzz/corpus/.
+ *   make-seeds OUTPUT_DIR */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../plugins/tcp/wire.h"
+#include "../../plugins/verbs/wire.h"
+#include "proto.h"
+
+static const char *out_dir;
+
+static void save(const char *harness, const char *name, uint8_t lead, const void *data,
+                 size_t len)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", out_dir, harness);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/%s/%s", out_dir, harness, name);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(&lead, 1, 1, f) != 1 || (len && fwrite(data, 1, len, f) != len)) {
+		perror(path);
+		exit(1);
+	}
+	fclose(f);
+}
+
+/* For the proto harness: the decoder's selector, then the payload only. */
+static void save_msg(const char *name, struct lmt_buf *b)
+{
+	uint16_t type = (uint16_t)(b->data[0] | b->data[1] << 8);
+	save("proto", name, (uint8_t)type, b->data + LMT_PROTO_HEADER_SIZE,
+	     b->len - LMT_PROTO_HEADER_SIZE);
+	save("proto", "header", 0, b->data, LMT_PROTO_HEADER_SIZE);
+}
+
+static void proto_and_destination(void)
+{
+	struct lmt_buf b = {0}, stream = {0};
+	struct lmt_msg_hello *h = calloc(1, sizeof(*h));
+	h->magic = LMT_PROTO_MAGIC;
+	h->version = LMT_PROTO_VERSION;
+	h->auth = 1;
+	strcpy(h->plugin, "null");
+	strcpy(h->options[0].name, "channels");
+	strcpy(h->options[0].value, "1");
+	h->option_count = 1;
+	lmt__enc_hello(&b, h);
+	save_msg("hello", &b);
+	free(h);
+
+	struct lmt_msg_status st = {.version = 1, .auth = 1};
+	strcpy(st.text, "ok");
+	lmt__enc_status(&b, LMT_MSG_HELLO_REPLY, &st);
+	save_msg("hello-reply", &b);
+	st.code = -LMT_EPROTO;
+	lmt__enc_status(&b, LMT_MSG_ERROR, &st);
+	save_msg("error", &b);
+
+	struct lmt_msg_blocks *bl = calloc(1, sizeof(*bl));
+	bl->count = 1;
+	strcpy(bl->blocks[0].name, "ram0");
+	bl->blocks[0].length = 256 << 10;
+	bl->blocks[0].page_size = 4096;
+	lmt__enc_blocks(&b, bl);
+	save_msg("blocks", &b);
+	free(bl);
+
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	a->count = 1;
+	a->addrs[0].len = 8;
+	memcpy(a->addrs[0].data, "null-ep", 8);
+	lmt__enc_addrs(&b, a);
+	save_msg("addrs", &b);
+	free(a);
+
+	/* The destination harness starts after READY: these are what follows. */
+	struct lmt_msg_regs *r = calloc(1, sizeof(*r));
+	r->count = 2;
+	r->regs[0] = (struct lmt_msg_reg){.block = 0, .offset = 0, .length = 64 << 10};
+	r->regs[1] = (struct lmt_msg_reg){.block = 0, .offset = 64 << 10, .length = 64 << 10};
+	lmt__enc_regs(&b, LMT_MSG_REG_REQ, r);
+	save_msg("reg-req", &b);
+	struct lmt_buf tmp = b;
+	stream.data = malloc(1 << 16);
+	memcpy(stream.data, tmp.data, tmp.len);
+	stream.len = tmp.len;
+	r->regs[0].key.len = 4;
+	lmt__enc_regs(&b, LMT_MSG_REG_REPLY, r);
+	save_msg("reg-reply", &b);
+	free(r);
+
+	uint8_t state[100];
+	memset(state, 0x42, sizeof(state));
+	struct lmt_msg_state ds = {.offset = 0, .total = sizeof(state), .length = sizeof(state),
+	                           .data = state};
+	lmt__enc_state(&b, &ds);
+	save_msg("device-state", &b);
+	memcpy(stream.data + stream.len, b.data, b.len);
+	stream.len += b.len;
+
+	struct lmt_msg_complete *c = calloc(1, sizeof(*c));
+	c->passes = 2;
+	c->state_length = sizeof(state);
+	c->digest_count = 1;
+	lmt__enc_complete(&b, c);
+	save_msg("complete", &b);
+	memcpy(stream.data + stream.len, b.data, b.len);
+	stream.len += b.len;
+	free(c);
+
+	lmt__enc_empty(&b, LMT_MSG_PING);
+	save_msg("ping", &b);
+	uint8_t proof[LMT_PROTO_PROOF] = {1, 2, 3};
+	lmt__enc_auth(&b, proof);
+	save_msg("auth", &b);
+
+	/* Lead byte: state 3 (channels up), pin-all off; then a session. */
+	save("destination", "active-session", 3, stream.data, stream.len);
+	save("destination", "active-pin-all", 3 | 4, stream.data + 0, 0);
+	save("destination", "fresh", 0, NULL, 0);
+	free(stream.data);
+	lmt__buf_free(&b);
+}
+
+static void blobs(void)
+{
+	struct lmt_blob b;
+	struct tcp_dst_addr d = {.family = 4, .port = 5000, .ip = {127, 0, 0, 1}, .token = 7};
+	tcp_dst_addr_encode(&d, &b);
+	save("blobs", "tcp-dst", 0, b.data, b.len);
+	tcp_src_addr_encode(1, &b);
+	save("blobs", "tcp-src", 1, b.data, b.len);
+	struct tcp_key k = {.region = 3, .len = 1 << 20};
+	tcp_key_encode(&k, &b);
+	save("blobs", "tcp-key", 2, b.data, b.len);
+	struct verbs_addr v = {.role = 1, .link = 2, .mtu = 3, .qpn = 17, .psn = 99};
+	v.gid[10] = 0xff;
+	v.gid[11] = 0xff;
+	verbs_addr_encode(&v, &b);
+	save("blobs", "verbs-addr", 3, b.data, b.len);
+	struct verbs_key vk = {.rkey = 5, .addr = 0x10000, .len = 1 << 20};
+	verbs_key_encode(&vk, &b);
+	save("blobs", "verbs-key", 4, b.data, b.len);
+}
+
+static void options(void)
+{
+	const char *seeds[] = {
+		"chunk-size=64M,channels=2,pin-all=on",
+		"downtime-limit=300ms,max-iterate-ms=50,verify=off",
+		"fz.mode=zerocopy,fz.label=x,fz.depth=16,fz.wait=2s",
+		"max-bandwidth=1G,queue-depth=64,auth-key=secret",
+		"18446744073709551615",
+	};
+	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "opts-%zu", i);
+		/* the options harness takes the whole input as text: no lead byte */
+		char path[512];
+		snprintf(path, sizeof(path), "%s/options", out_dir);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/options/%s", out_dir, name);
+		FILE *f = fopen(path, "wb");
+		if (!f || fputs(seeds[i], f) < 0) {
+			perror(path);
+			exit(1);
+		}
+		fclose(f);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: make-seeds OUTPUT_DIR\n");
+		return 2;
+	}
+	out_dir = argv[1];
+	mkdir(out_dir, 0755);
+	proto_and_destination();
+	blobs();
+	options();
+	return 0;
+}

@@ -1,0 +1,448 @@
+/* lmt-bench: the figures of a run, their medians, and the three ways rows
+ * are written on stdout — a table, one JSON object per row, CSV. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define MIB 1048576.0
+#define GIB 1073741824.0
+
+/* Each figure's name in JSON and CSV, and its column in the table. */
+static const struct {
+	const char *key;
+	const char *title;
+	const char *unit;
+	int width;
+	int decimals; /* in the table; JSON and CSV keep 4, integers none */
+	double table_scale;
+	bool integer;
+} figures[BENCH_FIGURE_COUNT] = {
+	[BENCH_SETUP_MS] = { "setup_ms", "setup", "(ms)", 7, 1, 1, false },
+	[BENCH_TOTAL_MS] = { "total_ms", "total", "(ms)", 8, 1, 1, false },
+	[BENCH_DOWNTIME_MS] = { "downtime_ms", "downtime", "(ms)", 8, 2, 1, false },
+	[BENCH_GBPS] = { "throughput_gbps", "throughput", "(Gb/s)", 10, 2, 1, false },
+	[BENCH_GIBPS] = { "throughput_gibps", "throughput", "(GiB/s)", 10, 2, 1, false },
+	[BENCH_MEMCPY_PERCENT] = { "memcpy_percent", "of memcpy", "(%)", 9, 1, 1, false },
+	[BENCH_YARDSTICK_PERCENT] = { "yardstick_percent", "of own bench", "(%)", 12, 1, 1,
+				      false },
+	[BENCH_BYTES_SENT] = { "bytes_sent", "sent", "(MiB)", 8, 1, 1 / MIB, true },
+	[BENCH_ZERO_PAGES] = { "zero_pages", "zero", "(pages)", 8, 0, 1, true },
+	[BENCH_PASS_COUNT] = { "pass_count", "passes", "(count)", 7, 0, 1, true },
+	[BENCH_PREFAULT_MS] = { "prefault_ms", "prefault", "(ms)", 8, 1, 1, false },
+};
+
+static const char *const suffixes[3] = { "", "_min", "_max" };
+
+/* ---- Figures ------------------------------------------------------------ */
+
+void bench_figures_of(const struct bench_result *r, double memcpy_gibps,
+                      double yardstick_gbps, struct bench_figures *out)
+{
+	const struct lmt_stats *s = &r->stats;
+	double total_ns = (double)s->total_ns;
+	double *v = out->v;
+
+	v[BENCH_SETUP_MS] = (double)s->setup_ns / 1e6;
+	v[BENCH_TOTAL_MS] = total_ns / 1e6;
+	v[BENCH_DOWNTIME_MS] = (double)s->downtime_ns / 1e6;
+	/* Bits per nanosecond are Gb/s. */
+	v[BENCH_GBPS] = total_ns > 0 ? (double)s->bytes_sent * 8.0 / total_ns : 0.0;
+	v[BENCH_GIBPS] = total_ns > 0 ? (double)s->bytes_sent / total_ns * 1e9 / GIB : 0.0;
+	v[BENCH_MEMCPY_PERCENT] = memcpy_gibps > 0 ? 100.0 * v[BENCH_GIBPS] / memcpy_gibps : NAN;
+	v[BENCH_YARDSTICK_PERCENT] =
+		yardstick_gbps > 0 ? 100.0 * v[BENCH_GBPS] / yardstick_gbps : NAN;
+	v[BENCH_BYTES_SENT] = (double)s->bytes_sent;
+	v[BENCH_ZERO_PAGES] = (double)s->zero_pages;
+	v[BENCH_PASS_COUNT] = (double)s->passes;
+	v[BENCH_PREFAULT_MS] = r->prefaulted ? (double)r->prefault_ns / 1e6 : NAN;
+}
+
+void bench_figures_summarize(const struct bench_figures *runs, size_t n,
+                             struct bench_figures *median, struct bench_figures *min,
+                             struct bench_figures *max)
+{
+	double *values = malloc(n * sizeof(*values));
+
+	for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+		if (!values) {
+			median->v[k] = min->v[k] = max->v[k] = NAN;
+			continue;
+		}
+		for (size_t i = 0; i < n; i++)
+			values[i] = runs[i].v[k];
+		/* A figure is measured in every run or in none. */
+		median->v[k] = bench_median(values, n);
+		min->v[k] = values[0];
+		max->v[k] = values[n - 1];
+	}
+	free(values);
+}
+
+static const struct bench_figures *figure_set(const struct bench_row *row, int which)
+{
+	if (row->verified_runs == 0)
+		return NULL;
+	return which == 0 ? &row->median : which == 1 ? &row->min : &row->max;
+}
+
+static bool row_ok(const struct bench_row *row)
+{
+	return row->runs > 0 && row->verified_runs == row->runs;
+}
+
+static const char *first_error(const struct bench_row *row, unsigned *run)
+{
+	for (unsigned i = 0; i < row->runs; i++) {
+		if (!row->results[i].ok) {
+			*run = i + 1;
+			return row->results[i].error[0] ? row->results[i].error : "failed";
+		}
+	}
+	return NULL;
+}
+
+/* ---- Table -------------------------------------------------------------- */
+
+typedef char cell[48];
+
+static bool shown(const struct bench_report *rep, int figure)
+{
+	return figure != BENCH_YARDSTICK_PERCENT || rep->yardsticks;
+}
+
+static void print_cell(FILE *f, const char *text, int width, bool first)
+{
+	fprintf(f, "%s%*s", first ? "" : "  ", width, text);
+}
+
+static void print_line(const struct bench_report *rep, const char *plugin, const char *stat,
+                       const char *result, const struct bench_figures *set,
+                       const char *config)
+{
+	FILE *f = rep->out;
+	cell c;
+
+	print_cell(f, plugin, -rep->plugin_width, true);
+	if (rep->repeat > 1)
+		print_cell(f, stat, -6, false);
+	print_cell(f, result, -11, false);
+	for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+		if (!shown(rep, k))
+			continue;
+		if (!set || isnan(set->v[k]))
+			snprintf(c, sizeof(c), "-");
+		else
+			snprintf(c, sizeof(c), "%.*f", figures[k].decimals,
+			         set->v[k] * figures[k].table_scale);
+		print_cell(f, c, figures[k].width, false);
+	}
+	if (rep->sweeping && config[0]) {
+		fprintf(f, "  ");
+		for (const char *ch = config; *ch; ch++)
+			fputc(*ch == ',' ? ' ' : *ch, f);
+	}
+	fprintf(f, "\n");
+}
+
+static void print_header(const struct bench_report *rep)
+{
+	FILE *f = rep->out;
+
+	for (int line = 0; line < 2; line++) {
+		print_cell(f, line ? "" : "plugin", -rep->plugin_width, true);
+		if (rep->repeat > 1)
+			print_cell(f, line ? "" : "value", -6, false);
+		print_cell(f, line ? "(ok/FAILED)" : "result", -11, false);
+		for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+			if (shown(rep, k))
+				print_cell(f, line ? figures[k].unit : figures[k].title,
+				           figures[k].width, false);
+		}
+		if (rep->sweeping)
+			fprintf(f, "  %s", line ? "(swept options)" : "config");
+		fprintf(f, "\n");
+	}
+}
+
+static void print_preamble(const struct bench_report *rep)
+{
+	const struct bench_config *cfg = rep->cfg;
+	FILE *f = rep->out;
+	struct bench_ram layout;
+	char size[32];
+
+	bench_ram_layout(&layout, NULL, cfg->ram_bytes);
+	bench_format_size(cfg->ram_bytes, size, sizeof(size));
+	fprintf(f, "guest: %s of RAM (", size);
+	for (uint32_t i = 0; i < layout.nblocks; i++) {
+		bench_format_size(layout.blocks[i].length, size, sizeof(size));
+		fprintf(f, "%s%s %s", i ? ", " : "", layout.blocks[i].name, size);
+	}
+	fprintf(f, "), %.0f%% of its pages zero, seed %llu; ", cfg->zero_fraction * 100.0,
+	           (unsigned long long)cfg->seed);
+	if (cfg->dirty_rate > 0) {
+		bench_format_size(cfg->dirty_rate, size, sizeof(size));
+		fprintf(f, "dirties %s/s ", size);
+		bench_format_size(cfg->working_set, size, sizeof(size));
+		fprintf(f, "of a %s working set\n", size);
+	} else {
+		fprintf(f, "idle\n");
+	}
+	fprintf(f, "options: %s; destination RAM %s\n",
+	           rep->common_options ? rep->common_options : "(defaults)",
+	           cfg->prefault ? "pre-faulted" : "not pre-faulted");
+	if (rep->repeat > 1)
+		fprintf(f, "runs: %u per row; median, min and max over the verified runs\n",
+		           rep->repeat);
+	if (rep->memcpy_gibps > 0)
+		fprintf(f, "memcpy yardstick: %.2f GiB/s (%.2f Gb/s; one thread, median of 3)\n",
+		        rep->memcpy_gibps, rep->memcpy_gibps * GIB * 8 / 1e9);
+	else
+		fprintf(f, "memcpy yardstick: unavailable (not enough memory)\n");
+	for (size_t i = 0; i < rep->nplugins; i++) {
+		const struct bench_plugin *p = &rep->plugins[i];
+
+		if (p->yardstick_gbps > 0)
+			fprintf(f, "%s yardstick: %.2f Gb/s (%s; median of 3)\n", p->label,
+			        p->yardstick_gbps, p->yardstick);
+	}
+	fprintf(f, "\n");
+}
+
+static void table_row(const struct bench_report *rep, const struct bench_row *row)
+{
+	static const char *const stats[3] = { "median", "min", "max" };
+	const char *result = row_ok(row) ? "ok" : "FAILED";
+	FILE *f = rep->out;
+	int lines = rep->repeat > 1 ? 3 : 1;
+
+	for (int i = 0; i < lines; i++)
+		print_line(rep, i ? "" : row->plugin->label, stats[i], i ? "" : result,
+		           figure_set(row, i), i ? "" : row->config);
+	for (unsigned r = 0; r < row->runs; r++) {
+		const struct bench_result *res = &row->results[r];
+
+		if (res->ok)
+			continue;
+		if (rep->repeat > 1)
+			fprintf(f, "  run %u: %s\n", r + 1, res->error[0] ? res->error : "failed");
+		else
+			fprintf(f, "  %s\n", res->error[0] ? res->error : "failed");
+	}
+}
+
+/* ---- JSON --------------------------------------------------------------- */
+
+static void json_key(FILE *f, const char *key, const char *suffix)
+{
+	fprintf(f, ",\"%s%s\":", key, suffix);
+}
+
+static void json_value(FILE *f, double value, bool integer)
+{
+	if (isnan(value) || isinf(value))
+		fprintf(f, "null");
+	else if (integer)
+		fprintf(f, "%.0f", value);
+	else
+		fprintf(f, "%.4f", value);
+}
+
+static void json_figures(FILE *f, const struct bench_figures *set, const char *suffix)
+{
+	for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+		json_key(f, figures[k].key, suffix);
+		json_value(f, set ? set->v[k] : NAN, figures[k].integer);
+	}
+}
+
+static void json_ns_as_ms(FILE *f, const char *key, uint64_t ns)
+{
+	json_key(f, key, "");
+	json_value(f, ns == UINT64_MAX ? NAN : (double)ns / 1e6, false);
+}
+
+static void json_passes(FILE *f, const struct bench_result *r)
+{
+	fprintf(f, ",\"passes\":[");
+	for (uint32_t i = 0; i < r->npasses; i++) {
+		const struct lmt_pass_stats *p = &r->passes[i];
+
+		fprintf(f, "%s{\"pass\":%u,\"final\":%s", i ? "," : "", (unsigned)p->pass,
+		           p->final ? "true" : "false");
+		json_ns_as_ms(f, "start_ms", p->start_ns);
+		json_ns_as_ms(f, "duration_ms", p->duration_ns);
+		fprintf(f, ",\"bytes\":%llu,\"dirtied_bytes\":%llu,\"dirty_rate_bps\":%llu,"
+		        "\"bandwidth_bps\":%llu",
+		        (unsigned long long)p->bytes, (unsigned long long)p->dirtied_bytes,
+		        (unsigned long long)p->dirty_rate_bps,
+		        (unsigned long long)p->bandwidth_bps);
+		json_ns_as_ms(f, "expected_downtime_ms", p->expected_downtime_ns);
+		fprintf(f, "}");
+	}
+	fprintf(f, "]");
+}
+
+/* The stats come last: scripts that grep the line for "throughput_bps"
+ * greedily find the session's own figure. */
+static void json_run(const struct bench_report *rep, const struct bench_row *row,
+                     const struct bench_result *r, unsigned run)
+{
+	struct bench_figures set;
+	FILE *f = rep->out;
+
+	bench_figures_of(r, rep->memcpy_gibps, row->plugin->yardstick_gbps, &set);
+	fprintf(f, "%s{\"kind\":\"run\",\"run\":%u,\"verified\":%s,\"error\":", run > 1 ? "," : "",
+	           run, r->ok ? "true" : "false");
+	bench_json_string(f, r->ok ? NULL : (r->error[0] ? r->error : "failed"));
+	json_figures(f, r->have_stats ? &set : NULL, "");
+	fprintf(f, ",\"zero_pages_made\":%llu,\"dirtied_bytes\":%llu",
+	           (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
+	json_passes(f, r);
+	fprintf(f, ",\"stats\":%s}", r->stats_json ? r->stats_json : "null");
+}
+
+static void json_row(const struct bench_report *rep, const struct bench_row *row)
+{
+	const struct bench_config *cfg = rep->cfg;
+	FILE *f = rep->out;
+	const char *error;
+	char *text = NULL;
+	unsigned run = 0;
+
+	fprintf(f, "{\"kind\":\"row\",\"row\":%u,\"label\":", row->index);
+	bench_json_string(f, row->label);
+	fprintf(f, ",\"plugin\":");
+	bench_json_string(f, row->plugin->name);
+	fprintf(f, ",\"plugin_options\":");
+	bench_json_string(f, row->plugin->options ? row->plugin->options : "");
+	fprintf(f, ",\"config\":");
+	bench_json_string(f, row->config);
+	fprintf(f, ",\"options\":");
+	bench_json_string(f, row->options ? row->options : "");
+	fprintf(f, ",\"status\":\"%s\",\"repeat\":%u,\"verified_runs\":%u",
+	           row_ok(row) ? "ok" : "failed", rep->repeat, row->verified_runs);
+	fprintf(f, ",\"ram_bytes\":%llu,\"dirty_rate_bps\":%llu,\"working_set_bytes\":%llu",
+	           (unsigned long long)cfg->ram_bytes, (unsigned long long)cfg->dirty_rate,
+	           (unsigned long long)cfg->working_set);
+	fprintf(f, ",\"zero_fraction\":%g,\"seed\":%llu,\"prefault\":%s", cfg->zero_fraction,
+	           (unsigned long long)cfg->seed, cfg->prefault ? "true" : "false");
+	json_key(f, "memcpy_gibps", "");
+	json_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
+	fprintf(f, ",\"yardstick\":");
+	bench_json_string(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick : NULL);
+	json_key(f, "yardstick_gbps", "");
+	json_value(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick_gbps : NAN, false);
+	for (int i = 0; i < 3; i++)
+		json_figures(f, figure_set(row, i), suffixes[i]);
+	error = first_error(row, &run);
+	if (error && asprintf(&text, "run %u of %u: %s", run, rep->repeat, error) < 0)
+		text = NULL;
+	fprintf(f, ",\"error\":");
+	bench_json_string(f, error ? (text ? text : error) : NULL);
+	free(text);
+	fprintf(f, ",\"runs\":[");
+	for (unsigned r = 0; r < row->runs; r++)
+		json_run(rep, row, &row->results[r], r + 1);
+	fprintf(f, "]}\n");
+}
+
+/* ---- CSV ---------------------------------------------------------------- */
+
+static void csv_header(FILE *f)
+{
+	fprintf(f, "row,label,plugin,plugin_options,config,options,status,repeat,verified_runs,"
+	           "ram_bytes,dirty_rate_bps,working_set_bytes,zero_fraction,seed,prefault,"
+	           "memcpy_gibps,yardstick,yardstick_gbps");
+	for (int i = 0; i < 3; i++) {
+		for (int k = 0; k < BENCH_FIGURE_COUNT; k++)
+			fprintf(f, ",%s%s", figures[k].key, suffixes[i]);
+	}
+	fprintf(f, ",error\n");
+}
+
+static void csv_value(FILE *f, double value, bool integer)
+{
+	if (isnan(value) || isinf(value))
+		return;
+	fprintf(f, integer ? "%.0f" : "%.4f", value);
+}
+
+static void csv_row(const struct bench_report *rep, const struct bench_row *row)
+{
+	const struct bench_config *cfg = rep->cfg;
+	FILE *f = rep->out;
+	const char *error;
+	unsigned run = 0;
+
+	fprintf(f, "%u,", row->index);
+	bench_csv_string(f, row->label);
+	fprintf(f, ",");
+	bench_csv_string(f, row->plugin->name);
+	fprintf(f, ",");
+	bench_csv_string(f, row->plugin->options ? row->plugin->options : "");
+	fprintf(f, ",");
+	bench_csv_string(f, row->config);
+	fprintf(f, ",");
+	bench_csv_string(f, row->options ? row->options : "");
+	fprintf(f, ",%s,%u,%u,%llu,%llu,%llu,%g,%llu,%s,", row_ok(row) ? "ok" : "failed",
+	           rep->repeat, row->verified_runs, (unsigned long long)cfg->ram_bytes,
+	           (unsigned long long)cfg->dirty_rate, (unsigned long long)cfg->working_set,
+	           cfg->zero_fraction, (unsigned long long)cfg->seed,
+	           cfg->prefault ? "true" : "false");
+	csv_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
+	fprintf(f, ",");
+	if (row->plugin->yardstick_gbps > 0)
+		bench_csv_string(f, row->plugin->yardstick);
+	fprintf(f, ",");
+	csv_value(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick_gbps : NAN, false);
+	for (int i = 0; i < 3; i++) {
+		const struct bench_figures *set = figure_set(row, i);
+
+		for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+			fprintf(f, ",");
+			csv_value(f, set ? set->v[k] : NAN, figures[k].integer);
+		}
+	}
+	fprintf(f, ",");
+	error = first_error(row, &run);
+	if (error) {
+		char text[BENCH_ERROR_MAX + 32];
+
+		snprintf(text, sizeof(text), "run %u of %u: %s", run, rep->repeat, error);
+		bench_csv_string(f, text);
+	}
+	fprintf(f, "\n");
+}
+
+/* ---- Entry points ------------------------------------------------------- */
+
+void bench_output_begin(const struct bench_report *rep)
+{
+	if (rep->format == BENCH_FORMAT_TABLE) {
+		print_preamble(rep);
+		print_header(rep);
+	} else if (rep->format == BENCH_FORMAT_CSV) {
+		csv_header(rep->out);
+	}
+	fflush(rep->out);
+}
+
+void bench_output_row(const struct bench_report *rep, const struct bench_row *row)
+{
+	switch (rep->format) {
+	case BENCH_FORMAT_TABLE:
+		table_row(rep, row);
+		break;
+	case BENCH_FORMAT_JSON:
+		json_row(rep, row);
+		break;
+	case BENCH_FORMAT_CSV:
+		csv_row(rep, row);
+		break;
+	}
+	fflush(rep->out);
+}
