@@ -72,6 +72,8 @@ int bench_plugin_parse(const char *text, char sep, struct bench_plugin *out, cha
 	for (const char *p = text; equals && p < equals; p++)
 		if (*p == ':')
 			colon = p;
+	if (!equals && *text && text[strlen(text) - 1] == ':')
+		colon = text + strlen(text) - 1; /* "tcp:": options promised, none given */
 	size_t name_len = colon ? (size_t)(colon - text) : strlen(text);
 	char *label = NULL;
 
