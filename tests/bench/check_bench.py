@@ -160,6 +160,12 @@ def case_plugin_entries():
                        "-o 'channels=1'", "'tcp:channels=2'")
     expect_usage_error(["--dry-run", "--plugin", "tcp", "-o", "ucx.tls=posix"], "ucx.tls",
                        "--plugin NAME:KEY=VALUE")
+    # a decorated plugin keeps its own ':'
+    rows = dry_rows("--plugin", "chaos:tcp:chaos.delay=1ms,chaos.reorder=on",
+                    "--plugin", "chaos:tcp")
+    check([r[1] for r in rows] == ["chaos:tcp chaos.delay=1ms chaos.reorder=on", "chaos:tcp"],
+          f"decorated plugins: {rows}")
+    check(rows[0][2] == "chaos.delay=1ms,chaos.reorder=on", f"decorator options {rows[0]}")
 
 
 def case_output_flags():
