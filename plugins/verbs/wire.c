@@ -3,65 +3,26 @@
 
 #include <string.h>
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)v);
-	put16(p + 2, (uint16_t)(v >> 16));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return get16(p) | (uint32_t)get16(p + 2) << 16;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return get32(p) | (uint64_t)get32(p + 4) << 32;
-}
+#include "bytes.h"
 
 static const char *check_prefix(const struct lmt_blob *b, uint32_t len, uint32_t magic)
 {
-	if (b->len < 6 || b->len > LMT_BLOB_MAX)
-		return "wrong length";
-	if (get32(b->data) != magic)
-		return "bad magic";
-	if (get16(b->data + 4) != VERBS_WIRE_VERSION)
-		return "unsupported version";
-	if (b->len != len)
-		return "wrong length";
-	return NULL;
+	return lmt_blob_check(b, len, magic, VERBS_WIRE_VERSION);
 }
 
 void verbs_addr_encode(const struct verbs_addr *a, struct lmt_blob *b)
 {
 	memset(b->data, 0, VERBS_ADDR_LEN);
 	b->len = VERBS_ADDR_LEN;
-	put32(b->data, VERBS_MAGIC_ADDR);
-	put16(b->data + 4, VERBS_WIRE_VERSION);
+	lmt_put32(b->data, VERBS_MAGIC_ADDR);
+	lmt_put16(b->data + 4, VERBS_WIRE_VERSION);
 	b->data[6] = a->role;
 	b->data[7] = a->link;
 	b->data[8] = a->mtu;
-	put32(b->data + 12, a->channel);
-	put32(b->data + 16, a->qpn);
-	put32(b->data + 20, a->psn);
-	put16(b->data + 24, a->lid);
+	lmt_put32(b->data + 12, a->channel);
+	lmt_put32(b->data + 16, a->qpn);
+	lmt_put32(b->data + 20, a->psn);
+	lmt_put16(b->data + 24, a->lid);
 	memcpy(b->data + 28, a->gid, 16);
 }
 
@@ -81,10 +42,10 @@ const char *verbs_addr_decode(const struct lmt_blob *b, struct verbs_addr *a)
 	a->role = b->data[6];
 	a->link = b->data[7];
 	a->mtu = b->data[8];
-	a->channel = get32(b->data + 12);
-	a->qpn = get32(b->data + 16);
-	a->psn = get32(b->data + 20);
-	a->lid = get16(b->data + 24);
+	a->channel = lmt_get32(b->data + 12);
+	a->qpn = lmt_get32(b->data + 16);
+	a->psn = lmt_get32(b->data + 20);
+	a->lid = lmt_get16(b->data + 24);
 	memcpy(a->gid, b->data + 28, 16);
 	if (!all_zero(b->data + 9, 3) || !all_zero(b->data + 26, 2))
 		return "reserved field not zero";
@@ -109,11 +70,11 @@ void verbs_key_encode(const struct verbs_key *k, struct lmt_blob *b)
 {
 	memset(b->data, 0, VERBS_KEY_LEN);
 	b->len = VERBS_KEY_LEN;
-	put32(b->data, VERBS_MAGIC_KEY);
-	put16(b->data + 4, VERBS_WIRE_VERSION);
-	put32(b->data + 8, k->rkey);
-	put64(b->data + 16, k->addr);
-	put64(b->data + 24, k->len);
+	lmt_put32(b->data, VERBS_MAGIC_KEY);
+	lmt_put16(b->data + 4, VERBS_WIRE_VERSION);
+	lmt_put32(b->data + 8, k->rkey);
+	lmt_put64(b->data + 16, k->addr);
+	lmt_put64(b->data + 24, k->len);
 }
 
 const char *verbs_key_decode(const struct lmt_blob *b, struct verbs_key *k)
@@ -121,9 +82,9 @@ const char *verbs_key_decode(const struct lmt_blob *b, struct verbs_key *k)
 	const char *why = check_prefix(b, VERBS_KEY_LEN, VERBS_MAGIC_KEY);
 	if (why)
 		return why;
-	k->rkey = get32(b->data + 8);
-	k->addr = get64(b->data + 16);
-	k->len = get64(b->data + 24);
+	k->rkey = lmt_get32(b->data + 8);
+	k->addr = lmt_get64(b->data + 16);
+	k->len = lmt_get64(b->data + 24);
 	if (!all_zero(b->data + 6, 2) || !all_zero(b->data + 12, 4))
 		return "reserved field not zero";
 	if (k->len == 0)
