@@ -21,7 +21,7 @@
 static int advertise(lmt_endpoint *ep, struct tcp_dst_addr *a)
 {
 	struct lmt_instance *inst = ep->inst;
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = {0};
 	socklen_t len = sizeof(ss);
 	if (getsockname(ep->listen_fd, (struct sockaddr *)&ss, &len) != 0)
 		return tcp_error(inst, LMT_EIO, "tcp channel %u: getsockname: %s", ep->channel,
@@ -123,19 +123,16 @@ static int send_ack(struct rx *rx, uint32_t magic, int code)
 	return 0;
 }
 
-/* Receive exactly len bytes. 0, or LMT_ECONN with the reason in rx->why;
- * *nothing tells whether the stream ended before the first byte. */
-static int recv_exact(struct rx *rx, void *buf, uint64_t len, bool *nothing)
+/* Receive exactly len bytes: 0, or LMT_ECONN with the reason in rx->why. */
+static int recv_exact(struct rx *rx, void *buf, uint64_t len)
 {
 	uint8_t *p = buf;
-	*nothing = true;
 	while (len) {
 		size_t chunk = len < RECV_CHUNK ? (size_t)len : RECV_CHUNK;
 		ssize_t n = recv(rx->ep->fd, p, chunk, MSG_WAITALL);
 		if (n > 0) {
 			p += n;
 			len -= (uint64_t)n;
-			*nothing = false;
 			/* A closing endpoint stops mid-message: the source may
 			 * keep sending after shutdown(SHUT_RD). */
 			if (len && atomic_load(&rx->ep->stopping))
@@ -183,8 +180,7 @@ static int recv_header(struct rx *rx, uint8_t *header)
 		if (rc)
 			return rc;
 	}
-	bool nothing;
-	int rc = recv_exact(rx, header + got, TCP_HEADER_LEN - got, &nothing);
+	int rc = recv_exact(rx, header + got, TCP_HEADER_LEN - got);
 	if (rc)
 		return rc;
 	rx->boundary = false;
@@ -246,15 +242,15 @@ static int receive_loop(struct rx *rx)
 			return LMT_EPROTO;
 		}
 		if (h.seq != rx->placed) {
-			snprintf(rx->why, sizeof(rx->why), "write %llu out of sequence, expected %llu",
+			snprintf(rx->why, sizeof(rx->why),
+			         "write %llu out of sequence, expected %llu",
 			         (unsigned long long)h.seq, (unsigned long long)rx->placed);
 			return LMT_EPROTO;
 		}
 		struct lmt_mr *mr = claim_region(rx, &h);
 		if (!mr)
 			return LMT_EPROTO;
-		bool nothing;
-		rc = recv_exact(rx, mr->addr + h.offset, h.len, &nothing);
+		rc = recv_exact(rx, mr->addr + h.offset, h.len);
 		release_region(rx, mr);
 		if (rc)
 			return rc;
@@ -286,7 +282,7 @@ static void *dest_receiver(void *arg)
 		        "writes", ep->channel, (unsigned long long)rx.placed);
 		return NULL;
 	}
-	tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, rx.why);
+	(void)tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, rx.why);
 	if (code == LMT_EPROTO)
 		send_ack(&rx, TCP_MAGIC_ERROR, code);
 	shutdown(ep->fd, SHUT_RDWR);
@@ -327,7 +323,8 @@ static int accept_source(lmt_endpoint *ep, int *out)
 		rc = lmt_net_recv_all(fd, hello, sizeof(hello), &hw, &e);
 		if (rc == -LMT_ECANCELED) {
 			close(fd);
-			return tcp_error(inst, LMT_ECANCELED, "tcp channel %u: cancelled", ep->channel);
+			return tcp_error(inst, LMT_ECANCELED, "tcp channel %u: cancelled",
+			                 ep->channel);
 		}
 		const char *why = rc ? e.msg : tcp_hello_check(hello, ep->channel, ep->token);
 		if (!why) {
@@ -347,11 +344,11 @@ int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		why = "address of another channel";
 	if (why)
 		return tcp_error(inst, LMT_EPROTO,
-		                 "tcp channel %u: bad address blob from the source: %s", ep->channel,
-		                 why);
+		                 "tcp channel %u: bad address blob from the source: %s",
+		                 ep->channel, why);
 	if (ep->listen_fd < 0)
 		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: not listening", ep->channel);
-	int fd;
+	int fd = -1;
 	int rc = accept_source(ep, &fd);
 	if (rc)
 		return rc;

@@ -96,6 +96,7 @@ static void send_bye(lmt_endpoint *ep)
 static void *source_sender(void *arg)
 {
 	lmt_endpoint *ep = arg;
+	uint8_t headers[SEND_BATCH][TCP_HEADER_LEN];
 	struct iovec iov[2 * SEND_BATCH];
 	pthread_mutex_lock(&ep->lock);
 	for (;;) {
@@ -108,21 +109,18 @@ static void *source_sender(void *arg)
 				send_bye(ep);
 			break;
 		}
-		uint64_t first = ep->taken, end = ep->head;
-		if (end - first > SEND_BATCH)
-			end = first + SEND_BATCH;
-		ep->taken = end;
+		size_t n = 0;
+		for (unsigned i = 0; i < SEND_BATCH && ep->taken < ep->head; i++, ep->taken++) {
+			const struct tcp_slot *slot = &ep->ring[ep->taken % TCP_QUEUE_DEPTH];
+			memcpy(headers[i], slot->header, TCP_HEADER_LEN);
+			iov[n].iov_base = headers[i];
+			iov[n++].iov_len = TCP_HEADER_LEN;
+			iov[n].iov_base = (void *)slot->local;
+			iov[n++].iov_len = slot->len;
+		}
 		ep->sending = true;
 		pthread_mutex_unlock(&ep->lock);
-
-		size_t n = 0;
-		for (uint64_t seq = first; seq < end; seq++) {
-			struct tcp_slot *slot = &ep->ring[seq % TCP_QUEUE_DEPTH];
-			iov[n++] = (struct iovec){.iov_base = slot->header, .iov_len = TCP_HEADER_LEN};
-			iov[n++] = (struct iovec){.iov_base = (void *)slot->local, .iov_len = slot->len};
-		}
 		int err = send_iov(ep->fd, iov, n);
-
 		pthread_mutex_lock(&ep->lock);
 		ep->sending = false;
 		if (err) {
@@ -148,7 +146,8 @@ static int read_acks(lmt_endpoint *ep, uint64_t *acked, char *why, size_t size)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			snprintf(why, size, "%s", n ? strerror(errno) : "connection closed by peer");
+			snprintf(why, size, "%s",
+			         n ? strerror(errno) : "connection closed by peer");
 			return LMT_ECONN;
 		}
 		have += (size_t)n;
@@ -159,8 +158,8 @@ static int read_acks(lmt_endpoint *ep, uint64_t *acked, char *why, size_t size)
 			struct tcp_ack a;
 			tcp_ack_decode(buf + off, &a);
 			if (a.magic == TCP_MAGIC_ERROR) {
-				snprintf(why, size, "the destination failed the channel (error %d)",
-				         a.code);
+				snprintf(why, size,
+				         "the destination failed the channel (error %d)", a.code);
 				return a.code > 0 && a.code < LMT_ERRC_COUNT ? a.code : LMT_EPROTO;
 			}
 			if (a.magic != TCP_MAGIC_ACK && a.magic != TCP_MAGIC_BYE) {
@@ -273,7 +272,8 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		                 "tcp channel %u: bad address blob from the destination: %s",
 		                 ep->channel, why);
 	if (ep->connected)
-		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: already connected", ep->channel);
+		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: already connected",
+		                 ep->channel);
 
 	struct sockaddr_storage ss;
 	socklen_t len = to_sockaddr(&a, &ss);
@@ -289,7 +289,8 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	rc = lmt_net_send_all(fd, hello, sizeof(hello), &w, &e);
 	if (rc) {
 		close(fd);
-		return tcp_error(inst, -rc, "tcp channel %u: sending hello: %s", ep->channel, e.msg);
+		return tcp_error(inst, -rc, "tcp channel %u: sending hello: %s", ep->channel,
+		                 e.msg);
 	}
 	ep->fd = fd;
 	ep->connected = true;
@@ -345,10 +346,14 @@ void tcp_source_ep_close(lmt_endpoint *ep)
 {
 	if (ep->threads_started) {
 		/* An idle channel says BYE; a busy one is cut, since the peer
-		 * may never drain what is queued. */
+		 * may never drain what is queued. A send whose writes were all
+		 * acknowledged is only about to return. */
+		pthread_mutex_lock(&ep->inst->lock);
+		uint64_t acked = ep->acked;
+		pthread_mutex_unlock(&ep->inst->lock);
 		pthread_mutex_lock(&ep->lock);
 		atomic_store(&ep->stopping, true);
-		bool busy = ep->sending || ep->taken != ep->head;
+		bool busy = ep->taken != ep->head || (ep->sending && acked < ep->taken);
 		pthread_cond_broadcast(&ep->cond);
 		pthread_mutex_unlock(&ep->lock);
 		if (busy)

@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -88,9 +90,11 @@ void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status)
 	struct lmt_instance *inst = ep->inst;
 	pthread_mutex_lock(&inst->lock);
 	for (uint64_t seq = from; seq < to && inst->cq_count < inst->cq_cap; seq++) {
-		uint32_t at = (inst->cq_first + inst->cq_count++) % inst->cq_cap;
-		inst->cq[at] = (struct lmt_completion){.cookie = ep->ring[seq % TCP_QUEUE_DEPTH].cookie,
-		                                       .status = status, .channel = ep->channel};
+		struct lmt_completion *c =
+		        &inst->cq[(inst->cq_first + inst->cq_count++) % inst->cq_cap];
+		c->cookie = ep->ring[seq % TCP_QUEUE_DEPTH].cookie;
+		c->status = status;
+		c->channel = ep->channel;
 	}
 	if (status == 0)
 		ep->acked = to;
@@ -174,7 +178,9 @@ static int read_options(struct lmt_instance *inst, const struct lmt_instance_par
 			                 (long long)v.integer);
 		inst->buffer_size = (int)v.integer;
 	}
-	const char *address = params->local_host;
+	snprintf(inst->local_host, sizeof(inst->local_host), "%.*s",
+	         (int)strnlen(params->local_host, sizeof(params->local_host)), params->local_host);
+	const char *address = inst->local_host;
 	if (host->option(inst->host_ctx, "tcp.address", &v) == 0 && v.type == LMT_OPT_STRING &&
 	    v.text && v.text[0])
 		address = v.text;
@@ -183,9 +189,6 @@ static int read_options(struct lmt_instance *inst, const struct lmt_instance_par
 		return tcp_error(inst, LMT_EINVAL, "tcp.address: longer than %zu characters",
 		                 sizeof(inst->bind_host) - 1);
 	memcpy(inst->bind_host, address, len + 1);
-	len = strnlen(params->local_host, sizeof(params->local_host));
-	memcpy(inst->local_host, params->local_host, len);
-	inst->local_host[len < sizeof(inst->local_host) ? len : sizeof(inst->local_host) - 1] = 0;
 	if (inst->role == LMT_ROLE_DESTINATION && !inst->bind_host[0])
 		return tcp_error(inst, LMT_EINVAL,
 		                 "tcp: no address for data listeners: set tcp.address");
@@ -221,6 +224,21 @@ static void free_instance(struct lmt_instance *inst)
 
 static void tcp_ep_close(lmt_endpoint *ep);
 
+static int open_error(const struct lmt_host *host, void *host_ctx, int code, const char *fmt,
+                      ...) LMT_PRINTF(4, 5);
+
+static int open_error(const struct lmt_host *host, void *host_ctx, int code, const char *fmt,
+                      ...)
+{
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	host->error(host_ctx, code, "%s", msg);
+	return -code;
+}
+
 static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
                              const struct lmt_instance_params *params, lmt_instance **out)
 {
@@ -229,19 +247,20 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 	*out = NULL;
 	if (host->struct_size < offsetof(struct lmt_host, cancelled) + sizeof(host->cancelled) ||
 	    !host->log || !host->now_ns || !host->option || !host->cancelled)
-		return host->error(host_ctx, LMT_EABI, "tcp: host services incomplete");
+		return open_error(host, host_ctx, LMT_EABI, "tcp: host services incomplete");
 	if (!params || params->struct_size < offsetof(struct lmt_instance_params, peer_host) +
 	                                         sizeof(params->peer_host))
-		return host->error(host_ctx, LMT_EABI, "tcp: instance parameters too old");
+		return open_error(host, host_ctx, LMT_EABI, "tcp: instance parameters too old");
 	if (params->role != LMT_ROLE_SOURCE && params->role != LMT_ROLE_DESTINATION)
-		return host->error(host_ctx, LMT_EINVAL, "tcp: unknown role %d", (int)params->role);
+		return open_error(host, host_ctx, LMT_EINVAL, "tcp: unknown role %d",
+		                   (int)params->role);
 	if (params->channels == 0 || params->channels > TCP_MAX_CHANNELS)
-		return host->error(host_ctx, LMT_EINVAL, "tcp: %u channels, expected 1 to %u",
+		return open_error(host, host_ctx, LMT_EINVAL, "tcp: %u channels, expected 1 to %u",
 		                   params->channels, TCP_MAX_CHANNELS);
 
 	struct lmt_instance *inst = calloc(1, sizeof(*inst));
 	if (!inst)
-		return host->error(host_ctx, LMT_ENOMEM, "tcp: out of memory");
+		return open_error(host, host_ctx, LMT_ENOMEM, "tcp: out of memory");
 	inst->host = host;
 	inst->host_ctx = host_ctx;
 	inst->role = params->role;
@@ -263,11 +282,11 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 	if (!inst->eps || !inst->outstanding || !inst->flush_target ||
 	    (inst->role == LMT_ROLE_SOURCE && !inst->cq)) {
 		free_instance(inst);
-		return host->error(host_ctx, LMT_ENOMEM, "tcp: out of memory");
+		return open_error(host, host_ctx, LMT_ENOMEM, "tcp: out of memory");
 	}
 	if (init_sync(inst)) {
 		free_instance(inst);
-		return host->error(host_ctx, LMT_ENOMEM, "tcp: cannot create locks");
+		return open_error(host, host_ctx, LMT_ENOMEM, "tcp: cannot create locks");
 	}
 	tcp_log(inst, LMT_LOG_DEBUG, "tcp: %s instance, %u channels, nodelay %d, buffers %d",
 	        inst->role == LMT_ROLE_SOURCE ? "source" : "destination", inst->channels,
@@ -323,7 +342,9 @@ static int tcp_ep_open(lmt_instance *inst, uint32_t channel, lmt_endpoint **out,
 		free(ep);
 		return rc;
 	}
+	pthread_mutex_lock(&inst->lock);
 	inst->eps[channel] = ep;
+	pthread_mutex_unlock(&inst->lock);
 	*out = ep;
 	return 0;
 }
@@ -405,18 +426,22 @@ static int tcp_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t 
 }
 
 /* A receiver still placing data into `mr` past the deadline is cut off:
- * its socket is shut down, which ends the receive and fails the channel. */
+ * its socket is shut down, which ends the receive and fails the channel.
+ * Called with mr_lock held. */
 static void cut_off_receivers(struct lmt_instance *inst, struct lmt_mr *mr)
 {
+	pthread_mutex_lock(&inst->lock);
 	for (uint32_t c = 0; c < inst->channels; c++) {
 		lmt_endpoint *ep = inst->eps[c];
 		if (ep && ep->busy_region == mr && ep->fd >= 0) {
-			tcp_error(inst, LMT_ETIMEDOUT,
-			          "tcp channel %u: region %u deregistered while data was arriving", c,
-			          mr->id);
+			(void)tcp_error(inst, LMT_ETIMEDOUT,
+			                "tcp channel %u: region %u deregistered while data was "
+			                "arriving",
+			                c, mr->id);
 			shutdown(ep->fd, SHUT_RDWR);
 		}
 	}
+	pthread_mutex_unlock(&inst->lock);
 }
 
 static void tcp_mr_deregister(lmt_instance *inst, lmt_mr *mr)
@@ -450,7 +475,8 @@ static int tcp_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt_r
 	struct tcp_key k;
 	const char *why = tcp_key_decode(key, &k);
 	if (why)
-		return tcp_error(inst, LMT_EPROTO, "tcp: bad key blob (%u bytes): %s", key->len, why);
+		return tcp_error(inst, LMT_EPROTO, "tcp: bad key blob (%u bytes): %s", key->len,
+		                 why);
 	struct lmt_rkey *rkey = calloc(1, sizeof(*rkey));
 	if (!rkey)
 		return tcp_error(inst, LMT_ENOMEM, "tcp: out of memory");
@@ -582,8 +608,7 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 			break;
 		}
 		if (lmt_now_ns() >= deadline) {
-			rc = tcp_error(inst, LMT_ETIMEDOUT,
-			               "tcp: flush timed out after %llu ms with writes unacknowledged",
+			rc = tcp_error(inst, LMT_ETIMEDOUT, "tcp: flush timed out after %llu ms",
 			               (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}

@@ -18,7 +18,10 @@
 #define TCP_SLICE_NS 100000000ull /* how often blocking calls poll cancelled */
 
 #define tcp_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
-#define tcp_error(inst, code, ...) (inst)->host->error((inst)->host_ctx, code, __VA_ARGS__)
+/* Record an error and give -code; control flow never rests on the host's
+ * return value. */
+#define tcp_error(inst, code, ...)                                                 \
+	((inst)->host->error((inst)->host_ctx, code, __VA_ARGS__), -(code))
 
 /* A registered range. Destination regions are found by id when a header
  * arrives; `busy` counts receivers placing data into it right now. */
@@ -52,16 +55,15 @@ struct lmt_endpoint {
 	uint64_t token;
 	atomic_bool stopping;
 
-	/* Source. `lock` guards the ring counters and flags; slots in
-	 * [taken, head) belong to the sender, and a slot is reused only once
-	 * its completion was harvested. */
+	/* Source. `lock` guards the ring: the sender copies what it sends out
+	 * of it, and a slot is reused once its completion was harvested. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool sync_ready;
 	struct tcp_slot *ring;
 	uint64_t head;  /* writes posted */
 	uint64_t taken; /* writes handed to the sender */
-	bool connected, sender_idle, sending, sender_done;
+	bool connected, sending, sender_done;
 	int broken; /* -LMT_E* once the channel is down */
 	pthread_t sender, acker;
 	bool threads_started;
@@ -87,7 +89,7 @@ struct lmt_instance {
 	int buffer_size;
 	char bind_host[256];  /* what destination listeners bind */
 	char local_host[64];  /* advertised when bind_host is a wildcard */
-	lmt_endpoint **eps;   /* by channel; NULL when closed */
+	lmt_endpoint **eps;   /* by channel, NULL when closed; changed under `lock` */
 	atomic_uint *outstanding; /* by channel: posted, completion not harvested */
 
 	/* Completion queue, per-endpoint ack state, the endpoint table and

@@ -26,6 +26,16 @@
 
 #include "wire.h"
 
+/* Under ThreadSanitizer every byte through recv and memcmp is checked,
+ * which makes a 1 GiB transfer take half a minute. */
+#if defined(__SANITIZE_THREAD__)
+#define SLOW_MEMORY_CHECKS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLOW_MEMORY_CHECKS 1
+#endif
+#endif
+
 #define MAX_CHANNELS 4
 #define GUARD 4096
 #define SECOND 1000000000ull
@@ -152,15 +162,22 @@ static int error_count(struct fake_host *h)
 
 /* ---- Instances, endpoints, regions --------------------------------------- */
 
-static lmt_instance *open_instance(struct fake_host *h, enum lmt_role role, uint32_t channels,
-                                   uint64_t timeout_ns)
+static int open_instance_at(struct fake_host *h, enum lmt_role role, uint32_t channels,
+                            uint64_t timeout_ns, const char *local_host, lmt_instance **inst)
 {
 	struct lmt_instance_params params = {.struct_size = sizeof(params), .role = role,
 	                                     .channels = channels, .timeout_ns = timeout_ns};
-	strcpy(params.local_host, "127.0.0.1");
-	strcpy(params.peer_host, "127.0.0.1");
-	lmt_instance *inst = NULL;
-	assert_int_equal(plugin->ops.instance_open(&host_services, h, &params, &inst), 0);
+	snprintf(params.local_host, sizeof(params.local_host), "%s", local_host);
+	snprintf(params.peer_host, sizeof(params.peer_host), "%s", local_host);
+	*inst = NULL;
+	return plugin->ops.instance_open(&host_services, h, &params, inst);
+}
+
+static lmt_instance *open_instance(struct fake_host *h, enum lmt_role role, uint32_t channels,
+                                   uint64_t timeout_ns)
+{
+	lmt_instance *inst;
+	assert_int_equal(open_instance_at(h, role, channels, timeout_ns, "127.0.0.1", &inst), 0);
 	assert_non_null(inst);
 	return inst;
 }
@@ -192,10 +209,14 @@ static struct pair *pair_open(uint32_t channels)
 	fake_host_init(&p->src_host);
 	p->dst = open_instance(&p->dst_host, LMT_ROLE_DESTINATION, channels, 5 * SECOND);
 	p->src = open_instance(&p->src_host, LMT_ROLE_SOURCE, channels, 5 * SECOND);
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]), 0);
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]), 0);
+	for (uint32_t c = 0; c < channels; c++) {
+		int rc = plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]);
+		assert_int_equal(rc, 0);
+	}
+	for (uint32_t c = 0; c < channels; c++) {
+		int rc = plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]);
+		assert_int_equal(rc, 0);
+	}
 	pthread_t acceptor;
 	assert_int_equal(pthread_create(&acceptor, NULL, accept_all, p), 0);
 	for (uint32_t c = 0; c < channels; c++)
@@ -310,7 +331,8 @@ static void post(struct pair *p, uint32_t channel, const void *buf, size_t len, 
 {
 	uint64_t deadline = now_ns() + 10 * SECOND;
 	for (;;) {
-		int rc = plugin->ops.write(p->src_ep[channel], buf, len, NULL, rkey, offset, cookie);
+		int rc = plugin->ops.write(p->src_ep[channel], buf, len, NULL, rkey, offset,
+		                           cookie);
 		if (rc != -LMT_EAGAIN) {
 			assert_int_equal(rc, 0);
 			return;
@@ -469,6 +491,9 @@ static void test_full_queue_answers_eagain(void **state)
 static void test_gigabyte_write_lands_whole(void **state)
 {
 	(void)state;
+#ifdef SLOW_MEMORY_CHECKS
+	skip();
+#endif
 	size_t len = (1ul << 30) + 4097;
 	struct pair *p = pair_open(1);
 	struct region r;
@@ -768,8 +793,8 @@ static void test_destination_close_mid_stream_gives_source_econn(void **state)
 	while (rc >= 0 && posted < WRITES) {
 		assert_true(now_ns() < deadline);
 		uint64_t at = posted % SLOTS * SIZE;
-		int wrc = plugin->ops.write(p->src_ep[posted & 1], src + at, SIZE, NULL, r.rkey, at,
-		                            posted);
+		lmt_endpoint *ep = p->src_ep[posted & 1];
+		int wrc = plugin->ops.write(ep, src + at, SIZE, NULL, r.rkey, at, posted);
 		if (wrc == 0)
 			posted++;
 		else if (wrc != -LMT_EAGAIN)
@@ -882,6 +907,116 @@ static void test_destination_progress_waits_and_reports_nothing(void **state)
 	pair_close(p);
 }
 
+/* One write over a pair whose destination listens where `local_host` and
+ * tcp.address say, and advertises an address of `family`. */
+static void one_write_over(const char *local_host, const char *address, int family)
+{
+	struct fake_host dh, sh;
+	fake_host_init(&dh);
+	fake_host_init(&sh);
+	dh.address = address;
+	struct pair p = {.channels = 1};
+	assert_int_equal(open_instance_at(&dh, LMT_ROLE_DESTINATION, 1, 5 * SECOND, local_host,
+	                                  &p.dst),
+	                 0);
+	p.src = open_instance(&sh, LMT_ROLE_SOURCE, 1, 5 * SECOND);
+	assert_int_equal(plugin->ops.ep_open(p.src, 0, &p.src_ep[0], &p.src_addr[0]), 0);
+	assert_int_equal(plugin->ops.ep_open(p.dst, 0, &p.dst_ep[0], &p.dst_addr[0]), 0);
+	struct tcp_dst_addr a;
+	assert_null(tcp_dst_addr_decode(&p.dst_addr[0], &a));
+	assert_int_equal(a.family, family);
+	pthread_t acceptor;
+	assert_int_equal(pthread_create(&acceptor, NULL, accept_all, &p), 0);
+	assert_int_equal(plugin->ops.ep_connect(p.src_ep[0], &p.dst_addr[0]), 0);
+	pthread_join(acceptor, NULL);
+	assert_int_equal(p.accept_rc, 0);
+	struct region r;
+	region_open(&r, p.dst, p.src, 4096);
+	uint8_t *data = pattern(4096, 13);
+	assert_int_equal(plugin->ops.write(p.src_ep[0], data, 4096, NULL, r.rkey, 0, 0), 0);
+	assert_int_equal(plugin->ops.flush(p.src, 5 * SECOND), 0);
+	assert_memory_equal(r.mem, data, 4096);
+	munmap(data, 4096);
+	region_close(&r, p.dst, p.src);
+	plugin->ops.instance_close(p.src);
+	plugin->ops.instance_close(p.dst);
+}
+
+static void test_address_option_overrides_local_host(void **state)
+{
+	(void)state;
+	one_write_over("", "127.0.0.1", TCP_FAMILY_IPV4);
+}
+
+static void test_destination_without_any_address_is_refused(void **state)
+{
+	(void)state;
+	struct fake_host dh;
+	fake_host_init(&dh);
+	lmt_instance *inst;
+	assert_int_equal(open_instance_at(&dh, LMT_ROLE_DESTINATION, 1, SECOND, "", &inst),
+	                 -LMT_EINVAL);
+	assert_null(inst);
+	assert_non_null(strstr(dh.error, "tcp.address"));
+}
+
+static void test_ipv6_loopback_works(void **state)
+{
+	(void)state;
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	int usable = fd >= 0 && bind(fd, (struct sockaddr *)&in6, sizeof(in6)) == 0;
+	if (fd >= 0)
+		close(fd);
+	if (!usable)
+		skip();
+	one_write_over("::1", "", TCP_FAMILY_IPV6);
+}
+
+static void test_deregister_cuts_off_a_stalled_write(void **state)
+{
+	(void)state;
+	struct fake_host dh;
+	fake_host_init(&dh);
+	lmt_instance *dst = open_instance(&dh, LMT_ROLE_DESTINATION, 1, SECOND / 2);
+	lmt_endpoint *ep;
+	struct lmt_blob addr, src_addr;
+	assert_int_equal(plugin->ops.ep_open(dst, 0, &ep, &addr), 0);
+	struct region r;
+	region_open(&r, dst, NULL, 4096);
+	struct tcp_key key;
+	assert_null(tcp_key_decode(&r.key, &key));
+	int fd = raw_connect(&addr, 0, 0);
+	tcp_src_addr_encode(0, &src_addr);
+	assert_int_equal(plugin->ops.ep_connect(ep, &src_addr), 0);
+
+	/* Announce 4096 bytes, send 100, then stall. */
+	uint8_t msg[TCP_HEADER_LEN + 100];
+	memset(msg, 0x5a, sizeof(msg));
+	struct tcp_header h = {.magic = TCP_MAGIC_WRITE, .region = key.region, .len = 4096};
+	tcp_header_encode(&h, msg);
+	assert_int_equal(send(fd, msg, sizeof(msg), MSG_NOSIGNAL), sizeof(msg));
+	usleep(200000); /* the receiver is now placing into the region */
+
+	uint64_t start = now_ns();
+	plugin->ops.mr_deregister(dst, r.mr);
+	uint64_t took = now_ns() - start;
+	assert_true(took >= SECOND / 2 && took < 3 * SECOND);
+	assert_int_equal(dh.error_code, LMT_ETIMEDOUT);
+	/* Nothing lands after deregistration returned. */
+	memset(r.mem, 0, r.len);
+	send(fd, msg, sizeof(msg), MSG_NOSIGNAL);
+	usleep(100000);
+	for (size_t i = 0; i < r.len; i++)
+		assert_int_equal(r.mem[i], 0);
+	struct lmt_completion c[1];
+	assert_int_equal(plugin->ops.progress(dst, c, 1, SECOND), -LMT_ECONN);
+
+	close(fd);
+	region_close(&r, NULL, NULL);
+	plugin->ops.instance_close(dst);
+}
+
 static int count_entries(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -991,6 +1126,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_accept_honours_cancel),
 		cmocka_unit_test(test_accept_times_out_without_source),
 		cmocka_unit_test(test_destination_progress_waits_and_reports_nothing),
+		cmocka_unit_test(test_address_option_overrides_local_host),
+		cmocka_unit_test(test_destination_without_any_address_is_refused),
+		cmocka_unit_test(test_ipv6_loopback_works),
+		cmocka_unit_test(test_deregister_cuts_off_a_stalled_write),
 		cmocka_unit_test(test_open_close_cycles_leave_no_fds_or_threads),
 	};
 	return cmocka_run_group_tests(tests, load_plugin, unload_plugin);
