@@ -58,7 +58,7 @@ static const struct lmt_option_desc chaos_options[] = {
 	{.name = "hold", .type = LMT_OPT_DURATION, .default_value = "0", .min = 0,
 	 .max = 60000000000ll,
 	 .doc = "capture each write's data when posted and send it up to this long later, "
-	        "as a NIC that read memory early would"},
+	        "as a NIC that read memory early would (a bad write then fails late)"},
 	{.name = "seed", .type = LMT_OPT_INT, .default_value = "1", .min = 0,
 	 .max = INT64_MAX, .doc = "seed of the delays and the order"},
 };
@@ -552,6 +552,24 @@ static int chaos_progress(struct lmt_instance *i, struct lmt_completion *out, ui
 static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
 {
 	strike(i, CHAOS_AT_FLUSH, 0);
+	/* Everything posted before the flush must land: send what is held. */
+	for (uint32_t k = 0; k < i->nbounces; k++)
+		i->bounces[k].post_at = 0;
+	uint64_t deadline = i->host->now_ns(i->ctx) + timeout_ns;
+	for (;;) {
+		bool held = false;
+		int rc = post_due(i);
+		if (rc)
+			return rc;
+		for (uint32_t k = 0; k < i->nbounces; k++)
+			held |= !i->bounces[k].posted && !i->bounces[k].ep->dropped;
+		if (!held)
+			break;
+		if (i->host->now_ns(i->ctx) >= deadline)
+			return i->host->error(i->ctx, LMT_ETIMEDOUT, "chaos: held writes not sent");
+		if ((rc = gather(i, 1000000)) < 0)
+			return rc;
+	}
 	int rc = stalled(i, i->host->now_ns(i->ctx) + timeout_ns);
 	if (rc)
 		return rc < 0 ? rc

@@ -1,0 +1,1248 @@
+/* The checks of lmt-plugin-check, one function each, in the order they run.
+ * Each drives the plugin under test through the ABI alone. */
+#define _GNU_SOURCE
+#include "plugin-check.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+#define ALL_CAPS                                                                          \
+	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |      \
+	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR)
+#define PROMPT_NS (2 * PC_SECOND) /* a cancelled or timed-out call returns this soon */
+
+static double seconds(uint64_t ns)
+{
+	return (double)ns / PC_SECOND;
+}
+
+static bool one_line(const char *text)
+{
+	return text && *text && !strchr(text, '\n');
+}
+
+static bool valid_name(const char *name, size_t max)
+{
+	size_t len = name ? strlen(name) : 0;
+	if (len == 0 || len > max)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+		      name[i] == '_' || name[i] == '-'))
+			return false;
+	return true;
+}
+
+static bool all_zero(struct pc_run *run, const char *what, const uint8_t *mem, size_t len,
+                     uint64_t base)
+{
+	for (size_t i = 0; i < len; i++)
+		if (mem[i])
+			return pc_fail(run, "%s: byte at offset %llu is 0x%02x, expected 0", what,
+			               (unsigned long long)(base + i), mem[i]);
+	return true;
+}
+
+/* Tear down as the core does: the destination's progress stopped, memory
+ * released, then the instances. */
+static void finish(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
+                   struct pc_source *source, struct pc_region *regions, size_t count)
+{
+	pc_pair_stop_progress(run, pair);
+	if (tally)
+		pc_tally_fini(tally);
+	if (source)
+		pc_source_close(pair, source);
+	for (size_t i = 0; i < count; i++)
+		pc_region_close(pair, &regions[i]);
+	pc_pair_close(pair);
+}
+
+/* ---- The descriptor ------------------------------------------------------- */
+
+static void format_caps(uint64_t caps, char *buf, size_t size)
+{
+	static const struct {
+		uint64_t bit;
+		const char *name;
+	} names[] = {
+		{LMT_CAP_ONE_SIDED, "one-sided"},       {LMT_CAP_LOCAL_MR, "local-mr"},
+		{LMT_CAP_PIN, "pin"},                   {LMT_CAP_MULTI_CHANNEL, "multi-channel"},
+		{LMT_CAP_TARGET_PROGRESS, "target-progress"}, {LMT_CAP_DECORATOR, "decorator"},
+	};
+	size_t used = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (caps & names[i].bit)
+			used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? " " : "",
+			                         names[i].name);
+	if (!used)
+		snprintf(buf, size, "none");
+}
+
+static void check_descriptor(struct pc_run *run)
+{
+	const struct lmt_plugin *d = run->cfg->plugin;
+	if (d->abi_version < 1 || d->abi_version > LMT_PLUGIN_ABI_VERSION) {
+		pc_fail(run, "ABI v%u, expected v1 to v%u", d->abi_version,
+		        LMT_PLUGIN_ABI_VERSION);
+		return;
+	}
+	if (d->abi_version == LMT_PLUGIN_ABI_VERSION && d->struct_size < sizeof(*d)) {
+		pc_fail(run, "struct_size %u is smaller than ABI v%u's %zu", d->struct_size,
+		        d->abi_version, sizeof(*d));
+		return;
+	}
+	if (!valid_name(d->name, 32)) {
+		pc_fail(run, "name '%s' is not [a-z0-9_-]{1,32}", d->name ? d->name : "(null)");
+		return;
+	}
+	const char *file = strrchr(run->cfg->path, '/');
+	file = file ? file + 1 : run->cfg->path;
+	size_t len = strlen(d->name);
+	if (strncmp(file, d->name, len) != 0 || strcmp(file + len, ".so") != 0) {
+		pc_fail(run, "declares '%s' from %s: lmt looks for it as %s.so", d->name, file,
+		        d->name);
+		return;
+	}
+	if (!one_line(d->version) || !one_line(d->description)) {
+		pc_fail(run, "version and description must be one non-empty line each");
+		return;
+	}
+	if (d->caps & ~(uint64_t)ALL_CAPS) {
+		pc_fail(run, "unknown capability bits 0x%llx",
+		        (unsigned long long)(d->caps & ~(uint64_t)ALL_CAPS));
+		return;
+	}
+	const struct lmt_plugin_ops *o = &d->ops;
+	const void *ops[] = {o->instance_open, o->instance_close, o->ep_open, o->ep_connect,
+	                     o->ep_close, o->mr_register, o->mr_deregister, o->rkey_import,
+	                     o->rkey_release, o->write, o->progress, o->flush};
+	static const char *const op_names[] = {
+		"instance_open", "instance_close", "ep_open", "ep_connect", "ep_close",
+		"mr_register", "mr_deregister", "rkey_import", "rkey_release", "write",
+		"progress", "flush"};
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (!ops[i]) {
+			pc_fail(run, "ops.%s is NULL", op_names[i]);
+			return;
+		}
+	if (d->option_count && !d->options) {
+		pc_fail(run, "%u options but no table", d->option_count);
+		return;
+	}
+	char caps[128];
+	format_caps(d->caps, caps, sizeof(caps));
+	pc_note(run, "%s %s, ABI v%u, caps: %s", d->name, d->version, d->abi_version, caps);
+}
+
+static void check_exports(struct pc_run *run)
+{
+	char extra[512];
+	int n = pc_exports(run->cfg->path, extra, sizeof(extra));
+	if (n < 0)
+		pc_fail(run, "%s", extra);
+	else if (n > 0)
+		pc_fail(run, "%d more symbol%s than %s: %s (build with -fvisibility=hidden)", n,
+		        n == 1 ? "" : "s", LMT_PLUGIN_ENTRY_SYMBOL, extra);
+}
+
+/* Offer `core_abi`; 0 with the answer in *out, or the entry's error. */
+static int offer(lmt_plugin_entry_fn entry, uint32_t core_abi, const struct lmt_plugin **out)
+{
+	*out = NULL;
+	return entry(core_abi, out);
+}
+
+static bool answers_newer(struct pc_run *run, lmt_plugin_entry_fn entry, uint32_t core_abi,
+                          uint32_t current)
+{
+	const struct lmt_plugin *d;
+	int rc = offer(entry, core_abi, &d);
+	if (rc || !d)
+		return pc_fail(run, "an offer of ABI v%u (newer than it speaks) got %s; it should "
+		               "answer with the newest it speaks", core_abi,
+		               rc ? lmt_err_name(rc) : "no descriptor");
+	if (d->abi_version > core_abi || d->abi_version < current)
+		return pc_fail(run, "an offer of ABI v%u got v%u, but v%u for v%u", core_abi,
+		               d->abi_version, current, LMT_PLUGIN_ABI_VERSION);
+	return true;
+}
+
+static void negotiate(struct pc_run *run, lmt_plugin_entry_fn entry)
+{
+	const struct lmt_plugin *d, *again;
+	int rc = offer(entry, LMT_PLUGIN_ABI_VERSION, &d);
+	if (rc || !d) {
+		pc_fail(run, "an offer of ABI v%u got %s", LMT_PLUGIN_ABI_VERSION,
+		        rc ? lmt_err_name(rc) : "no descriptor");
+		return;
+	}
+	uint32_t current = d->abi_version;
+	if (current < 1 || current > LMT_PLUGIN_ABI_VERSION) {
+		pc_fail(run, "an offer of ABI v%u got v%u", LMT_PLUGIN_ABI_VERSION, current);
+		return;
+	}
+	if (offer(entry, LMT_PLUGIN_ABI_VERSION, &again) != 0 || again != d) {
+		pc_fail(run, "two offers of ABI v%u got different answers",
+		        LMT_PLUGIN_ABI_VERSION);
+		return;
+	}
+	static const uint32_t newer[] = {LMT_PLUGIN_ABI_VERSION + 1, 1000, UINT32_MAX};
+	for (size_t i = 0; i < sizeof(newer) / sizeof(newer[0]); i++)
+		if (!answers_newer(run, entry, newer[i], current))
+			return;
+	for (uint32_t v = 1; v < LMT_PLUGIN_ABI_VERSION; v++) {
+		rc = offer(entry, v, &again);
+		if (rc == 0 && (!again || again->abi_version > v)) {
+			pc_fail(run, "an offer of ABI v%u got v%u", v,
+			        again ? again->abi_version : 0);
+			return;
+		}
+		if (rc && rc != -LMT_EABI) {
+			pc_fail(run, "an offer of ABI v%u got %s, expected LMT_EABI", v,
+			        lmt_err_name(rc));
+			return;
+		}
+	}
+	rc = offer(entry, 0, &again);
+	if (rc != -LMT_EABI) {
+		pc_fail(run, "an offer of ABI v0, which does not exist, got %s, expected LMT_EABI",
+		        lmt_err_name(rc));
+		return;
+	}
+	pc_note(run, "v%u for offers v%u, v%u, v1000 and v%u; v0 refused", current,
+	        LMT_PLUGIN_ABI_VERSION, LMT_PLUGIN_ABI_VERSION + 1, UINT32_MAX);
+}
+
+static void check_negotiation(struct pc_run *run)
+{
+	void *dl = dlopen(run->cfg->path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		pc_fail(run, "dlopen: %s", dlerror());
+		return;
+	}
+	void *sym = dlsym(dl, LMT_PLUGIN_ENTRY_SYMBOL);
+	Dl_info info;
+	char mine[PATH_MAX], theirs[PATH_MAX];
+	if (!sym) {
+		pc_fail(run, "no %s symbol", LMT_PLUGIN_ENTRY_SYMBOL);
+	} else if (!dladdr(sym, &info) || !info.dli_fname || !realpath(info.dli_fname, theirs) ||
+	           !realpath(run->cfg->path, mine) || strcmp(mine, theirs) != 0) {
+		pc_fail(run, "%s comes from %s, not from the plugin's own file",
+		        LMT_PLUGIN_ENTRY_SYMBOL, info.dli_fname ? info.dli_fname : "elsewhere");
+	} else {
+		lmt_plugin_entry_fn entry;
+		memcpy(&entry, &sym, sizeof(entry));
+		negotiate(run, entry);
+	}
+	dlclose(dl);
+}
+
+/* ---- Options -------------------------------------------------------------- */
+
+static bool check_value(struct pc_run *run, const char *qualified,
+                        const struct lmt_option_desc *o, const struct lmt_option_value *v,
+                        const char *what)
+{
+	if (v->type != o->type)
+		return pc_fail(run, "%s: the %s has type %d, the descriptor says %d", qualified,
+		               what, (int)v->type, (int)o->type);
+	bool numeric = o->type == LMT_OPT_INT || o->type == LMT_OPT_SIZE ||
+	               o->type == LMT_OPT_DURATION;
+	if (numeric && (o->min || o->max) && (v->integer < o->min || v->integer > o->max))
+		return pc_fail(run, "%s: the %s %lld is outside %lld to %lld", qualified, what,
+		               (long long)v->integer, (long long)o->min, (long long)o->max);
+	if (numeric && (o->flags & LMT_OPTF_POW2) &&
+	    (v->integer <= 0 || (v->integer & (v->integer - 1))))
+		return pc_fail(run, "%s: the %s %lld is not a power of two", qualified, what,
+		               (long long)v->integer);
+	if (o->type == LMT_OPT_ENUM) {
+		int64_t count = 0;
+		while (o->enum_values && o->enum_values[count])
+			count++;
+		if (v->integer < 0 || v->integer >= count || !v->text ||
+		    strcmp(v->text, o->enum_values[v->integer]) != 0)
+			return pc_fail(run, "%s: the %s is not one of its values", qualified,
+			               what);
+	}
+	if (o->type == LMT_OPT_STRING && !v->text)
+		return pc_fail(run, "%s: the %s has no text", qualified, what);
+	return true;
+}
+
+static bool same_value(const struct lmt_option_value *a, const struct lmt_option_value *b)
+{
+	switch (a->type) {
+	case LMT_OPT_BOOL:
+		return a->boolean == b->boolean;
+	case LMT_OPT_STRING:
+		return a->text && b->text && strcmp(a->text, b->text) == 0;
+	default:
+		return a->integer == b->integer;
+	}
+}
+
+/* Format the value, parse the text back, and compare. */
+static bool round_trip(struct pc_run *run, lmt_session *s, const char *qualified,
+                       const struct lmt_option_desc *o, const struct lmt_option_value *v)
+{
+	char text[512];
+	struct lmt_option_value back;
+	if (lmt_option_format(o, v, text, sizeof(text)) != 0)
+		return pc_fail(run, "%s: the default cannot be formatted", qualified);
+	if (lmt_session_set_option(s, qualified, text) != 0)
+		return pc_fail(run, "%s: the default, formatted as '%s', does not parse back: %s",
+		               qualified, text, lmt_session_error(s)->message);
+	if (lmt_session_get_option(s, qualified, &back) != 0 || !same_value(v, &back))
+		return pc_fail(run, "%s: the default changes when formatted as '%s' and parsed",
+		               qualified, text);
+	return true;
+}
+
+static bool check_option(struct pc_run *run, lmt_session *defaults,
+                         const struct lmt_option_desc *o)
+{
+	const char *plugin = run->cfg->plugin->name;
+	char qualified[128];
+	snprintf(qualified, sizeof(qualified), "%s.%s", plugin, o->name ? o->name : "(null)");
+	if (!valid_name(o->name, 64))
+		return pc_fail(run, "%s: an option name is [a-z0-9_-]{1,64}", qualified);
+	if (!one_line(o->doc))
+		return pc_fail(run, "%s: the doc must be one non-empty line", qualified);
+	if (o->type == LMT_OPT_ENUM && (!o->enum_values || !o->enum_values[0]))
+		return pc_fail(run, "%s: an enum without values", qualified);
+	struct lmt_option_value v;
+	if (lmt_session_get_option(defaults, qualified, &v) != 0)
+		return pc_fail(run, "%s: the core does not know it", qualified);
+	if (!check_value(run, qualified, o, &v, "default"))
+		return false;
+	if (!(o->flags & LMT_OPTF_SECRET) && !round_trip(run, defaults, qualified, o, &v))
+		return false;
+	/* The value in use, which -o may have set. */
+	if (lmt_session_get_option(run->cfg->options, qualified, &v) != 0)
+		return pc_fail(run, "%s: the core does not know it", qualified);
+	return check_value(run, qualified, o, &v, "value given");
+}
+
+static void check_options(struct pc_run *run)
+{
+	const struct lmt_plugin *d = run->cfg->plugin;
+	struct lmt_error err = {0};
+	lmt_session *defaults = NULL;
+	/* The core's own parser takes every default, as it does at load. */
+	if (lmt_session_new(&defaults, LMT_ROLE_SOURCE, run->cfg->spec, NULL, &err) != 0) {
+		pc_fail(run, "a session with the defaults fails: %s", err.message);
+		return;
+	}
+	for (uint32_t i = 0; i < d->option_count; i++)
+		if (!check_option(run, defaults, &d->options[i]))
+			break;
+	lmt_session_free(defaults);
+	pc_note(run, "%u option%s, every default parses and is in range", d->option_count,
+	        d->option_count == 1 ? "" : "s");
+}
+
+/* ---- Instances and endpoints ---------------------------------------------- */
+
+static void check_instances(struct pc_run *run)
+{
+	static const enum lmt_role roles[] = {LMT_ROLE_SOURCE, LMT_ROLE_DESTINATION};
+	for (size_t i = 0; i < 2 && !run->failed; i++) {
+		struct pc_side side = {0};
+		pc_host_init(&side.host, run->cfg, i ? "destination" : "source");
+		if (pc_instance_open(run, &side, roles[i], run->cfg->channels,
+		                     run->cfg->op_timeout_ns)) {
+			run->cfg->plugin->ops.instance_close(side.inst);
+			if (pc_host_errors(&side.host))
+				pc_fail(run, "the %s recorded an error on success: %s",
+				        side.host.role, side.host.last);
+		}
+		pc_host_fini(&side.host);
+	}
+}
+
+static void check_connect(struct pc_run *run)
+{
+	struct pc_pair pair;
+	uint64_t start = pc_now();
+	if (pc_pair_open(run, &pair, run->cfg->op_timeout_ns) &&
+	    pc_pair_open_endpoints(run, &pair) && pc_pair_connect(run, &pair)) {
+		uint64_t took = pc_now() - start;
+		for (uint32_t c = 0; c < pair.channels; c++) {
+			pair.plugin->ops.ep_close(pair.src.ep[c]);
+			pair.plugin->ops.ep_close(pair.dst.ep[c]);
+		}
+		if (pc_pair_quiet(run, &pair))
+			pc_note(run, "%u channel%s in %.0f ms, address blobs of %u and %u bytes",
+			        pair.channels, pair.channels == 1 ? "" : "s", seconds(took) * 1000,
+			        pair.src.addr[0].len, pair.dst.addr[0].len);
+	}
+	pc_pair_close(&pair);
+}
+
+static void check_idle(struct pc_run *run)
+{
+	struct pc_pair pair;
+	struct lmt_completion c[8];
+	char d[640];
+	if (pc_pair_ready(run, &pair)) {
+		uint64_t start = pc_now();
+		int n = pair.plugin->ops.progress(pair.src.inst, c, 8, PC_SECOND / 20);
+		uint64_t took = pc_now() - start;
+		if (n < 0)
+			pc_fail(run, "source progress with nothing posted: %s",
+			        pc_describe(&pair.src.host, n, d, sizeof(d)));
+		else if (n > 0)
+			pc_fail(run, "source progress reported %d completions before any write",
+			        n);
+		else if (took > PC_SECOND / 20 + PROMPT_NS)
+			pc_fail(run, "progress(50 ms) took %.1f s", seconds(took));
+		start = pc_now();
+		int rc = run->failed ? 0 : pair.plugin->ops.flush(pair.src.inst, PC_SECOND);
+		took = pc_now() - start;
+		if (rc)
+			pc_fail(run, "flush with nothing posted: %s",
+			        pc_describe(&pair.src.host, rc, d, sizeof(d)));
+		else if (took > PC_SECOND + PROMPT_NS)
+			pc_fail(run, "flush(1 s) with nothing posted took %.1f s", seconds(took));
+		if (pc_pair_stop_progress(run, &pair))
+			pc_pair_quiet(run, &pair);
+	}
+	pc_pair_close(&pair);
+}
+
+/* ---- Registration and writes ---------------------------------------------- */
+
+/* Write the first and the last page of each region and check they landed
+ * there and nowhere else. */
+static bool write_ends(struct pc_run *run, struct pc_pair *pair, struct pc_source *source,
+                       struct pc_region *regions, size_t count)
+{
+	struct pc_tally tally;
+	if (!pc_tally_init(run, &tally, 2 * count))
+		return false;
+	bool ok = true;
+	for (size_t i = 0; i < count && ok; i++) {
+		struct pc_region *r = &regions[i];
+		uint64_t last = r->len - PC_PAGE;
+		ok = pc_post(run, pair, &tally, 0, source, source->mem + i * PC_PAGE, r, 0,
+		             PC_PAGE) &&
+		     pc_post(run, pair, &tally, pair->channels - 1, source,
+		             source->mem + (i + count) * PC_PAGE, r, last, PC_PAGE);
+	}
+	ok = ok && pc_harvest_all(run, pair, &tally);
+	for (size_t i = 0; i < count && ok; i++) {
+		struct pc_region *r = &regions[i];
+		uint64_t last = r->len - PC_PAGE;
+		ok = pc_same(run, "first page", r->mem, source->mem + i * PC_PAGE, PC_PAGE, 0) &&
+		     pc_same(run, "last page", r->mem + last,
+		             source->mem + (i + count) * PC_PAGE, PC_PAGE, last) &&
+		     all_zero(run, "between the pages", r->mem + PC_PAGE, last - PC_PAGE,
+		              PC_PAGE) &&
+		     pc_region_guards_intact(run, r);
+	}
+	pc_tally_fini(&tally);
+	return ok;
+}
+
+static void check_registration(struct pc_run *run)
+{
+	static const size_t sizes[] = {2 * PC_PAGE, 17 * PC_PAGE, 2 * MIB + PC_PAGE};
+	enum { COUNT = sizeof(sizes) / sizeof(sizes[0]) };
+	struct pc_pair pair;
+	struct pc_region regions[COUNT] = {{0}};
+	struct pc_source source = {0};
+	bool ok = pc_pair_ready(run, &pair);
+	/* Registration runs while the destination progresses, as in the core. */
+	for (size_t i = 0; i < COUNT && ok; i++)
+		ok = pc_region_open(run, &pair, &regions[i], sizes[i]);
+	ok = ok && pc_source_open(run, &pair, &source, 2 * COUNT * PC_PAGE, 1) &&
+	     write_ends(run, &pair, &source, regions, COUNT);
+	/* Release one and register fresh memory in its place. */
+	ok = ok && pc_pair_stop_progress(run, &pair);
+	if (ok) {
+		pc_region_close(&pair, &regions[1]);
+		pc_pair_start_progress(&pair);
+		pc_fill(source.mem, source.len, 2);
+		ok = pc_region_open(run, &pair, &regions[1], sizes[1]) &&
+		     write_ends(run, &pair, &source, regions, COUNT) &&
+		     pc_pair_stop_progress(run, &pair) && pc_pair_quiet(run, &pair);
+	}
+	if (ok)
+		pc_note(run, "%u regions of 8 KiB to 2 MiB, key blobs of %u bytes%s", COUNT,
+		        regions[0].key.len,
+		        source.mr ? ", source memory registered" : "");
+	finish(run, &pair, NULL, &source, regions, COUNT);
+}
+
+struct span {
+	uint64_t offset;
+	size_t len;
+};
+
+/* Sizes from a page to several MiB, each at an odd multiple of 4 KiB with
+ * a gap before the next, and a last page that ends the region. */
+static size_t plan_sizes(uint64_t chunk, struct span *spans, size_t max, uint64_t *region_len)
+{
+	static const size_t sizes[] = {
+		PC_PAGE, 2 * PC_PAGE, 3 * PC_PAGE, 15 * PC_PAGE, 16 * PC_PAGE, 17 * PC_PAGE,
+		64 * KIB, 252 * KIB, 256 * KIB, MIB - PC_PAGE, MIB, MIB + PC_PAGE, 2 * MIB,
+		3 * MIB + 5 * PC_PAGE, 4 * MIB, 8 * MIB, 5 * PC_PAGE,
+	};
+	size_t n = 0;
+	uint64_t at = PC_PAGE;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && n + 1 < max; i++) {
+		if (sizes[i] > chunk)
+			continue;
+		spans[n++] = (struct span){at, sizes[i]};
+		uint64_t end = at + sizes[i];
+		at = end + ((end / PC_PAGE) % 2 ? 2 : 1) * PC_PAGE;
+	}
+	spans[n++] = (struct span){at, PC_PAGE};
+	*region_len = at + PC_PAGE;
+	return n;
+}
+
+static bool post_spans(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
+                       struct pc_source *source, struct pc_region *region,
+                       const struct span *spans, size_t n, bool reverse)
+{
+	for (size_t k = 0; k < n; k++) {
+		const struct span *s = &spans[reverse ? n - 1 - k : k];
+		if (!pc_post(run, pair, tally, (uint32_t)(k % pair->channels), source,
+		             source->mem + s->offset, region, s->offset, s->len))
+			return false;
+	}
+	return true;
+}
+
+/* The spans hold the source's bytes, everything else is still zero. */
+static bool spans_landed(struct pc_run *run, const struct pc_region *region,
+                         const struct pc_source *source, const struct span *spans, size_t n)
+{
+	uint64_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct span *s = &spans[i];
+		if (!all_zero(run, "a gap between writes", region->mem + at, s->offset - at, at) ||
+		    !pc_same(run, "a write", region->mem + s->offset, source->mem + s->offset,
+		             s->len, s->offset))
+			return false;
+		at = s->offset + s->len;
+	}
+	return all_zero(run, "after the last write", region->mem + at, region->len - at, at) &&
+	       pc_region_guards_intact(run, region);
+}
+
+static void check_sizes(struct pc_run *run)
+{
+	struct span spans[32];
+	uint64_t len;
+	size_t n = plan_sizes(run->cfg->chunk_size, spans, 32, &len);
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct pc_source source = {0};
+	struct pc_tally tally = {0};
+	char d[640];
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
+	          pc_source_open(run, &pair, &source, len, 3) &&
+	          pc_tally_init(run, &tally, 2 * n);
+	/* Twice: the second round re-sends every page with new bytes. */
+	for (int round = 0; round < 2 && ok; round++) {
+		if (round)
+			pc_fill(source.mem, source.len, 4);
+		ok = post_spans(run, &pair, &tally, &source, &region, spans, n, round) &&
+		     pc_harvest_all(run, &pair, &tally);
+		int rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PC_SECOND) : 0;
+		if (rc)
+			ok = pc_fail(run, "flush: %s",
+			             pc_describe(&pair.src.host, rc, d, sizeof(d)));
+		ok = ok && spans_landed(run, &region, &source, spans, n);
+	}
+	ok = ok && pc_pair_stop_progress(run, &pair) && pc_pair_quiet(run, &pair);
+	size_t largest = 0;
+	for (size_t i = 0; i < n; i++)
+		largest = spans[i].len > largest ? spans[i].len : largest;
+	if (ok)
+		pc_note(run, "%zu writes of 4 KiB to %zu KiB at odd multiples of 4 KiB, twice", n,
+		        largest / KIB);
+	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+static void check_cookies(struct pc_run *run)
+{
+	enum { WRITES = 4096 };
+	static const uint32_t maxes[] = {1, 2, 3, 7, 64, 256};
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct pc_source source = {0};
+	struct pc_tally tally = {0};
+	size_t len = (size_t)WRITES * PC_PAGE;
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
+	          pc_source_open(run, &pair, &source, len, 5) &&
+	          pc_tally_init(run, &tally, WRITES);
+	for (uint64_t i = 0; i < WRITES && ok; i++) {
+		/* Pages in a shuffled order, spread over the channels. */
+		uint64_t page = (i * 1031) % WRITES;
+		ok = pc_post(run, &pair, &tally, (uint32_t)(i % pair.channels), &source,
+		             source.mem + page * PC_PAGE, &region, page * PC_PAGE, PC_PAGE);
+		if (ok && i % 5 == 0)
+			ok = pc_harvest(run, &pair, &tally, maxes[i / 5 % 6], 0) >= 0;
+	}
+	ok = ok && pc_harvest_all(run, &pair, &tally);
+	/* Nothing more may come. */
+	int extra = ok ? pc_harvest(run, &pair, &tally, 16, PC_SECOND / 5) : 0;
+	if (extra > 0)
+		ok = pc_fail(run, "%d completions after every write had completed", extra);
+	ok = ok && extra == 0 && pc_same(run, "the region", region.mem, source.mem, len, 0) &&
+	     pc_region_guards_intact(run, &region) && pc_pair_stop_progress(run, &pair) &&
+	     pc_pair_quiet(run, &pair);
+	if (ok)
+		pc_note(run, "%d writes over %u channel%s, %llu EAGAIN answers", WRITES,
+		        pair.channels, pair.channels == 1 ? "" : "s",
+		        (unsigned long long)tally.eagain);
+	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+static void check_flush(struct pc_run *run)
+{
+	enum { WRITES = 16 };
+	size_t piece = run->cfg->chunk_size < 512 * KIB ? run->cfg->chunk_size : 512 * KIB;
+	size_t len = WRITES * piece;
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct pc_source source = {0};
+	struct pc_tally tally = {0};
+	char d[640];
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
+	          pc_source_open(run, &pair, &source, len, 6) &&
+	          pc_tally_init(run, &tally, WRITES + 1);
+	for (uint64_t i = 0; i < WRITES && ok; i++)
+		ok = pc_post(run, &pair, &tally, (uint32_t)(i % pair.channels), &source,
+		             source.mem + i * piece, &region, i * piece, piece);
+	/* Nothing harvested yet: flush alone must make every write visible. */
+	int rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PC_SECOND) : 0;
+	if (rc)
+		ok = pc_fail(run, "flush: %s", pc_describe(&pair.src.host, rc, d, sizeof(d)));
+	ok = ok && pc_same(run, "after flush", region.mem, source.mem, len, 0) &&
+	     pc_harvest_all(run, &pair, &tally);
+	/* A single small write, then flush again. */
+	if (ok) {
+		pc_fill(source.mem, PC_PAGE, 7);
+		ok = pc_post(run, &pair, &tally, 0, &source, source.mem, &region, 0, PC_PAGE);
+		rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PC_SECOND) : 0;
+		if (rc)
+			ok = pc_fail(run, "flush: %s",
+			             pc_describe(&pair.src.host, rc, d, sizeof(d)));
+		ok = ok && pc_same(run, "after flush", region.mem, source.mem, PC_PAGE, 0) &&
+		     pc_harvest_all(run, &pair, &tally);
+	}
+	ok = ok && pc_region_guards_intact(run, &region) && pc_pair_stop_progress(run, &pair) &&
+	     pc_pair_quiet(run, &pair);
+	if (ok)
+		pc_note(run, "%d writes of %zu KiB, then one page", WRITES, piece / KIB);
+	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+/* Keep retrying a write that answered EAGAIN, with progress in between. */
+static bool retry(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
+                  uint32_t channel, struct pc_source *source, struct pc_region *region,
+                  uint64_t page)
+{
+	uint64_t deadline = pc_now() + 10 * PC_SECOND;
+	for (;;) {
+		if (pc_harvest(run, pair, tally, 64, PC_SECOND / 100) < 0)
+			return false;
+		int rc = pc_post_once(run, pair, tally, channel, source,
+		                      source->mem + page * PC_PAGE, region, page * PC_PAGE,
+		                      PC_PAGE);
+		if (rc == 0)
+			return true;
+		if (rc != -LMT_EAGAIN)
+			return false;
+		if (pc_now() > deadline)
+			return pc_fail(run, "write answered LMT_EAGAIN for 10 s with %llu writes "
+			               "outstanding, while progress ran",
+			               (unsigned long long)(tally->posted - tally->done));
+	}
+}
+
+/* Post without harvesting until the plugin answers EAGAIN with writes
+ * outstanding; progress must then make room. *full_at is how many were
+ * outstanding, 0 if the queue never filled. */
+static bool fill_queue(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
+                       struct pc_source *source, struct pc_region *region, uint64_t pages,
+                       uint64_t *full_at)
+{
+	*full_at = 0;
+	while (tally->posted < pages && !*full_at) {
+		uint64_t page = tally->posted;
+		uint32_t channel = (uint32_t)(page % pair->channels);
+		int rc = pc_post_once(run, pair, tally, channel, source,
+		                      source->mem + page * PC_PAGE, region, page * PC_PAGE,
+		                      PC_PAGE);
+		if (rc == 0)
+			continue;
+		if (rc != -LMT_EAGAIN)
+			return false;
+		/* With nothing outstanding it is a transient answer, not a full
+		 * queue; either way progress must let the write through. */
+		*full_at = tally->posted - tally->done;
+		if (!retry(run, pair, tally, channel, source, region, page))
+			return false;
+	}
+	return true;
+}
+
+static void check_queue_full(struct pc_run *run)
+{
+	enum { PAGES = 8192 };
+	size_t len = (size_t)PAGES * PC_PAGE;
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct pc_source source = {0};
+	struct pc_tally tally = {0};
+	uint64_t full_at = 0;
+	char d[640];
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
+	          pc_source_open(run, &pair, &source, len, 8) &&
+	          pc_tally_init(run, &tally, PAGES) &&
+	          fill_queue(run, &pair, &tally, &source, &region, PAGES, &full_at);
+	for (uint64_t i = tally.posted; i < PAGES && ok; i++)
+		ok = pc_post(run, &pair, &tally, (uint32_t)(i % pair.channels), &source,
+		             source.mem + i * PC_PAGE, &region, i * PC_PAGE, PC_PAGE);
+	ok = ok && pc_harvest_all(run, &pair, &tally);
+	int rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PC_SECOND) : 0;
+	if (rc)
+		ok = pc_fail(run, "flush: %s", pc_describe(&pair.src.host, rc, d, sizeof(d)));
+	ok = ok && pc_same(run, "the region", region.mem, source.mem, len, 0) &&
+	     pc_pair_stop_progress(run, &pair) && pc_pair_quiet(run, &pair);
+	if (ok && full_at)
+		pc_note(run, "EAGAIN with %llu write%s outstanding, accepted after progress",
+		        (unsigned long long)full_at, full_at == 1 ? "" : "s");
+	else if (ok)
+		pc_note(run, "never full in %d writes", PAGES);
+	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+/* ---- Error paths ----------------------------------------------------------- */
+
+struct variant {
+	const char *what;
+	struct lmt_blob blob;
+};
+
+/* Malformed copies of a good blob. */
+static size_t malformed(const struct lmt_blob *good, struct variant *out)
+{
+	size_t n = 0;
+	out[n] = (struct variant){.what = "an empty blob"};
+	n++;
+	if (good->len > 2) {
+		out[n] = (struct variant){.what = "one byte", .blob = *good};
+		out[n++].blob.len = 1;
+		out[n] = (struct variant){.what = "half of it", .blob = *good};
+		out[n++].blob.len = good->len / 2;
+	}
+	if (good->len > 1) {
+		out[n] = (struct variant){.what = "one byte short", .blob = *good};
+		out[n++].blob.len = good->len - 1;
+	}
+	out[n] = (struct variant){.what = "all zero bytes", .blob.len = good->len};
+	n++;
+	out[n] = (struct variant){.what = "all 0xff bytes", .blob.len = good->len};
+	memset(out[n++].blob.data, 0xff, good->len);
+	return n;
+}
+
+static bool refuses(struct pc_run *run, struct pc_host *host, const char *what, int before,
+                    int rc, int expected)
+{
+	if (rc == 0)
+		return pc_fail(run, "%s: accepted", what);
+	if (rc != expected)
+		return pc_fail(run, "%s: returned %s, expected %s", what, lmt_err_name(rc),
+		               lmt_err_name(expected));
+	return pc_error_recorded(run, host, before, rc, what);
+}
+
+static void check_bad_address(struct pc_run *run)
+{
+	struct pc_pair pair;
+	struct variant v[8];
+	char what[160];
+	size_t n = 0;
+	/* A short timeout: a destination that waits before it validates
+	 * returns LMT_ETIMEDOUT, not LMT_EPROTO. */
+	bool ok = pc_pair_open(run, &pair, 3 * PC_SECOND) && pc_pair_open_endpoints(run, &pair);
+	if (ok) {
+		n = malformed(&pair.dst.addr[0], v);
+		for (size_t i = 0; i < n && ok; i++) {
+			snprintf(what, sizeof(what),
+			         "source ep_connect with %s of a %u-byte address", v[i].what,
+			         pair.dst.addr[0].len);
+			int before = pc_host_errors(&pair.src.host);
+			int rc = pair.plugin->ops.ep_connect(pair.src.ep[0], &v[i].blob);
+			ok = refuses(run, &pair.src.host, what, before, rc, -LMT_EPROTO);
+		}
+	}
+	if (ok) {
+		n = malformed(&pair.src.addr[0], v);
+		for (size_t i = 0; i < n && ok; i++) {
+			snprintf(what, sizeof(what),
+			         "destination ep_connect with %s of a %u-byte address", v[i].what,
+			         pair.src.addr[0].len);
+			int before = pc_host_errors(&pair.dst.host);
+			int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &v[i].blob);
+			ok = refuses(run, &pair.dst.host, what, before, rc, -LMT_EPROTO);
+		}
+	}
+	if (ok)
+		pc_note(run, "%zu malformed blobs refused with LMT_EPROTO on each side", n);
+	pc_pair_close(&pair);
+}
+
+static void check_bad_key(struct pc_run *run)
+{
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct variant v[8];
+	char what[160];
+	size_t n = 0;
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, 16 * PC_PAGE);
+	if (ok) {
+		n = malformed(&region.key, v);
+		for (size_t i = 0; i < n && ok; i++) {
+			snprintf(what, sizeof(what), "rkey_import of %s of a %u-byte key",
+			         v[i].what, region.key.len);
+			lmt_rkey *rkey = NULL;
+			int before = pc_host_errors(&pair.src.host);
+			int rc = pair.plugin->ops.rkey_import(pair.src.inst, &v[i].blob, &rkey);
+			ok = refuses(run, &pair.src.host, what, before, rc, -LMT_EPROTO);
+			if (rc == 0 && rkey)
+				pair.plugin->ops.rkey_release(pair.src.inst, rkey);
+		}
+	}
+	ok = ok && pc_pair_stop_progress(run, &pair);
+	if (ok)
+		pc_note(run, "%zu malformed keys refused with LMT_EPROTO", n);
+	finish(run, &pair, NULL, NULL, &region, 1);
+}
+
+static void check_beyond(struct pc_run *run)
+{
+	const size_t len = 16 * PC_PAGE;
+	const struct {
+		uint64_t offset;
+		size_t len;
+	} bad[] = {
+		{len, 1}, {len - PC_PAGE, 2 * PC_PAGE}, {0, len + 1}, {len + PC_PAGE, PC_PAGE},
+		{UINT64_MAX - PC_PAGE + 1, PC_PAGE}, {UINT64_MAX, 2},
+	};
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct pc_source source = {0};
+	struct pc_tally tally = {0};
+	char what[160];
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
+	          pc_source_open(run, &pair, &source, len + 2 * PC_PAGE, 9) &&
+	          pc_tally_init(run, &tally, 2);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) && ok; i++) {
+		snprintf(what, sizeof(what),
+		         "a write of %zu byte%s at offset %llu of a %zu-byte key", bad[i].len,
+		         bad[i].len == 1 ? "" : "s", (unsigned long long)bad[i].offset, len);
+		int before = pc_host_errors(&pair.src.host);
+		int rc = pair.plugin->ops.write(pair.src.ep[0], source.mem, bad[i].len, source.mr,
+		                                region.rkey, bad[i].offset, 1000 + i);
+		ok = refuses(run, &pair.src.host, what, before, rc, -LMT_EINVAL);
+	}
+	ok = ok && all_zero(run, "the region after refused writes", region.mem, len, 0);
+	/* The last page and the last byte are still writable. */
+	ok = ok && pc_post(run, &pair, &tally, 0, &source, source.mem, &region, len - PC_PAGE,
+	                   PC_PAGE) &&
+	     pc_harvest_all(run, &pair, &tally) &&
+	     pc_post(run, &pair, &tally, 0, &source, source.mem + 2 * PC_PAGE, &region, len - 1,
+	             1) &&
+	     pc_harvest_all(run, &pair, &tally);
+	if (ok) {
+		uint8_t want[PC_PAGE];
+		memcpy(want, source.mem, PC_PAGE);
+		want[PC_PAGE - 1] = source.mem[2 * PC_PAGE];
+		ok = pc_same(run, "the last page", region.mem + len - PC_PAGE, want, PC_PAGE,
+		             len - PC_PAGE) &&
+		     pc_region_guards_intact(run, &region);
+	}
+	ok = ok && pc_pair_stop_progress(run, &pair);
+	if (ok)
+		pc_note(run, "%zu writes past the end refused with LMT_EINVAL",
+		        sizeof(bad) / sizeof(bad[0]));
+	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+/* A blocking call that gave up must return promptly with `expected`, or 0
+ * from a plugin that had nothing to wait for. */
+static bool prompt(struct pc_run *run, struct pc_host *host, const char *what, int before,
+                   int rc, uint64_t took, uint64_t limit, int expected)
+{
+	if (took > limit)
+		return pc_fail(run, "%s took %.1f s", what, seconds(took));
+	if (rc < 0 && rc != expected)
+		return pc_fail(run, "%s returned %s, expected %s or 0", what, lmt_err_name(rc),
+		               lmt_err_name(expected));
+	return rc >= 0 || pc_error_recorded(run, host, before, rc, what);
+}
+
+static bool cancelled_calls(struct pc_run *run)
+{
+	struct pc_pair pair;
+	struct lmt_completion c[4];
+	bool ok = pc_pair_open(run, &pair, 30 * PC_SECOND) && pc_pair_open_endpoints(run, &pair);
+	if (ok) {
+		atomic_store(&pair.dst.host.cancelled, 1);
+		int before = pc_host_errors(&pair.dst.host);
+		uint64_t start = pc_now();
+		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
+		ok = prompt(run, &pair.dst.host,
+		            "a cancelled destination's ep_connect, with no source", before, rc,
+		            pc_now() - start, PROMPT_NS, -LMT_ECANCELED);
+	}
+	if (ok) {
+		int before = pc_host_errors(&pair.dst.host);
+		uint64_t start = pc_now();
+		int rc = pair.plugin->ops.progress(pair.dst.inst, c, 4, 30 * PC_SECOND);
+		ok = prompt(run, &pair.dst.host, "a cancelled destination's progress(30 s)",
+		            before, rc, pc_now() - start, PROMPT_NS, -LMT_ECANCELED);
+	}
+	if (ok) {
+		atomic_store(&pair.src.host.cancelled, 1);
+		int before = pc_host_errors(&pair.src.host);
+		uint64_t start = pc_now();
+		int rc = pair.plugin->ops.progress(pair.src.inst, c, 4, 30 * PC_SECOND);
+		ok = prompt(run, &pair.src.host, "a cancelled source's progress(30 s)", before, rc,
+		            pc_now() - start, PROMPT_NS, -LMT_ECANCELED);
+	}
+	pc_pair_close(&pair);
+	return ok;
+}
+
+static void check_cancel(struct pc_run *run)
+{
+	if (!cancelled_calls(run))
+		return;
+	struct pc_pair pair;
+	if (pc_pair_open(run, &pair, PC_SECOND / 2) && pc_pair_open_endpoints(run, &pair)) {
+		int before = pc_host_errors(&pair.dst.host);
+		uint64_t start = pc_now();
+		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
+		prompt(run, &pair.dst.host, "a destination's ep_connect(timeout 500 ms), with no "
+		       "source", before, rc, pc_now() - start, PC_SECOND / 2 + PROMPT_NS,
+		       -LMT_ETIMEDOUT);
+	}
+	pc_pair_close(&pair);
+}
+
+/* ---- Open/close cycles ------------------------------------------------------ */
+
+struct usage {
+	int fds;
+	int threads;
+};
+
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static struct usage usage_now(void)
+{
+	return (struct usage){count_entries("/proc/self/fd"), count_entries("/proc/self/task")};
+}
+
+/* Cycles stop early, after a hundred at least, once the time budget is
+ * spent: a leak shows in a hundred as well as in a thousand. */
+struct cycles {
+	unsigned planned;
+	unsigned done;
+	uint64_t start_ns;
+	uint64_t budget_ns;
+};
+
+static struct cycles cycles_plan(const struct pc_run *run, unsigned planned)
+{
+	return (struct cycles){.planned = planned, .start_ns = pc_now(),
+	                       .budget_ns = run->cfg->cycle_budget_ns};
+}
+
+static bool cycles_left(const struct cycles *c)
+{
+	if (c->done >= c->planned)
+		return false;
+	return c->done < 100 || pc_now() - c->start_ns < c->budget_ns;
+}
+
+static const char *cycles_text(const struct cycles *c, char *buf, size_t size)
+{
+	if (c->done == c->planned)
+		snprintf(buf, size, "%u cycles", c->done);
+	else
+		snprintf(buf, size, "%u of %u cycles (%.0f s budget spent)", c->done, c->planned,
+		         seconds(c->budget_ns));
+	return buf;
+}
+
+/* Threads a plugin joined in close may still be leaving /proc for a moment. */
+static bool same_usage(struct pc_run *run, struct usage before, const struct cycles *c)
+{
+	struct usage after = usage_now();
+	for (int i = 0; i < 50 && after.threads > before.threads; i++) {
+		usleep(10000);
+		after = usage_now();
+	}
+	if (after.fds == before.fds && after.threads == before.threads)
+		return true;
+	char text[96];
+	return pc_fail(run, "after %s: %d file descriptors and %d threads (%d and %d before)",
+	               cycles_text(c, text, sizeof(text)), after.fds, after.threads, before.fds,
+	               before.threads);
+}
+
+static bool instance_cycle(struct pc_run *run)
+{
+	for (int role = 0; role < 2; role++) {
+		struct pc_side side = {0};
+		pc_host_init(&side.host, run->cfg, role ? "destination" : "source");
+		bool ok = pc_instance_open(run, &side,
+		                           role ? LMT_ROLE_DESTINATION : LMT_ROLE_SOURCE,
+		                           run->cfg->channels, run->cfg->op_timeout_ns);
+		if (ok)
+			run->cfg->plugin->ops.instance_close(side.inst);
+		pc_host_fini(&side.host);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static void check_instance_cycles(struct pc_run *run)
+{
+	if (!instance_cycle(run))
+		return;
+	struct usage before = usage_now();
+	struct cycles c = cycles_plan(run, run->cfg->cycles);
+	for (; cycles_left(&c); c.done++)
+		if (!instance_cycle(run))
+			return;
+	char text[96];
+	if (same_usage(run, before, &c))
+		pc_note(run, "%s of a source and a destination, %d fds and %d thread%s before "
+		        "and after", cycles_text(&c, text, sizeof(text)), before.fds,
+		        before.threads, before.threads == 1 ? "" : "s");
+}
+
+static bool endpoint_cycle(struct pc_run *run, struct pc_pair *pair)
+{
+	bool ok = pc_pair_open_endpoints(run, pair);
+	for (uint32_t c = 0; c < pair->channels; c++) {
+		pair->plugin->ops.ep_close(pair->src.ep[c]);
+		pair->plugin->ops.ep_close(pair->dst.ep[c]);
+		pair->src.ep[c] = pair->dst.ep[c] = NULL;
+	}
+	return ok;
+}
+
+static void check_endpoint_cycles(struct pc_run *run)
+{
+	struct pc_pair pair;
+	char text[96];
+	if (pc_pair_open(run, &pair, run->cfg->op_timeout_ns) && endpoint_cycle(run, &pair)) {
+		struct usage before = usage_now();
+		struct cycles c = cycles_plan(run, run->cfg->cycles);
+		bool ok = true;
+		for (; ok && cycles_left(&c); c.done++)
+			ok = endpoint_cycle(run, &pair);
+		if (ok && same_usage(run, before, &c) && pc_pair_quiet(run, &pair))
+			pc_note(run, "%s of %u unconnected endpoint%s per side",
+			        cycles_text(&c, text, sizeof(text)), pair.channels,
+			        pair.channels == 1 ? "" : "s");
+	}
+	pc_pair_close(&pair);
+}
+
+/* Connect, write, and tear down: in order on even cycles; on odd ones with
+ * the write maybe in flight and nothing released but the instances. */
+static bool connected_cycle(struct pc_run *run, unsigned i)
+{
+	struct pc_pair pair;
+	struct pc_region region = {0};
+	struct pc_source source = {0};
+	struct pc_tally tally = {0};
+	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, 4 * PC_PAGE) &&
+	          pc_source_open(run, &pair, &source, PC_PAGE, i) &&
+	          pc_tally_init(run, &tally, 1) &&
+	          pc_post(run, &pair, &tally, i % pair.channels, &source, source.mem, &region, 0,
+	                  PC_PAGE);
+	bool orderly = !ok || i % 2 == 0;
+	if (ok && orderly) {
+		ok = pc_harvest_all(run, &pair, &tally) && pc_pair_stop_progress(run, &pair);
+		for (uint32_t c = 0; c < pair.channels && ok; c++) {
+			pair.plugin->ops.ep_close(pair.src.ep[c]);
+			pair.plugin->ops.ep_close(pair.dst.ep[c]);
+		}
+		ok = ok && pc_pair_quiet(run, &pair);
+	}
+	pc_pair_stop_progress(run, &pair);
+	if (orderly) {
+		pc_source_close(&pair, &source);
+		pc_region_close(&pair, &region);
+	}
+	pc_pair_close(&pair);
+	/* Odd cycles: instance_close released the rest; only memory is left. */
+	source.mr = NULL;
+	region.mr = NULL;
+	region.rkey = NULL;
+	pc_source_close(&pair, &source);
+	pc_region_close(&pair, &region);
+	pc_tally_fini(&tally);
+	return ok;
+}
+
+static void check_connected_cycles(struct pc_run *run)
+{
+	if (!connected_cycle(run, 0))
+		return;
+	struct usage before = usage_now();
+	struct cycles c = cycles_plan(run, run->cfg->cycles / 10 ? run->cfg->cycles / 10 : 1);
+	for (; cycles_left(&c); c.done++)
+		if (!connected_cycle(run, c.done))
+			return;
+	char text[96];
+	if (same_usage(run, before, &c))
+		pc_note(run, "%s, every other one closed with a write outstanding",
+		        cycles_text(&c, text, sizeof(text)));
+}
+
+/* ---- Unloading -------------------------------------------------------------- */
+
+int pc_unload_probe(const char *spec, const char *options, bool verbose)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	struct usage before = usage_now();
+	struct pc_config cfg = {.channels = 1, .verbose = verbose,
+	                        .op_timeout_ns = 10 * PC_SECOND};
+	struct lmt_error err = {0};
+	lmt_plugin_handle *outer = NULL, *inner = NULL;
+	int rc = pc_load(&cfg, spec, options, &outer, &inner, &err);
+	struct pc_run run = {.cfg = &cfg};
+	if (rc)
+		pc_fail(&run, "%s", err.message);
+	else
+		instance_cycle(&run);
+	lmt_session_free(cfg.options);
+	lmt_plugin_close(outer);
+	lmt_plugin_close(inner);
+	if (!run.failed)
+		same_usage(&run, before, &(struct cycles){.planned = 1, .done = 1});
+	if (run.failed) {
+		fprintf(stderr, "unload: %s\n", run.why);
+		return 3;
+	}
+	return 0;
+}
+
+/* Run the probe in a fresh process, where nothing else holds the plugin
+ * loaded, and collect what it says on stderr. */
+static void check_unload(struct pc_run *run)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		pc_fail(run, "pipe: %s", strerror(errno));
+		return;
+	}
+	char *argv[] = {"lmt-plugin-check", "--unload-probe", "-o",
+	                (char *)(run->cfg->option_text ? run->cfg->option_text : ""),
+	                (char *)run->cfg->spec, NULL};
+	posix_spawn_file_actions_t actions;
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_adddup2(&actions, p[1], STDERR_FILENO);
+	pid_t pid;
+	int rc = posix_spawn(&pid, "/proc/self/exe", &actions, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&actions);
+	close(p[1]);
+	static char said[65536];
+	size_t have = 0;
+	ssize_t n;
+	while (rc == 0 && (n = read(p[0], said + have, sizeof(said) - 1 - have)) != 0)
+		if (n > 0 && (have += (size_t)n) == sizeof(said) - 1)
+			break;
+		else if (n < 0 && errno != EINTR)
+			break;
+	close(p[0]);
+	said[have] = 0;
+	fputs(said, stderr);
+	int status = 0;
+	while (rc == 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	const char *line = strstr(said, "unload: ");
+	const char *summary = strstr(said, "SUMMARY: ");
+	if (rc)
+		pc_fail(run, "cannot run /proc/self/exe: %s", strerror(rc));
+	else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		pc_note(run, "loaded, used and unloaded in a fresh process, nothing left behind");
+	else if (line)
+		pc_fail(run, "%.*s", (int)strcspn(line + 8, "\n"), line + 8);
+	else if (summary)
+		pc_fail(run, "after unloading: %.*s%s", (int)strcspn(summary + 9, "\n"),
+		        summary + 9,
+		        strstr(said, "call_init") ? " (some by a library's constructor at "
+		                                    "dlopen, never freed at dlclose)"
+		                                  : "");
+	else
+		pc_fail(run, "the unload probe ended with %s %d", WIFSIGNALED(status) ? "signal"
+		        : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+const struct pc_check pc_checks[] = {
+	{"descriptor", check_descriptor},
+	{"exported symbols", check_exports},
+	{"version negotiation", check_negotiation},
+	{"option defaults", check_options},
+	{"instance open/close", check_instances},
+	{"endpoint open/connect", check_connect},
+	{"idle progress and flush", check_idle},
+	{"registration", check_registration},
+	{"writes of many sizes", check_sizes},
+	{"every cookie exactly once", check_cookies},
+	{"flush visibility", check_flush},
+	{"queue full (EAGAIN)", check_queue_full},
+	{"malformed address blob", check_bad_address},
+	{"malformed key blob", check_bad_key},
+	{"write beyond the key's length", check_beyond},
+	{"cancel and timeout", check_cancel},
+	{"instance open/close cycles", check_instance_cycles},
+	{"endpoint open/close cycles", check_endpoint_cycles},
+	{"connected open/close cycles", check_connected_cycles},
+	{"unload", check_unload},
+};
+
+const size_t pc_check_count = sizeof(pc_checks) / sizeof(pc_checks[0]);
