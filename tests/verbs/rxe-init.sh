@@ -7,7 +7,9 @@ export PATH=/bin:/usr/bin:/sbin:/usr/sbin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
+# The initramfs is writable as it is; a tmpfs on /tmp would hide a build
+# tree that lives under /tmp.
+mkdir -p /tmp
 . /lmt/env
 export LMT_PLUGIN_PATH="$PLUGIN_DIR" LMT_LOG=warn HOME=/tmp
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
