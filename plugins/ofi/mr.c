@@ -1,0 +1,303 @@
+/* Memory registration of the libfabric plugin: each FI_MR_* mode a provider
+ * may ask for, key blobs for the peer, and the peer's keys. */
+#define _GNU_SOURCE
+#include "ofi.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_errno.h>
+
+int ofi_mr_open(lmt_instance *inst, void *addr, size_t len, uint64_t access, struct fid_ep *ep,
+                struct fid_mr **out, const char *what)
+{
+	*out = NULL;
+	uint64_t requested = 0;
+	/* Without FI_MR_PROV_KEY the application picks keys, unique in the
+	 * domain and within the provider's key size. */
+	if (!(inst->mr_mode & FI_MR_PROV_KEY)) {
+		pthread_mutex_lock(&inst->mr_lock);
+		requested = inst->next_key < inst->key_limit ? inst->next_key++ : 0;
+		pthread_mutex_unlock(&inst->mr_lock);
+		if (!requested)
+			return ofi_error(
+			        inst, LMT_EOVERFLOW,
+			        "ofi: registering %s: the provider's %zu-byte keys are used up",
+			        what, inst->info->domain_attr->mr_key_size);
+	}
+	if ((inst->mr_mode & FI_MR_ENDPOINT) && !ep)
+		return ofi_error(inst, LMT_ESTATE,
+		                 "ofi: registering %s: FI_MR_ENDPOINT needs an open endpoint",
+		                 what);
+	struct fid_mr *mr;
+	int rc = fi_mr_reg(inst->domain, addr, len, access, 0, requested, 0, &mr, NULL);
+	if (rc)
+		return ofi_error(inst, ofi_code(-rc), "ofi: registering %s (%zu bytes at %p): %s",
+		                 what, len, addr, fi_strerror(-rc));
+	const char *call = NULL;
+	if (inst->mr_mode & FI_MR_ENDPOINT) {
+		/* Such a registration works once bound to its endpoint and enabled. */
+		rc = fi_mr_bind(mr, &ep->fid, 0);
+		call = "fi_mr_bind";
+		if (!rc) {
+			rc = fi_mr_enable(mr);
+			call = "fi_mr_enable";
+		}
+	}
+	if (rc) {
+		ofi_close_fid(inst, &mr->fid, what);
+		return ofi_error(inst, ofi_code(-rc), "ofi: registering %s: %s: %s", what, call,
+		                 fi_strerror(-rc));
+	}
+	*out = mr;
+	return 0;
+}
+
+int ofi_mr_key(lmt_instance *inst, struct fid_mr *mr, struct ofi_key *key, const char *what)
+{
+	memset(key, 0, sizeof(*key));
+	if (!(inst->mr_mode & FI_MR_RAW)) {
+		/* With FI_MR_PROV_KEY this is the provider's choice. */
+		key->key = fi_mr_key(mr);
+		if (key->key == FI_KEY_NOTAVAIL)
+			return ofi_error(inst, LMT_EIO, "ofi: %s: the provider gives no key",
+			                 what);
+		return 0;
+	}
+	size_t size = sizeof(key->raw);
+	int rc = fi_mr_raw_attr(mr, &key->raw_base, key->raw, &size, 0);
+	if (rc == -FI_ETOOSMALL)
+		return ofi_error(
+		        inst, LMT_ENOTSUP,
+		        "ofi: %s: the provider's raw key has %zu bytes, lmt carries up to %u",
+		        what, size, OFI_RAW_KEY_MAX);
+	if (rc || size == 0 || size > sizeof(key->raw))
+		return ofi_error(inst, rc ? ofi_code(-rc) : LMT_EIO, "ofi: %s: fi_mr_raw_attr: %s",
+		                 what, rc ? fi_strerror(-rc) : "empty key");
+	key->raw_len = (uint16_t)size;
+	return 0;
+}
+
+int ofi_key_import(lmt_instance *inst, const struct ofi_key *key, uint64_t *out, bool *mapped,
+                   const char *what)
+{
+	*mapped = false;
+	if (!(inst->mr_mode & FI_MR_RAW)) {
+		if (key->key >= inst->key_limit)
+			return ofi_error(
+			        inst, LMT_EPROTO,
+			        "ofi: %s: key 0x%llx is wider than the provider's %zu bytes", what,
+			        (unsigned long long)key->key,
+			        inst->info->domain_attr->mr_key_size);
+		*out = key->key;
+		return 0;
+	}
+	if (key->raw_len == 0)
+		return ofi_error(inst, LMT_EPROTO, "ofi: %s: no raw key", what);
+	uint8_t raw[OFI_RAW_KEY_MAX];
+	memcpy(raw, key->raw, key->raw_len);
+	int rc = fi_mr_map_raw(inst->domain, key->raw_base, raw, key->raw_len, out, 0);
+	if (rc)
+		return ofi_error(inst, LMT_EPROTO, "ofi: %s: fi_mr_map_raw of a %u-byte key: %s",
+		                 what, key->raw_len, fi_strerror(-rc));
+	*mapped = true;
+	return 0;
+}
+
+void ofi_key_unmap(lmt_instance *inst, uint64_t key)
+{
+	int rc = fi_mr_unmap_key(inst->domain, key);
+	if (rc)
+		ofi_log(inst, LMT_LOG_WARN, "ofi: fi_mr_unmap_key: %s", fi_strerror(-rc));
+}
+
+void ofi_mr_drop_channel(lmt_instance *inst, uint32_t channel)
+{
+	if (!(inst->mr_mode & FI_MR_ENDPOINT))
+		return;
+	pthread_mutex_lock(&inst->mr_lock);
+	for (struct lmt_mr *mr = inst->mrs; mr; mr = mr->next)
+		if (channel < mr->count && mr->mr[channel]) {
+			ofi_close_fid(inst, &mr->mr[channel]->fid, "a registration");
+			mr->mr[channel] = NULL;
+		}
+	pthread_mutex_unlock(&inst->mr_lock);
+}
+
+static void close_parts(lmt_instance *inst, struct lmt_mr *mr)
+{
+	for (uint32_t i = 0; i < mr->count; i++)
+		if (mr->mr[i])
+			ofi_close_fid(inst, &mr->mr[i]->fid, "a registration");
+}
+
+/* Open the provider registrations of `mr`: one, or one per channel. */
+static int open_parts(lmt_instance *inst, struct lmt_mr *mr)
+{
+	for (uint32_t i = 0; i < mr->count; i++) {
+		lmt_endpoint *ep = inst->mr_mode & FI_MR_ENDPOINT ? inst->eps[i] : NULL;
+		if ((inst->mr_mode & FI_MR_ENDPOINT) && !ep)
+			return ofi_error(inst, LMT_ESTATE,
+			                 "ofi: the provider binds registrations to endpoints "
+			                 "(FI_MR_ENDPOINT), and channel %u is not open",
+			                 i);
+		int rc = ofi_mr_open(inst, mr->addr, mr->len, mr->access, ep ? ep->ep : NULL,
+		                     &mr->mr[i], "a memory region");
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int encode_key(lmt_instance *inst, struct lmt_mr *mr, struct lmt_blob *key)
+{
+	struct ofi_key_blob *k = calloc(1, sizeof(*k));
+	if (!k)
+		return ofi_error(inst, LMT_ENOMEM, "ofi: out of memory");
+	k->flags = (inst->mr_mode & FI_MR_VIRT_ADDR ? OFI_KEY_VIRT : 0) |
+	           (inst->mr_mode & FI_MR_RAW ? OFI_KEY_RAW : 0);
+	k->count = (uint16_t)mr->count;
+	k->base = inst->mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)mr->addr : 0;
+	k->len = mr->len;
+	int rc = 0;
+	for (uint32_t i = 0; i < mr->count && !rc; i++)
+		rc = ofi_mr_key(inst, mr->mr[i], &k->keys[i], "a memory region");
+	if (!rc && ofi_key_encode(k, key))
+		rc = ofi_error(inst, LMT_EOVERFLOW,
+		               "ofi: %u keys of this provider do not fit a %u-byte key blob",
+		               mr->count, LMT_BLOB_MAX);
+	free(k);
+	return rc;
+}
+
+int ofi_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t access, lmt_mr **out,
+                    struct lmt_blob *key)
+{
+	if (!inst || !out)
+		return -LMT_EINVAL;
+	bool remote = access & LMT_MR_REMOTE_WRITE;
+	bool local = access & LMT_MR_LOCAL_READ;
+	if (!addr || !len || (!remote && !local) ||
+	    (access & ~(uint32_t)(LMT_MR_REMOTE_WRITE | LMT_MR_LOCAL_READ)) || (remote && !key))
+		return ofi_error(inst, LMT_EINVAL,
+		                 "ofi: cannot register %zu bytes at %p for access 0x%x%s", len,
+		                 addr, access, remote && !key ? " without a key blob" : "");
+	/* Source memory costs nothing unless the provider needs it registered. */
+	bool provider = remote || inst->local_mr;
+	uint32_t count = !provider ? 0 : inst->mr_mode & FI_MR_ENDPOINT ? inst->channels : 1;
+	struct lmt_mr *mr = calloc(1, sizeof(*mr) + count * sizeof(mr->mr[0]));
+	if (!mr)
+		return ofi_error(inst, LMT_ENOMEM, "ofi: out of memory");
+	mr->addr = addr;
+	mr->len = len;
+	mr->access = (remote ? FI_REMOTE_WRITE : 0) | (local ? FI_WRITE : 0);
+	mr->count = count;
+	int rc = open_parts(inst, mr);
+	if (!rc && remote)
+		rc = encode_key(inst, mr, key);
+	else if (!rc && key)
+		key->len = 0;
+	if (rc) {
+		close_parts(inst, mr);
+		free(mr);
+		return rc;
+	}
+	pthread_mutex_lock(&inst->mr_lock);
+	mr->next = inst->mrs;
+	if (inst->mrs)
+		inst->mrs->prev = mr;
+	inst->mrs = mr;
+	pthread_mutex_unlock(&inst->mr_lock);
+	*out = mr;
+	return 0;
+}
+
+void ofi_mr_deregister(lmt_instance *inst, lmt_mr *mr)
+{
+	if (!inst || !mr)
+		return;
+	pthread_mutex_lock(&inst->mr_lock);
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		inst->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
+	pthread_mutex_unlock(&inst->mr_lock);
+	close_parts(inst, mr);
+	free(mr);
+}
+
+static void unmap_keys(lmt_instance *inst, struct lmt_rkey *rkey, uint32_t count)
+{
+	for (uint32_t i = 0; rkey->mapped && i < count; i++)
+		ofi_key_unmap(inst, rkey->key[i]);
+}
+
+int ofi_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt_rkey **out)
+{
+	if (!inst || !key || !out)
+		return -LMT_EINVAL;
+	struct ofi_key_blob *k = malloc(sizeof(*k));
+	if (!k)
+		return ofi_error(inst, LMT_ENOMEM, "ofi: out of memory");
+	const char *why = ofi_key_decode(key, k);
+	uint8_t flags = (inst->mr_mode & FI_MR_VIRT_ADDR ? OFI_KEY_VIRT : 0) |
+	                (inst->mr_mode & FI_MR_RAW ? OFI_KEY_RAW : 0);
+	uint32_t count = inst->mr_mode & FI_MR_ENDPOINT ? inst->channels : 1;
+	if (!why && k->flags != flags)
+		why = "memory-registration modes differ from this side's";
+	if (!why && k->count != count)
+		why = "wrong number of keys";
+	if (why) {
+		int rc = ofi_error(inst, LMT_EPROTO, "ofi: bad key blob (%u bytes): %s", key->len,
+		                   why);
+		free(k);
+		return rc;
+	}
+	struct lmt_rkey *rkey = calloc(1, sizeof(*rkey) + count * sizeof(rkey->key[0]));
+	if (!rkey) {
+		free(k);
+		return ofi_error(inst, LMT_ENOMEM, "ofi: out of memory");
+	}
+	rkey->base = k->base;
+	rkey->len = k->len;
+	rkey->count = count;
+	rkey->mapped = inst->mr_mode & FI_MR_RAW;
+	int rc = 0;
+	uint32_t done = 0;
+	for (; done < count && !rc; done++) {
+		bool mapped;
+		rc = ofi_key_import(inst, &k->keys[done], &rkey->key[done], &mapped, "a key blob");
+	}
+	free(k);
+	if (rc) {
+		unmap_keys(inst, rkey, done - 1);
+		free(rkey);
+		return rc;
+	}
+	pthread_mutex_lock(&inst->mr_lock);
+	rkey->next = inst->rkeys;
+	if (inst->rkeys)
+		inst->rkeys->prev = rkey;
+	inst->rkeys = rkey;
+	pthread_mutex_unlock(&inst->mr_lock);
+	*out = rkey;
+	return 0;
+}
+
+void ofi_rkey_release(lmt_instance *inst, lmt_rkey *rkey)
+{
+	if (!inst || !rkey)
+		return;
+	pthread_mutex_lock(&inst->mr_lock);
+	if (rkey->prev)
+		rkey->prev->next = rkey->next;
+	else
+		inst->rkeys = rkey->next;
+	if (rkey->next)
+		rkey->next->prev = rkey->prev;
+	pthread_mutex_unlock(&inst->mr_lock);
+	unmap_keys(inst, rkey, rkey->count);
+	free(rkey);
+}
