@@ -1,0 +1,503 @@
+/* Source side of a UCX channel: writes are queued by the session thread and
+ * posted by the channel thread, as active messages (complete once the
+ * destination acknowledges them) or as puts (complete once a flush covering
+ * them completes). Either way a completion means the bytes are visible. */
+#define _GNU_SOURCE
+#include "ucx.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUBMIT_BATCH 32            /* writes taken from the queue at a time */
+#define FLUSH_EVERY 16             /* puts per flush, at most */
+#define FLUSH_BYTES (8ull << 20)   /* bytes put per flush, at most */
+
+/* ---- Failures -------------------------------------------------------------- */
+
+/* Take the channel down with `code` (-LMT_E*). `report`: the session is
+ * over, so every channel goes down too. */
+static void source_break(lmt_endpoint *ep, int code, bool report)
+{
+	if (ep->failure)
+		return;
+	ep->failure = code;
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->broken)
+		ep->broken = code;
+	pthread_mutex_unlock(&ep->lock);
+	if (report)
+		ucx_fail_all(ep->inst, code);
+}
+
+static void source_fail(lmt_endpoint *ep, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+
+static void source_fail(lmt_endpoint *ep, int code, const char *fmt, ...)
+{
+	if (ep->failure)
+		return;
+	if (atomic_load(&ep->stopping)) {
+		source_break(ep, -LMT_ECANCELED, false);
+		return;
+	}
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	source_break(ep, ucx_error(ep->inst, code, "ucx channel %u: %s", ep->channel, msg), true);
+}
+
+static void source_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
+{
+	lmt_endpoint *ep = arg;
+	(void)uep;
+	ep->transport_failed = true;
+	/* After an orderly goodbye the peer may vanish at any time. */
+	if (ep->peer_bye && !ep->in_flight)
+		source_break(ep, -LMT_ECONN, false);
+	else
+		source_fail(ep, LMT_ECONN, "the destination went away (%s)",
+		            ucs_status_string(status));
+}
+
+/* ---- Completions ----------------------------------------------------------- */
+
+static void try_finish(lmt_endpoint *ep, struct ucx_slot *slot)
+{
+	/* A failed channel completes what is left when it settles. */
+	if (ep->failure || !slot->posted || !slot->sent)
+		return;
+	if (slot->status || slot->acked) {
+		ep->in_flight--;
+		ucx_complete(ep, slot, slot->status);
+	}
+}
+
+static void write_sent(void *request, ucs_status_t status, void *user_data)
+{
+	struct ucx_slot *slot = user_data;
+	lmt_endpoint *ep = slot->ep;
+	slot->sent = true;
+	ucp_request_free(request);
+	if (status == UCS_ERR_REJECTED) {
+		slot->status = -LMT_EPROTO;
+		source_fail(ep, LMT_EPROTO, "the destination refused a write of %zu bytes",
+		            slot->len);
+	} else if (status != UCS_OK) {
+		int code = ucx_status_code(status);
+		if (code == LMT_ECANCELED)
+			code = LMT_ECONN;
+		slot->status = -code;
+		source_fail(ep, code, "a write of %zu bytes failed (%s)", slot->len,
+		            ucs_status_string(status));
+	}
+	try_finish(ep, slot);
+}
+
+static void puts_flushed(lmt_endpoint *ep, ucs_status_t status)
+{
+	ep->flushing = false;
+	if (status != UCS_OK) {
+		source_fail(ep, ucx_status_code(status), "flushing puts failed (%s)",
+		            ucs_status_string(status));
+		return;
+	}
+	for (uint32_t i = 0; i < UCX_QUEUE_DEPTH; i++) {
+		struct ucx_slot *slot = &ep->slots[i];
+		if (slot->posted && !slot->acked && slot->epoch <= ep->flush_covers) {
+			slot->acked = true;
+			try_finish(ep, slot);
+		}
+	}
+}
+
+static void flush_done(void *request, ucs_status_t status, void *user_data)
+{
+	ucp_request_free(request);
+	puts_flushed(user_data, status);
+}
+
+/* Flush the puts posted so far when enough are waiting, or when the
+ * channel has nothing else to do. */
+static bool flush_puts(lmt_endpoint *ep, bool idle)
+{
+	if (ep->flushing || !ep->unflushed || ep->closed)
+		return false;
+	if (!idle && ep->unflushed < FLUSH_EVERY && ep->unflushed_bytes < FLUSH_BYTES)
+		return false;
+	ep->flush_covers = ep->epoch++;
+	ep->unflushed = 0;
+	ep->unflushed_bytes = 0;
+	ep->flushing = true;
+	ucp_request_param_t params = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+		.cb.send = flush_done,
+		.user_data = ep,
+	};
+	void *req = ucp_ep_flush_nbx(ep->ep, &params);
+	if (req == NULL)
+		puts_flushed(ep, UCS_OK);
+	else if (UCS_PTR_IS_ERR(req))
+		puts_flushed(ep, UCS_PTR_STATUS(req));
+	return true;
+}
+
+/* Acknowledgements and notices from the destination. */
+static ucs_status_t source_note(void *arg, const void *header, size_t header_length, void *data,
+                                size_t length, const ucp_am_recv_param_t *param)
+{
+	lmt_endpoint *ep = arg;
+	struct ucx_note n;
+	const char *why = ucx_note_decode(header, header_length, &n);
+	if (!why && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+		why = "notice sent by rendezvous";
+	else if (!why && n.kind == UCX_NOTE_ACK &&
+	         (n.count > UCX_QUEUE_DEPTH || length != (size_t)n.count * UCX_NOTE_ENTRY_LEN))
+		why = "acknowledgement entries disagree with its length";
+	else if (!why && n.kind == UCX_NOTE_ACK && ep->use_put)
+		why = "acknowledgement on a channel that puts";
+	if (why) {
+		source_fail(ep, LMT_EPROTO, "bad notice from the destination: %s", why);
+		return UCS_OK;
+	}
+	if (n.kind == UCX_NOTE_BYE) {
+		ucx_peer_bye(ep);
+		if (ep->in_flight)
+			source_fail(ep, LMT_ECONN,
+			            "the destination closed the channel with %u writes "
+			            "unacknowledged",
+			            ep->in_flight);
+		else
+			source_break(ep, -LMT_ECONN, false);
+		return UCS_OK;
+	}
+	if (n.kind == UCX_NOTE_ERROR) {
+		int code = n.code > 0 && n.code < LMT_ERRC_COUNT ? n.code : LMT_EPROTO;
+		source_fail(ep, code, "the destination failed the channel (error %d)", n.code);
+		return UCS_OK;
+	}
+	const uint8_t *entry = data;
+	for (uint32_t i = 0; i < n.count && !ep->failure; i++, entry += UCX_NOTE_ENTRY_LEN) {
+		uint32_t index, generation;
+		ucx_entry_decode(entry, &index, &generation);
+		struct ucx_slot *slot = index < UCX_QUEUE_DEPTH ? &ep->slots[index] : NULL;
+		if (!slot || !slot->posted || slot->acked || slot->generation != generation) {
+			source_fail(ep, LMT_EPROTO,
+			            "acknowledgement for an unknown write (slot %u, "
+			            "generation %u)",
+			            index, generation);
+			break;
+		}
+		slot->acked = true;
+		try_finish(ep, slot);
+	}
+	return UCS_OK;
+}
+
+/* ---- Posting ----------------------------------------------------------------- */
+
+/* The rkey of `slot` unpacked on this channel's endpoint. */
+static ucp_rkey_h channel_rkey(lmt_endpoint *ep, struct ucx_slot *slot)
+{
+	ucp_rkey_h *rkey = &slot->rkey->unpacked[ep->channel];
+	if (*rkey)
+		return *rkey;
+	ucs_status_t st = ucp_ep_rkey_unpack(ep->ep, slot->rkey->packed, rkey);
+	if (st == UCS_OK)
+		return *rkey;
+	*rkey = NULL;
+	source_fail(ep, LMT_EPROTO, "cannot unpack the rkey of region %u (%s)",
+	            slot->rkey->key.region, ucs_status_string(st));
+	return NULL;
+}
+
+static void post(lmt_endpoint *ep, struct ucx_slot *slot)
+{
+	/* REPLY: the destination learns UCX's endpoint for this connection,
+	 * so that it can purge a rendezvous this side never finishes. */
+	ucp_request_param_t params = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+		                UCP_OP_ATTR_FIELD_FLAGS,
+		.flags = UCP_AM_SEND_FLAG_REPLY,
+		.cb.send = write_sent,
+		.user_data = slot,
+	};
+	void *req;
+	slot->posted = true;
+	ep->in_flight++;
+	if (ep->use_put) {
+		ucp_rkey_h rkey = channel_rkey(ep, slot);
+		if (!rkey) {
+			slot->sent = true;
+			slot->status = -LMT_EPROTO;
+			return;
+		}
+		slot->epoch = ep->epoch;
+		ep->unflushed++;
+		ep->unflushed_bytes += slot->len;
+		params.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FIELD_FLAGS;
+		req = ucp_put_nbx(ep->ep, slot->local, slot->len,
+		                  slot->rkey->key.base + slot->offset, rkey, &params);
+	} else {
+		req = ucp_am_send_nbx(ep->ep, UCX_AM_WRITE, slot->header, UCX_WRITE_HEADER_LEN,
+		                      slot->local, slot->len, &params);
+	}
+	if (req == NULL) {
+		slot->sent = true;
+	} else if (UCS_PTR_IS_ERR(req)) {
+		ucs_status_t st = UCS_PTR_STATUS(req);
+		slot->sent = true;
+		slot->status = -ucx_status_code(st);
+		source_fail(ep, ucx_status_code(st), "cannot post a write of %zu bytes (%s)",
+		            slot->len, ucs_status_string(st));
+	}
+}
+
+/* Complete a slot that never reached UCX, or is abandoned by a failed
+ * channel. */
+static void drop(lmt_endpoint *ep, struct ucx_slot *slot, int status)
+{
+	if (slot->posted)
+		ep->in_flight--;
+	ucx_complete(ep, slot, status);
+}
+
+/* Take up to `max` slots off the submission queue. */
+static uint32_t take(lmt_endpoint *ep, struct ucx_slot **out, uint32_t max)
+{
+	uint32_t n = 0;
+	pthread_mutex_lock(&ep->lock);
+	while (ep->queue_tail != ep->queue_head && n < max)
+		out[n++] = &ep->slots[ep->queue[ep->queue_tail++ % UCX_QUEUE_DEPTH]];
+	pthread_mutex_unlock(&ep->lock);
+	return n;
+}
+
+static bool post_queued(lmt_endpoint *ep)
+{
+	struct ucx_slot *batch[SUBMIT_BATCH];
+	uint32_t n = take(ep, batch, SUBMIT_BATCH);
+	for (uint32_t i = 0; i < n; i++) {
+		if (ep->failure)
+			drop(ep, batch[i], ep->failure);
+		else
+			post(ep, batch[i]);
+	}
+	return n > 0;
+}
+
+/* ---- The channel thread ------------------------------------------------------ */
+
+/* A failed channel: cancel what UCX still runs, then complete every write
+ * that is left with the failure. */
+static void settle(lmt_endpoint *ep)
+{
+	ucx_ep_close_now(ep, true);
+	struct ucx_slot *batch[SUBMIT_BATCH];
+	uint32_t n;
+	while ((n = take(ep, batch, SUBMIT_BATCH)) != 0)
+		for (uint32_t i = 0; i < n; i++)
+			drop(ep, batch[i], ep->failure);
+	for (uint32_t i = 0; i < UCX_QUEUE_DEPTH; i++)
+		if (ep->slots[i].posted)
+			drop(ep, &ep->slots[i], ep->failure);
+	ucx_settled(ep, ep->failure);
+}
+
+static bool source_ready(lmt_endpoint *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	bool queued = ep->queue_tail != ep->queue_head;
+	pthread_mutex_unlock(&ep->lock);
+	return queued || (ep->use_put && ep->unflushed && !ep->flushing);
+}
+
+static void shutdown_channel(lmt_endpoint *ep)
+{
+	/* UCX wants rkeys gone before their endpoint, once nothing uses
+	 * them; a forced close purges what still does. */
+	if (!ep->in_flight)
+		ucx_source_drop_rkeys(ep);
+	ucx_ep_close_now(ep, true);
+	if (!ep->failure)
+		source_break(ep, -LMT_ECANCELED, false);
+	settle(ep);
+	ucx_source_drop_rkeys(ep);
+}
+
+static void *source_thread(void *arg)
+{
+	lmt_endpoint *ep = arg;
+	while (!atomic_load(&ep->stopping)) {
+		bool busy = post_queued(ep);
+		busy |= ucx_drive(ep);
+		if (ep->use_put && !ep->failure)
+			busy |= flush_puts(ep, !busy);
+		int failing = atomic_load(&ep->inst->failing_hint);
+		if (failing && !ep->failure)
+			source_break(ep, failing, false);
+		if (ep->failure && !ep->closed) {
+			settle(ep);
+			busy = true;
+		}
+		ucx_pace(ep, busy, ep->in_flight > 0, source_ready);
+	}
+	shutdown_channel(ep);
+	return NULL;
+}
+
+/* ---- Operations ---------------------------------------------------------------- */
+
+int ucx_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	ep->slots = calloc(UCX_QUEUE_DEPTH, sizeof(*ep->slots));
+	ep->free_slots = calloc(UCX_QUEUE_DEPTH, sizeof(*ep->free_slots));
+	ep->queue = calloc(UCX_QUEUE_DEPTH, sizeof(*ep->queue));
+	int rc = 0;
+	if (!ep->slots || !ep->free_slots || !ep->queue)
+		rc = ucx_error(inst, LMT_ENOMEM, "ucx: out of memory");
+	else if (pthread_mutex_init(&ep->lock, NULL))
+		rc = ucx_error(inst, LMT_ENOMEM, "ucx: cannot create locks");
+	else
+		ep->lock_ready = true;
+	for (uint32_t i = 0; !rc && i < UCX_QUEUE_DEPTH; i++) {
+		ep->slots[i].ep = ep;
+		ep->slots[i].index = i;
+		ep->free_slots[i] = UCX_QUEUE_DEPTH - 1 - i;
+	}
+	ep->free_count = UCX_QUEUE_DEPTH;
+	if (!rc)
+		rc = ucx_worker_open(ep, false);
+	if (!rc)
+		rc = ucx_set_handler(ep, UCX_AM_NOTE, source_note);
+	if (!rc)
+		rc = ucx_worker_blob(ep, UCX_MAGIC_SRC_ADDR, addr);
+	if (rc)
+		ucx_source_ep_close(ep);
+	return rc;
+}
+
+int ucx_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	struct ucx_addr a;
+	const char *why = ucx_addr_decode(peer_addr, UCX_MAGIC_DST_ADDR, &a);
+	if (!why && a.channel != ep->channel)
+		why = "address of another channel";
+	if (why)
+		return ucx_error(inst, LMT_EPROTO,
+		                 "ucx channel %u: bad address blob from the destination: %s",
+		                 ep->channel, why);
+	if (ep->connected || ep->ep)
+		return ucx_error(inst, LMT_ESTATE, "ucx channel %u: already connected",
+		                 ep->channel);
+	int rc = ucx_endpoint_create(ep, &a, source_ep_failed);
+	if (rc)
+		return rc;
+	ep->use_put = inst->use_put;
+	if ((rc = ucx_thread_start(ep, source_thread)) != 0) {
+		ucx_ep_close_now(ep, true);
+		return rc;
+	}
+	pthread_mutex_lock(&ep->lock);
+	ep->connected = true;
+	pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_lock(&inst->lock);
+	ep->live = true;
+	if (inst->failing)
+		ucx_wake(ep);
+	pthread_mutex_unlock(&inst->lock);
+	ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: connected, writes as %s", ep->channel,
+	        ep->use_put ? "puts" : "active messages");
+	return 0;
+}
+
+int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *rkey,
+                     uint64_t offset, uint64_t cookie)
+{
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->connected || ep->broken || !ep->free_count) {
+		int code = !ep->connected ? LMT_ESTATE : ep->broken ? -ep->broken : LMT_EAGAIN;
+		pthread_mutex_unlock(&ep->lock);
+		if (code == LMT_EAGAIN)
+			return -LMT_EAGAIN;
+		int rc = ucx_error(ep->inst, code, "ucx channel %u: %s", ep->channel,
+		                   code == LMT_ESTATE ? "not connected" : "channel is down");
+		/* A channel the peer closed in order fails the session once
+		 * it is used: progress says so too. */
+		if (code != LMT_ESTATE)
+			ucx_fail_all(ep->inst, rc);
+		return rc;
+	}
+	uint32_t index = ep->free_slots[--ep->free_count];
+	struct ucx_slot *slot = &ep->slots[index];
+	slot->busy = true;
+	slot->generation++;
+	slot->seq = ep->posted++;
+	slot->local = local;
+	slot->len = len;
+	slot->rkey = rkey;
+	slot->offset = offset;
+	slot->cookie = cookie;
+	ucx_write_encode(&(struct ucx_write){.region = rkey->key.region, .offset = offset,
+	                                     .len = len, .slot = index,
+	                                     .generation = slot->generation},
+	                 slot->header);
+	atomic_fetch_add(&rkey->users, 1);
+	ep->queue[ep->queue_head++ % UCX_QUEUE_DEPTH] = index;
+	pthread_mutex_unlock(&ep->lock);
+	ucx_wake(ep);
+	return 0;
+}
+
+uint64_t ucx_source_oldest(lmt_endpoint *ep)
+{
+	if (!ep->lock_ready)
+		return 0;
+	pthread_mutex_lock(&ep->lock);
+	uint64_t oldest = ep->posted;
+	for (uint32_t i = 0; i < UCX_QUEUE_DEPTH; i++)
+		if (ep->slots[i].busy && ep->slots[i].seq < oldest)
+			oldest = ep->slots[i].seq;
+	pthread_mutex_unlock(&ep->lock);
+	return oldest;
+}
+
+void ucx_source_drop_rkeys(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	pthread_mutex_lock(&inst->mr_lock);
+	for (struct lmt_rkey *rkey = inst->rkeys; rkey; rkey = rkey->next) {
+		if (rkey->unpacked[ep->channel])
+			ucp_rkey_destroy(rkey->unpacked[ep->channel]);
+		rkey->unpacked[ep->channel] = NULL;
+	}
+	pthread_mutex_unlock(&inst->mr_lock);
+}
+
+void ucx_source_ep_close(lmt_endpoint *ep)
+{
+	if (ep->thread_started) {
+		atomic_store(&ep->stopping, true);
+		ucx_wake(ep);
+		pthread_join(ep->thread, NULL);
+		ep->thread_started = false;
+	} else if (ep->worker) {
+		ucx_ep_close_now(ep, true);
+	}
+	if (ep->worker)
+		ucx_source_drop_rkeys(ep);
+	ucx_worker_close(ep);
+	if (ep->lock_ready)
+		pthread_mutex_destroy(&ep->lock);
+	ep->lock_ready = false;
+	free(ep->slots);
+	free(ep->free_slots);
+	free(ep->queue);
+	ep->slots = NULL;
+	ep->free_slots = NULL;
+	ep->queue = NULL;
+}

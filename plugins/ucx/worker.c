@@ -1,0 +1,353 @@
+/* What both sides of a UCX channel do with their UCP worker: create it,
+ * connect an endpoint, run a thread that sleeps on the worker's wake-up
+ * descriptor, send notices, and close without the peer's help. */
+#define _GNU_SOURCE
+#include "ucx.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct note_buffer {
+	lmt_endpoint *ep;
+	uint8_t data[]; /* header, then entries */
+};
+
+int ucx_status_code(ucs_status_t status)
+{
+	switch (status) {
+	case UCS_OK:
+		return 0;
+	case UCS_ERR_NO_MEMORY:
+	case UCS_ERR_NO_RESOURCE:
+		return LMT_ENOMEM;
+	case UCS_ERR_INVALID_PARAM:
+	case UCS_ERR_INVALID_ADDR:
+		return LMT_EINVAL;
+	case UCS_ERR_NO_DEVICE:
+	case UCS_ERR_NO_ELEM:
+		return LMT_ENOTFOUND;
+	case UCS_ERR_UNSUPPORTED:
+		return LMT_ENOTSUP;
+	case UCS_ERR_TIMED_OUT:
+		return LMT_ETIMEDOUT;
+	case UCS_ERR_CANCELED:
+		return LMT_ECANCELED;
+	case UCS_ERR_UNREACHABLE:
+	case UCS_ERR_CONNECTION_RESET:
+	case UCS_ERR_ENDPOINT_TIMEOUT:
+	case UCS_ERR_NOT_CONNECTED:
+	case UCS_ERR_REJECTED:
+		return LMT_ECONN;
+	default:
+		return LMT_EIO;
+	}
+}
+
+static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
+{
+	struct lmt_instance *inst = ep->inst;
+	/* Only the channel thread drives the worker once it runs; before
+	 * and after, the session thread does. */
+	ucp_worker_params_t params = {
+		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+		.thread_mode = UCS_THREAD_MODE_SINGLE,
+	};
+	ucs_status_t st = ucp_worker_create(inst->context, &params, worker);
+	if (st != UCS_OK) {
+		*worker = NULL;
+		return ucx_error(inst, ucx_status_code(st),
+		                 "ucx channel %u: cannot create a worker (%s)", ep->channel,
+		                 ucs_status_string(st));
+	}
+	if (ucp_worker_get_efd(*worker, efd) != UCS_OK) {
+		*efd = -1;
+		ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: no wake-up descriptor, polling",
+		        ep->channel);
+	}
+	return 0;
+}
+
+int ucx_worker_open(lmt_endpoint *ep, bool reply_worker)
+{
+	int rc = create_worker(ep, &ep->worker, &ep->efd);
+	if (!rc && reply_worker)
+		rc = create_worker(ep, &ep->reply_worker, &ep->reply_efd);
+	return rc;
+}
+
+int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
+{
+	ucp_am_handler_param_t handler = {
+		.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+		              UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+		.id = id,
+		.flags = UCP_AM_FLAG_WHOLE_MSG,
+		.cb = cb,
+		.arg = ep,
+	};
+	ucs_status_t st = ucp_worker_set_am_recv_handler(ep->worker, &handler);
+	if (st != UCS_OK)
+		return ucx_error(ep->inst, ucx_status_code(st),
+		                 "ucx channel %u: cannot set a handler (%s)", ep->channel,
+		                 ucs_status_string(st));
+	return 0;
+}
+
+int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
+{
+	struct lmt_instance *inst = ep->inst;
+	ucp_address_t *worker;
+	size_t len;
+	ucs_status_t st = ucp_worker_get_address(ep->worker, &worker, &len);
+	if (st != UCS_OK)
+		return ucx_error(inst, ucx_status_code(st),
+		                 "ucx channel %u: cannot get the worker address (%s)", ep->channel,
+		                 ucs_status_string(st));
+	const char *why = ucx_addr_encode(magic, ep->channel, worker, len, addr);
+	ucp_worker_release_address(ep->worker, worker);
+	if (why)
+		return ucx_error(inst, LMT_EOVERFLOW,
+		                 "ucx channel %u: the worker address is %zu bytes, an address "
+		                 "blob carries %u: restrict ucx.tls or ucx.devices",
+		                 ep->channel, len, UCX_ADDR_MAX);
+	return 0;
+}
+
+void ucx_worker_close(lmt_endpoint *ep)
+{
+	if (ep->reply_worker)
+		ucp_worker_destroy(ep->reply_worker);
+	if (ep->worker)
+		ucp_worker_destroy(ep->worker);
+	ep->worker = ep->reply_worker = NULL;
+	ep->efd = ep->reply_efd = -1;
+}
+
+int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer,
+                        ucp_err_handler_cb_t failed)
+{
+	struct lmt_instance *inst = ep->inst;
+	ucp_worker_h worker = ep->reply_worker ? ep->reply_worker : ep->worker;
+	ucp_ep_params_t params = {
+		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+		              UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+		              UCP_EP_PARAM_FIELD_ERR_HANDLER,
+		.address = (const ucp_address_t *)peer->worker,
+		.err_mode = inst->peer_failure ? UCP_ERR_HANDLING_MODE_PEER
+		                               : UCP_ERR_HANDLING_MODE_NONE,
+		.err_handler = {.cb = failed, .arg = ep},
+	};
+	ucs_status_t st = ucp_ep_create(worker, &params, &ep->ep);
+	/* UCX 1.13's shared-memory transports cannot report a failed peer,
+	 * and a peer reachable only through them is unreachable in that
+	 * mode. The control connection still notices a peer that dies. */
+	if (st == UCS_ERR_UNREACHABLE && inst->peer_failure) {
+		params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+		st = ucp_ep_create(worker, &params, &ep->ep);
+	}
+	if (st != UCS_OK) {
+		ep->ep = NULL;
+		return ucx_error(inst, ucx_status_code(st),
+		                 "ucx channel %u: cannot reach the peer's worker (%s)",
+		                 ep->channel, ucs_status_string(st));
+	}
+	ep->closed = false;
+	return 0;
+}
+
+int ucx_thread_start(lmt_endpoint *ep, void *(*fn)(void *))
+{
+	/* The embedding VMM's signals belong to its own threads. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&ep->thread, NULL, fn, ep);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return ucx_error(ep->inst, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
+		                 ep->channel);
+	ep->thread_started = true;
+	return 0;
+}
+
+void ucx_wake(lmt_endpoint *ep)
+{
+	if (atomic_load(&ep->sleeping) && ep->worker)
+		ucp_worker_signal(ep->worker);
+}
+
+void ucx_wait_events(lmt_endpoint *ep, int timeout_ms)
+{
+	if (ep->efd < 0 || (ep->reply_worker && ep->reply_efd < 0)) {
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+		return;
+	}
+	/* BUSY: events are waiting (or a wake-up came): do not sleep. */
+	if (ucp_worker_arm(ep->worker) != UCS_OK)
+		return;
+	if (ep->reply_worker && ucp_worker_arm(ep->reply_worker) != UCS_OK)
+		return;
+	struct pollfd p[2] = {{.fd = ep->efd, .events = POLLIN},
+	                      {.fd = ep->reply_efd, .events = POLLIN}};
+	poll(p, ep->reply_worker ? 2 : 1, timeout_ms);
+}
+
+void ucx_idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *))
+{
+	atomic_store(&ep->sleeping, true);
+	if (!atomic_load(&ep->stopping) && !(ready && ready(ep)))
+		ucx_wait_events(ep, timeout_ms);
+	atomic_store(&ep->sleeping, false);
+}
+
+void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpoint *))
+{
+	if (busy) {
+		ep->idle_since = 0;
+		return;
+	}
+	uint64_t now = lmt_now_ns();
+	if (!ep->idle_since)
+		ep->idle_since = now;
+	/* Waking a sleeping thread costs more than a short spin, and shared
+	 * memory signals every message to a sleeping peer: stay awake a while,
+	 * longer when the peer owes an answer, yielding to other threads. */
+	if (now - ep->idle_since < (pending ? UCX_SPIN_PENDING_NS : UCX_SPIN_IDLE_NS)) {
+		sched_yield();
+		return;
+	}
+	ucx_idle(ep, pending ? 1 : 100, ready);
+	ep->idle_since = 0;
+}
+
+bool ucx_drive(lmt_endpoint *ep)
+{
+	unsigned rounds = 0;
+	while (rounds < 64 && ucp_worker_progress(ep->worker))
+		rounds++;
+	if (ep->reply_worker)
+		while (rounds < 128 && ucp_worker_progress(ep->reply_worker))
+			rounds++;
+	return rounds > 0;
+}
+
+static void note_sent(void *request, ucs_status_t status, void *user_data)
+{
+	struct note_buffer *buf = user_data;
+	buf->ep->notes_in_flight--;
+	free(buf);
+	ucp_request_free(request);
+	(void)status; /* a lost notice shows up as a failed endpoint */
+}
+
+ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const uint8_t *entries,
+                             uint32_t count)
+{
+	if (!ep->ep || ep->closed)
+		return UCS_ERR_NOT_CONNECTED;
+	size_t len = (size_t)count * UCX_NOTE_ENTRY_LEN;
+	struct note_buffer *buf = malloc(sizeof(*buf) + UCX_NOTE_HEADER_LEN + len);
+	if (!buf)
+		return UCS_ERR_NO_MEMORY;
+	buf->ep = ep;
+	ucx_note_encode(&(struct ucx_note){.kind = kind, .code = code, .count = count}, buf->data);
+	if (len)
+		memcpy(buf->data + UCX_NOTE_HEADER_LEN, entries, len);
+	ucp_request_param_t params = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+		                UCP_OP_ATTR_FIELD_FLAGS,
+		.flags = UCP_AM_SEND_FLAG_EAGER,
+		.cb.send = note_sent,
+		.user_data = buf,
+	};
+	void *req = ucp_am_send_nbx(ep->ep, UCX_AM_NOTE, buf->data, UCX_NOTE_HEADER_LEN,
+	                            len ? buf->data + UCX_NOTE_HEADER_LEN : NULL, len, &params);
+	if (req == NULL) {
+		free(buf);
+		return UCS_OK;
+	}
+	if (UCS_PTR_IS_ERR(req)) {
+		free(buf);
+		return UCS_PTR_STATUS(req);
+	}
+	ep->notes_in_flight++;
+	return UCS_OK;
+}
+
+ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code)
+{
+	return ucx_send_notice(ep, kind, code, NULL, 0);
+}
+
+/* Close `uep`, bounded. UCX 1.13 asserts when a worker is destroyed
+ * with requests still tracked on one of its endpoints, and when the peer
+ * does not answer only a forced close purges them. */
+static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool drive)
+{
+	ucp_request_param_t params = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+		.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+	};
+	void *req = ucp_ep_close_nbx(uep, &params);
+	if (!UCS_PTR_IS_PTR(req))
+		return;
+	uint64_t deadline = ucx_deadline(UCX_FORCE_NS);
+	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS &&
+	       lmt_now_ns() < deadline)
+		if (!ucx_drive(ep))
+			ucx_wait_events(ep, 1);
+	/* Still running: UCX frees it when it ends. */
+	ucp_request_free(req);
+}
+
+void ucx_ep_close_now(lmt_endpoint *ep, bool drive)
+{
+	if (!ep->ep || ep->closed)
+		return;
+	/* UCX 1.13 over tcp can crash in its progress when a connection
+	 * whose peer still runs is closed by force: force only a peer that
+	 * failed or does not answer a goodbye, and flush the others. */
+	if (drive && !ep->transport_failed)
+		ucx_goodbye(ep);
+	ucp_ep_h uep = ep->ep;
+	ep->closed = true;
+	ep->ep = NULL;
+	close_endpoint(ep, uep, !ep->peer_bye, drive);
+}
+
+void ucx_ep_close_peer(lmt_endpoint *ep, ucp_ep_h uep)
+{
+	close_endpoint(ep, uep, true, false);
+}
+
+void ucx_peer_bye(lmt_endpoint *ep)
+{
+	ep->peer_bye = true;
+	if (!ep->bye_sent && ep->ep && !ep->closed) {
+		ep->bye_sent = true;
+		ucx_send_note(ep, UCX_NOTE_BYE, 0);
+	}
+}
+
+bool ucx_goodbye(lmt_endpoint *ep)
+{
+	if (!ep->ep || ep->closed || ep->transport_failed)
+		return ep->peer_bye;
+	if (!ep->bye_sent) {
+		ep->bye_sent = true;
+		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
+			return ep->peer_bye;
+	}
+	uint64_t deadline = ucx_close_deadline(ep->inst);
+	/* The peer's BYE, and our own notices on their way. */
+	while ((!ep->peer_bye || ep->notes_in_flight) && !ep->transport_failed &&
+	       lmt_now_ns() < deadline)
+		if (!ucx_drive(ep))
+			ucx_wait_events(ep, 1);
+	return ep->peer_bye;
+}
