@@ -4,7 +4,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../plugins/ofi/wire.h"
 #include "../../plugins/tcp/wire.h"
+#include "../../plugins/ucx/wire.h"
 #include "../../plugins/verbs/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -20,7 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct verbs_addr vaddr;
 	struct verbs_key vkey;
 	uint32_t channel;
-	switch (data[0] % 5) {
+	struct ucx_addr uaddr;
+	struct ucx_key ukey;
+	struct ucx_write uwrite;
+	struct ucx_note unote;
+	struct ofi_addr oaddr;
+	struct ofi_key_blob okey;
+	switch (data[0] % 11) {
 	case 0:
 		tcp_dst_addr_decode(&b, &dst);
 		break;
@@ -33,8 +41,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 3:
 		verbs_addr_decode(&b, &vaddr);
 		break;
-	default:
+	case 4:
 		verbs_key_decode(&b, &vkey);
+		break;
+	case 5:
+		ucx_addr_decode(&b, data[0] & 16 ? UCX_MAGIC_SRC_ADDR : UCX_MAGIC_DST_ADDR, &uaddr);
+		break;
+	case 6:
+		ucx_key_decode(&b, &ukey);
+		break;
+	case 7: /* the header of an active-message write, from the peer */
+		ucx_write_decode(b.data, b.len, &uwrite);
+		break;
+	case 8:
+		ucx_note_decode(b.data, b.len, &unote);
+		break;
+	case 9:
+		ofi_addr_decode(&b, &oaddr);
+		break;
+	default:
+		ofi_key_decode(&b, &okey);
 		break;
 	}
 	return 0;
