@@ -42,8 +42,8 @@ static inline uint64_t lmt_get64(const uint8_t *p)
 
 /* Every plugin blob starts with a 32-bit magic and a 16-bit version and has
  * a fixed length: NULL if `b` has them, else what is wrong. */
-static inline const char *lmt_blob_check(const struct lmt_blob *b, uint32_t len,
-                                         uint32_t magic, uint16_t version)
+static inline const char *lmt_blob_check(const struct lmt_blob *b, uint32_t len, uint32_t magic,
+                                         uint16_t version)
 {
 	if (b->len < 6 || b->len > LMT_BLOB_MAX)
 		return "wrong length";

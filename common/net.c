@@ -18,8 +18,7 @@
 
 #define WAIT_SLICE_MS 100
 
-static int fail(struct lmt_net_error *e, int code, const char *fmt, ...)
-    LMT_PRINTF(3, 4);
+static int fail(struct lmt_net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 
 static int fail(struct lmt_net_error *e, int code, const char *fmt, ...)
 {
@@ -69,11 +68,11 @@ int lmt_net_parse(const char *uri, struct sockaddr_storage *addr, socklen_t *len
 	errno = 0;
 	unsigned long p = strtoul(port, &endp, 10);
 	if (!*port || *endp || errno || p > 65535 || port[0] == '-' || port[0] == '+')
-		return fail(e, LMT_EINVAL, "address '%s': port '%s' is not a number from 0 to 65535",
-		            uri, port);
+		return fail(e, LMT_EINVAL,
+		            "address '%s': port '%s' is not a number from 0 to 65535", uri, port);
 
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-	                         .ai_flags = AI_NUMERICSERV};
+	struct addrinfo hints = {
+	        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
 	if (!host[0])
 		hints.ai_flags |= AI_PASSIVE;
@@ -176,8 +175,8 @@ int lmt_net_wait(int fd, short events, const struct lmt_wait *w, struct lmt_net_
 	}
 }
 
-int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt_wait *w,
-                    int *fd, struct lmt_net_error *e)
+int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt_wait *w, int *fd,
+                    struct lmt_net_error *e)
 {
 	char name[80];
 	lmt_net_format(addr, name, sizeof(name));
@@ -202,8 +201,8 @@ int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt
 						return fail(e, LMT_ECONN, "connect to %s: %s", name,
 						            strerror(ECONNREFUSED));
 					if (rc == -LMT_ETIMEDOUT)
-						return fail(e, LMT_ETIMEDOUT, "connect to %s: timed out",
-						            name);
+						return fail(e, LMT_ETIMEDOUT,
+						            "connect to %s: timed out", name);
 					return rc;
 				}
 				socklen_t elen = sizeof(err);
@@ -218,8 +217,8 @@ int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt
 		close(s);
 		refused |= err == ECONNREFUSED;
 		if (err != ECONNREFUSED || !w || !w->deadline_ns || lmt_now_ns() >= w->deadline_ns)
-			return fail(e, err == ECONNREFUSED ? LMT_ECONN : LMT_EIO, "connect to %s: %s",
-			            name, strerror(err));
+			return fail(e, err == ECONNREFUSED ? LMT_ECONN : LMT_EIO,
+			            "connect to %s: %s", name, strerror(err));
 		if (w->cancelled && w->cancelled(w->ctx))
 			return fail(e, LMT_ECANCELED, "cancelled");
 		struct timespec ts = {0, 20 * 1000000};

@@ -36,8 +36,8 @@ int lmt_net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int 
                    struct lmt_net_error *e);
 /* The port a socket is bound to. */
 uint16_t lmt_net_local_port(int fd);
-int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt_wait *w,
-                    int *fd, struct lmt_net_error *e);
+int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt_wait *w, int *fd,
+                    struct lmt_net_error *e);
 int lmt_net_accept(int lfd, const struct lmt_wait *w, int *fd, struct lmt_net_error *e);
 
 /* Wait until fd is readable (POLLIN) or writable (POLLOUT). 0, or

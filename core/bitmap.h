@@ -16,8 +16,7 @@ static inline uint64_t lmt__bits(uint64_t lo, uint64_t hi)
 /* Apply `op` to each word part of [first, first+n): set, clear or test. */
 enum lmt_bitop { LMT_BITS_SET, LMT_BITS_CLEAR, LMT_BITS_ANY };
 
-static inline bool lmt__bitmap_range(uint64_t *map, uint64_t first, uint64_t n,
-                                     enum lmt_bitop op)
+static inline bool lmt__bitmap_range(uint64_t *map, uint64_t first, uint64_t n, enum lmt_bitop op)
 {
 	uint64_t end = first + n;
 	while (first < end) {

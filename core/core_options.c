@@ -8,107 +8,107 @@
 #define NS_PER_HOUR (3600 * NS_PER_S)
 
 static const struct lmt_option_desc core_options[] = {
-	{
-		.name = "chunk-size",
-		.type = LMT_OPT_SIZE,
-		.default_value = "1M",
-		.min = 4 * KIB,
-		.max = GIB,
-		.flags = LMT_OPTF_POW2 | LMT_OPTF_MATCH,
-		.doc = "largest write: dirty runs merge up to it, and without pin-all "
-		       "memory is registered one chunk at a time",
-	},
-	{
-		.name = "pin-all",
-		.type = LMT_OPT_BOOL,
-		.default_value = "off",
-		.flags = LMT_OPTF_MATCH,
-		.doc = "register every RAM block at setup instead of chunk by chunk",
-	},
-	{
-		.name = "channels",
-		.type = LMT_OPT_INT,
-		.default_value = "1",
-		.min = 1,
-		.max = LMT_MAX_CHANNELS,
-		.flags = LMT_OPTF_MATCH,
-		.doc = "parallel data channels (connections or queue pairs) per session",
-	},
-	{
-		.name = "max-bandwidth",
-		.type = LMT_OPT_SIZE,
-		.default_value = "0",
-		.doc = "bytes per second the source may send; 0 is unlimited",
-	},
-	{
-		.name = "downtime-limit",
-		.type = LMT_OPT_DURATION,
-		.default_value = "300ms",
-		.min = NS_PER_MS,
-		.max = NS_PER_HOUR,
-		.doc = "longest expected pause of the guest at which the source is ready "
-		       "to complete",
-	},
-	{
-		.name = "max-iterate-ms",
-		.type = LMT_OPT_DURATION,
-		.default_value = "50ms",
-		.min = NS_PER_MS,
-		.max = 60 * NS_PER_S,
-		.doc = "time budget of one lmt_save_iterate call",
-	},
-	{
-		.name = "zero-page-detection",
-		.type = LMT_OPT_BOOL,
-		.default_value = "on",
-		.doc = "skip all-zero pages in the bulk pass instead of sending them",
-	},
-	{
-		.name = "verify",
-		.type = LMT_OPT_BOOL,
-		.default_value = "off",
-		.flags = LMT_OPTF_MATCH,
-		.doc = "per-block xxHash digests, checked by the destination at completion",
-	},
-	{
-		.name = "connect-timeout",
-		.type = LMT_OPT_DURATION,
-		.default_value = "10s",
-		.min = NS_PER_MS,
-		.max = NS_PER_HOUR,
-		.doc = "how long to wait for the control connection and each channel",
-	},
-	{
-		.name = "idle-timeout",
-		.type = LMT_OPT_DURATION,
-		.default_value = "30s",
-		.min = NS_PER_MS,
-		.max = NS_PER_HOUR,
-		.doc = "a peer that says nothing for this long fails the migration",
-	},
-	{
-		.name = "queue-depth",
-		.type = LMT_OPT_INT,
-		.default_value = "64",
-		.min = 1,
-		.max = 4096,
-		.doc = "writes in flight per channel",
-	},
-	{
-		.name = "auth-key",
-		.type = LMT_OPT_STRING,
-		.default_value = "",
-		.flags = LMT_OPTF_SECRET,
-		.doc = "shared secret: both sides prove they hold it (HMAC-SHA-256 "
-		       "challenge-response) before any block, address or key is sent",
-	},
-	{
-		.name = "auth-key-file",
-		.type = LMT_OPT_STRING,
-		.default_value = "",
-		.doc = "file whose contents are the shared secret (a trailing newline "
-		       "is ignored); instead of auth-key",
-	},
+        {
+                .name = "chunk-size",
+                .type = LMT_OPT_SIZE,
+                .default_value = "1M",
+                .min = 4 * KIB,
+                .max = GIB,
+                .flags = LMT_OPTF_POW2 | LMT_OPTF_MATCH,
+                .doc = "largest write: dirty runs merge up to it, and without pin-all "
+                       "memory is registered one chunk at a time",
+        },
+        {
+                .name = "pin-all",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .flags = LMT_OPTF_MATCH,
+                .doc = "register every RAM block at setup instead of chunk by chunk",
+        },
+        {
+                .name = "channels",
+                .type = LMT_OPT_INT,
+                .default_value = "1",
+                .min = 1,
+                .max = LMT_MAX_CHANNELS,
+                .flags = LMT_OPTF_MATCH,
+                .doc = "parallel data channels (connections or queue pairs) per session",
+        },
+        {
+                .name = "max-bandwidth",
+                .type = LMT_OPT_SIZE,
+                .default_value = "0",
+                .doc = "bytes per second the source may send; 0 is unlimited",
+        },
+        {
+                .name = "downtime-limit",
+                .type = LMT_OPT_DURATION,
+                .default_value = "300ms",
+                .min = NS_PER_MS,
+                .max = NS_PER_HOUR,
+                .doc = "longest expected pause of the guest at which the source is ready "
+                       "to complete",
+        },
+        {
+                .name = "max-iterate-ms",
+                .type = LMT_OPT_DURATION,
+                .default_value = "50ms",
+                .min = NS_PER_MS,
+                .max = 60 * NS_PER_S,
+                .doc = "time budget of one lmt_save_iterate call",
+        },
+        {
+                .name = "zero-page-detection",
+                .type = LMT_OPT_BOOL,
+                .default_value = "on",
+                .doc = "skip all-zero pages in the bulk pass instead of sending them",
+        },
+        {
+                .name = "verify",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .flags = LMT_OPTF_MATCH,
+                .doc = "per-block xxHash digests, checked by the destination at completion",
+        },
+        {
+                .name = "connect-timeout",
+                .type = LMT_OPT_DURATION,
+                .default_value = "10s",
+                .min = NS_PER_MS,
+                .max = NS_PER_HOUR,
+                .doc = "how long to wait for the control connection and each channel",
+        },
+        {
+                .name = "idle-timeout",
+                .type = LMT_OPT_DURATION,
+                .default_value = "30s",
+                .min = NS_PER_MS,
+                .max = NS_PER_HOUR,
+                .doc = "a peer that says nothing for this long fails the migration",
+        },
+        {
+                .name = "queue-depth",
+                .type = LMT_OPT_INT,
+                .default_value = "64",
+                .min = 1,
+                .max = 4096,
+                .doc = "writes in flight per channel",
+        },
+        {
+                .name = "auth-key",
+                .type = LMT_OPT_STRING,
+                .default_value = "",
+                .flags = LMT_OPTF_SECRET,
+                .doc = "shared secret: both sides prove they hold it (HMAC-SHA-256 "
+                       "challenge-response) before any block, address or key is sent",
+        },
+        {
+                .name = "auth-key-file",
+                .type = LMT_OPT_STRING,
+                .default_value = "",
+                .doc = "file whose contents are the shared secret (a trailing newline "
+                       "is ignored); instead of auth-key",
+        },
 };
 
 const struct lmt_option_desc *lmt_core_options(uint32_t *count)

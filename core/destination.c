@@ -50,7 +50,7 @@ static int send_status(struct lmt_session *s, uint16_t type, int code, const cha
 
 /* Fail, and say why to the source in the reply it waits for. */
 static int refuse(struct lmt_session *s, uint16_t type, int code, const char *fmt, ...)
-    LMT_PRINTF(4, 5);
+        LMT_PRINTF(4, 5);
 
 static int refuse(struct lmt_session *s, uint16_t type, int code, const char *fmt, ...)
 {
@@ -71,8 +71,7 @@ struct find_option {
 };
 
 static int find_option(void *opaque, const char *name, const struct lmt_option_desc *d,
-                       const struct lmt_option_value *v, const char *text,
-                       enum lmt_opt_source src)
+                       const struct lmt_option_value *v, const char *text, enum lmt_opt_source src)
 {
 	struct find_option *f = opaque;
 	if (strcmp(name, f->name) != 0)
@@ -81,8 +80,7 @@ static int find_option(void *opaque, const char *name, const struct lmt_option_d
 	return 1;
 }
 
-static int check_option(struct lmt_session *s, const struct lmt_msg_option *o,
-                        uint32_t *matched)
+static int check_option(struct lmt_session *s, const struct lmt_msg_option *o, uint32_t *matched)
 {
 	struct lmt_option_value v;
 	char mine[256];
@@ -106,8 +104,7 @@ static int check_option(struct lmt_session *s, const struct lmt_msg_option *o,
 }
 
 static int count_match(void *opaque, const char *name, const struct lmt_option_desc *d,
-                       const struct lmt_option_value *v, const char *text,
-                       enum lmt_opt_source src)
+                       const struct lmt_option_value *v, const char *text, enum lmt_opt_source src)
 {
 	if ((d->flags & LMT_OPTF_MATCH) && !(d->flags & LMT_OPTF_SECRET))
 		(*(uint32_t *)opaque)++;
@@ -116,8 +113,7 @@ static int count_match(void *opaque, const char *name, const struct lmt_option_d
 
 /* Say yes, with our challenge and proof when we hold a key, and check the
  * source's proof before anything else is exchanged. */
-static int accept_hello(struct lmt_session *s, const struct lmt_msg_hello *m,
-                        uint64_t deadline)
+static int accept_hello(struct lmt_session *s, const struct lmt_msg_hello *m, uint64_t deadline)
 {
 	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .auth = s->auth.bytes != NULL};
 	snprintf(st.text, sizeof(st.text), "ok");
@@ -205,18 +201,21 @@ static int check_blocks(struct lmt_session *s, uint64_t deadline)
 		const struct lmt_msg_block *theirs = &m->blocks[i];
 		const struct lmt_block *mine = &s->blocks[i];
 		if (strcmp(theirs->name, mine->name) != 0)
-			rc = lmt__fail(s, LMT_EMISMATCH,
-			               "RAM block %u: the source calls it '%s', the destination '%s'", i,
-			               theirs->name, mine->name);
+			rc = lmt__fail(
+			        s, LMT_EMISMATCH,
+			        "RAM block %u: the source calls it '%s', the destination '%s'", i,
+			        theirs->name, mine->name);
 		else if (theirs->length != mine->length)
-			rc = lmt__fail(s, LMT_EMISMATCH,
-			               "RAM block '%s': %llu bytes on the source, %llu on the destination",
-			               mine->name, (unsigned long long)theirs->length,
-			               (unsigned long long)mine->length);
+			rc = lmt__fail(
+			        s, LMT_EMISMATCH,
+			        "RAM block '%s': %llu bytes on the source, %llu on the destination",
+			        mine->name, (unsigned long long)theirs->length,
+			        (unsigned long long)mine->length);
 		else if (theirs->page_size != mine->page_size)
-			rc = lmt__fail(s, LMT_EMISMATCH,
-			               "RAM block '%s': page size %u on the source, %u on the destination",
-			               mine->name, theirs->page_size, mine->page_size);
+			rc = lmt__fail(
+			        s, LMT_EMISMATCH,
+			        "RAM block '%s': page size %u on the source, %u on the destination",
+			        mine->name, theirs->page_size, mine->page_size);
 	}
 	free(m);
 	return rc;
@@ -251,17 +250,18 @@ static int open_channels(struct lmt_session *s, uint64_t deadline)
 
 /* ---- registration ---- */
 
-static int register_window(struct lmt_session *s, uint32_t block, uint64_t offset,
-                           uint64_t length, struct lmt_blob *key)
+static int register_window(struct lmt_session *s, uint32_t block, uint64_t offset, uint64_t length,
+                           struct lmt_blob *key)
 {
 	struct lmt_block *b = block < s->nblocks ? &s->blocks[block] : NULL;
 	uint64_t w = b ? offset / b->window : 0;
 	if (!b || offset % b->window || w >= b->nwindows ||
 	    length != (b->length - offset < b->window ? b->length - offset : b->window))
-		return lmt__fail(s, LMT_EPROTO,
-		                 "REG_REQ: block %u offset %llu length %llu is not a window of a RAM "
-		                 "block",
-		                 block, (unsigned long long)offset, (unsigned long long)length);
+		return lmt__fail(
+		        s, LMT_EPROTO,
+		        "REG_REQ: block %u offset %llu length %llu is not a window of a RAM "
+		        "block",
+		        block, (unsigned long long)offset, (unsigned long long)length);
 	if (b->mrs[w])
 		return lmt__fail(s, LMT_EPROTO, "REG_REQ: block '%s' offset %llu registered twice",
 		                 b->name, (unsigned long long)offset);
@@ -414,7 +414,8 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 	case LMT_MSG_PONG:
 		return 0;
 	default:
-		return lmt__fail(s, LMT_EPROTO, "unexpected %s from the source during the migration",
+		return lmt__fail(s, LMT_EPROTO,
+		                 "unexpected %s from the source during the migration",
 		                 lmt__msg_name(h->type));
 	}
 }

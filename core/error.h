@@ -10,8 +10,7 @@
 /* Fill `err` (may be NULL) with -code and the formatted message; returns
  * -code so that `return lmt__error(err, LMT_EINVAL, "...")` reads well. */
 int lmt__error(struct lmt_error *err, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
-int lmt__verror(struct lmt_error *err, int code, const char *fmt, va_list ap)
-    LMT_PRINTF(3, 0);
+int lmt__verror(struct lmt_error *err, int code, const char *fmt, va_list ap) LMT_PRINTF(3, 0);
 void lmt__error_clear(struct lmt_error *err);
 
 /* Copy a string into a fixed buffer, truncating when it must. */

@@ -113,8 +113,8 @@ int lmt_plugin_search_path(char *buf, size_t size)
 	if (size)
 		buf[0] = '\0';
 	for (int i = 0; i < sp->count; i++) {
-		int n = snprintf(buf + used, size > used ? size - used : 0, "%s%s",
-		                 i ? ":" : "", sp->dirs[i]);
+		int n = snprintf(buf + used, size > used ? size - used : 0, "%s%s", i ? ":" : "",
+		                 sp->dirs[i]);
 		if (n < 0 || used + (size_t)n >= size) {
 			free(sp);
 			return -LMT_EOVERFLOW;
@@ -139,20 +139,22 @@ static bool valid_plugin_name(const char *name)
 static int check_options(const struct lmt_plugin *d, const char *path, struct lmt_error *err)
 {
 	if (d->option_count && !d->options)
-		return lmt__error(err, LMT_EABI, "plugin %s: option_count %u without options",
-		                  path, d->option_count);
+		return lmt__error(err, LMT_EABI, "plugin %s: option_count %u without options", path,
+		                  d->option_count);
 	for (uint32_t i = 0; i < d->option_count; i++) {
 		const struct lmt_option_desc *o = &d->options[i];
 		if (!o->name || !*o->name || strchr(o->name, '.') || strchr(o->name, '=') ||
 		    strchr(o->name, ','))
-			return lmt__error(err, LMT_EABI, "plugin %s: option %u has a bad name", path, i);
+			return lmt__error(err, LMT_EABI, "plugin %s: option %u has a bad name",
+			                  path, i);
 		if ((unsigned)o->type > LMT_OPT_STRING || !o->default_value || !o->doc)
 			return lmt__error(err, LMT_EABI,
-			                  "plugin %s: option '%s' lacks a type, default or doc", path,
-			                  o->name);
-		if (o->type == LMT_OPT_ENUM && (!o->enum_values || !o->enum_values[0]))
-			return lmt__error(err, LMT_EABI, "plugin %s: enum option '%s' has no values",
+			                  "plugin %s: option '%s' lacks a type, default or doc",
 			                  path, o->name);
+		if (o->type == LMT_OPT_ENUM && (!o->enum_values || !o->enum_values[0]))
+			return lmt__error(err, LMT_EABI,
+			                  "plugin %s: enum option '%s' has no values", path,
+			                  o->name);
 	}
 	return 0;
 }
@@ -190,8 +192,8 @@ static int negotiate(struct lmt_plugin_handle *h, struct lmt_error *err)
 	char mine[PATH_MAX], theirs[PATH_MAX];
 	if (!dladdr(sym, &info) || !info.dli_fname || !realpath(info.dli_fname, theirs) ||
 	    !realpath(h->path, mine) || strcmp(mine, theirs) != 0)
-		return lmt__error(err, LMT_EABI, "%s: not an lmt plugin: %s comes from %s",
-		                  h->path, LMT_PLUGIN_ENTRY_SYMBOL,
+		return lmt__error(err, LMT_EABI, "%s: not an lmt plugin: %s comes from %s", h->path,
+		                  LMT_PLUGIN_ENTRY_SYMBOL,
 		                  info.dli_fname ? info.dli_fname : "elsewhere");
 	lmt_plugin_entry_fn entry;
 	memcpy(&entry, &sym, sizeof(entry));
@@ -277,7 +279,8 @@ int lmt_plugin_open(const char *name, lmt_plugin_handle **out, struct lmt_error 
 		return lmt__error(err, LMT_EINVAL, "plugin: no name given");
 	if (strchr(name, '/')) {
 		if (!file_exists(name))
-			return lmt__error(err, LMT_ENOTFOUND, "plugin %s: %s", name, strerror(errno));
+			return lmt__error(err, LMT_ENOTFOUND, "plugin %s: %s", name,
+			                  strerror(errno));
 		return load_file(name, out, err);
 	}
 	if (!valid_plugin_name(name))
@@ -295,8 +298,8 @@ int lmt_plugin_open(const char *name, lmt_plugin_handle **out, struct lmt_error 
 			continue; /* absent from this directory: not worth a word */
 		rc = load_file(path, out, err);
 		if (rc == 0 && strcmp((*out)->desc->name, name) != 0) {
-			rc = lmt__error(err, LMT_EABI, "%s: declares plugin '%s', expected '%s'", path,
-			                (*out)->desc->name, name);
+			rc = lmt__error(err, LMT_EABI, "%s: declares plugin '%s', expected '%s'",
+			                path, (*out)->desc->name, name);
 			lmt_plugin_close(*out);
 			*out = NULL;
 		}
@@ -355,9 +358,10 @@ static int list_dir(const char *dir, lmt_plugin_visit_fn fn, void *opaque, char 
 				if (strcmp(seen[j], h->desc->name) == 0)
 					dup = j;
 			if (dup >= 0) {
-				lmt__error(&err, LMT_EINVAL,
-				           "%s: duplicate plugin '%s', shadowed by one found earlier",
-				           path, h->desc->name);
+				lmt__error(
+				        &err, LMT_EINVAL,
+				        "%s: duplicate plugin '%s', shadowed by one found earlier",
+				        path, h->desc->name);
 				lmt_plugin_close(h);
 				h = NULL;
 			} else if (*nseen < 256) {

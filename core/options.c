@@ -52,18 +52,15 @@ struct unit {
 
 /* Largest first, for formatting. */
 static const struct unit size_units[] = {
-	{"T", UINT64_C(1) << 40},
-	{"G", UINT64_C(1) << 30},
-	{"M", UINT64_C(1) << 20},
-	{"K", UINT64_C(1) << 10},
+        {"T", UINT64_C(1) << 40},
+        {"G", UINT64_C(1) << 30},
+        {"M", UINT64_C(1) << 20},
+        {"K", UINT64_C(1) << 10},
 };
 
 static const struct unit duration_units[] = {
-	{"m", UINT64_C(60000000000)},
-	{"s", UINT64_C(1000000000)},
-	{"ms", UINT64_C(1000000)},
-	{"us", UINT64_C(1000)},
-	{"ns", UINT64_C(1)},
+        {"m", UINT64_C(60000000000)}, {"s", UINT64_C(1000000000)}, {"ms", UINT64_C(1000000)},
+        {"us", UINT64_C(1000)},       {"ns", UINT64_C(1)},
 };
 
 #define NS_PER_MS UINT64_C(1000000)
@@ -181,8 +178,8 @@ static int parse_bool(const char *text, bool *out)
 		const char *word;
 		bool value;
 	} words[] = {
-		{"on", true},   {"off", false}, {"true", true}, {"false", false},
-		{"yes", true},  {"no", false},  {"1", true},    {"0", false},
+	        {"on", true},  {"off", false}, {"true", true}, {"false", false},
+	        {"yes", true}, {"no", false},  {"1", true},    {"0", false},
 	};
 
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
@@ -246,8 +243,7 @@ static const char *enum_text(const struct lmt_option_desc *desc,
 /* What to print for `value`, or NULL when it cannot be printed. `scratch`
  * holds numbers. */
 static const char *value_text(const struct lmt_option_desc *desc,
-                              const struct lmt_option_value *value, char *scratch,
-                              size_t size)
+                              const struct lmt_option_value *value, char *scratch, size_t size)
 {
 	switch (desc->type) {
 	case LMT_OPT_BOOL:
@@ -273,8 +269,8 @@ static const char *value_text(const struct lmt_option_desc *desc,
  * -LMT_EOVERFLOW when `buf` is too small (it then holds a truncated,
  * terminated text). Secret values are formatted like any other; hiding them
  * is the caller's business (lmt__optset_foreach does). */
-int lmt_option_format(const struct lmt_option_desc *desc,
-                      const struct lmt_option_value *value, char *buf, size_t size)
+int lmt_option_format(const struct lmt_option_desc *desc, const struct lmt_option_value *value,
+                      char *buf, size_t size)
 {
 	char scratch[32];
 
@@ -433,9 +429,8 @@ static int parse_number_option(const struct lmt_option_desc *desc, const char *n
 	return 0;
 }
 
-static int parse_bool_option(const struct lmt_option_desc *desc, const char *name,
-                             const char *text, struct lmt_option_value *out,
-                             struct lmt_error *err)
+static int parse_bool_option(const struct lmt_option_desc *desc, const char *name, const char *text,
+                             struct lmt_option_value *out, struct lmt_error *err)
 {
 	bool value;
 
@@ -456,9 +451,8 @@ static int keep_text(const char *text, struct lmt_option_value *out, char **stor
 	return 0;
 }
 
-static int parse_enum_option(const struct lmt_option_desc *desc, const char *name,
-                             const char *text, struct lmt_option_value *out,
-                             char **storage, struct lmt_error *err)
+static int parse_enum_option(const struct lmt_option_desc *desc, const char *name, const char *text,
+                             struct lmt_option_value *out, char **storage, struct lmt_error *err)
 {
 	if (!desc->enum_values)
 		return lmt__error(err, LMT_EINVAL, "%s: enum option without values", name);
@@ -472,17 +466,16 @@ static int parse_enum_option(const struct lmt_option_desc *desc, const char *nam
 }
 
 static int parse_string_option(const struct lmt_option_desc *desc, const char *name,
-                               const char *text, struct lmt_option_value *out,
-                               char **storage, struct lmt_error *err)
+                               const char *text, struct lmt_option_value *out, char **storage,
+                               struct lmt_error *err)
 {
 	if (strchr(text, ','))
 		return reject(err, -LMT_EINVAL, desc, name, text, true);
 	return keep_text(text, out, storage, err);
 }
 
-int lmt__option_parse(const struct lmt_option_desc *desc, const char *name,
-                      const char *text, struct lmt_option_value *out, char **storage,
-                      struct lmt_error *err)
+int lmt__option_parse(const struct lmt_option_desc *desc, const char *name, const char *text,
+                      struct lmt_option_value *out, char **storage, struct lmt_error *err)
 {
 	if (!desc || !out || !storage)
 		return lmt__error(err, LMT_EINVAL, "option parser called without a value");
@@ -511,8 +504,7 @@ int lmt__option_parse(const struct lmt_option_desc *desc, const char *name,
 /* Parse `text` for `entry` into a value and its malloc'ed canonical text
  * (which also backs value.text for ENUM and STRING). */
 static int parse_for_entry(const struct option_entry *entry, const char *text,
-                           struct lmt_option_value *value, char **canonical,
-                           struct lmt_error *err)
+                           struct lmt_option_value *value, char **canonical, struct lmt_error *err)
 {
 	char buf[32];
 
@@ -528,8 +520,7 @@ static int parse_for_entry(const struct option_entry *entry, const char *text,
 }
 
 /* Parse only to check `text`; nothing is kept. */
-static int check_value(const struct option_entry *entry, const char *text,
-                       struct lmt_error *err)
+static int check_value(const struct option_entry *entry, const char *text, struct lmt_error *err)
 {
 	struct lmt_option_value value;
 	char *canonical = NULL;
@@ -580,11 +571,10 @@ static struct option_entry *find_entry(const struct lmt_optset *set, const char 
 }
 
 /* "core schema: ..." or "plugin 'tcp': ..." for mistakes in a schema. */
-static int schema_error(struct lmt_error *err, int code, const char *ns, const char *fmt,
-                        ...) LMT_PRINTF(4, 5);
+static int schema_error(struct lmt_error *err, int code, const char *ns, const char *fmt, ...)
+        LMT_PRINTF(4, 5);
 
-static int schema_error(struct lmt_error *err, int code, const char *ns, const char *fmt,
-                        ...)
+static int schema_error(struct lmt_error *err, int code, const char *ns, const char *fmt, ...)
 {
 	char detail[sizeof(err->message)];
 	va_list ap;
@@ -610,8 +600,7 @@ static bool valid_name(const char *name)
 	return true;
 }
 
-static int check_namespace(const struct lmt_optset *set, const char *ns,
-                           struct lmt_error *err)
+static int check_namespace(const struct lmt_optset *set, const char *ns, struct lmt_error *err)
 {
 	const char *key = ns ? ns : "";
 
@@ -632,15 +621,14 @@ static bool is_number_type(enum lmt_option_type type)
 }
 
 /* Mistakes a schema author can make, other than a bad name or default. */
-static int check_desc(const struct lmt_option_desc *desc, const char *qualified,
-                      const char *ns, struct lmt_error *err)
+static int check_desc(const struct lmt_option_desc *desc, const char *qualified, const char *ns,
+                      struct lmt_error *err)
 {
 	if ((unsigned)desc->type > LMT_OPT_STRING)
 		return schema_error(err, LMT_EINVAL, ns, "%s has unknown type %d", qualified,
 		                    (int)desc->type);
 	if (desc->type == LMT_OPT_ENUM && (!desc->enum_values || !desc->enum_values[0]))
-		return schema_error(err, LMT_EINVAL, ns, "%s is an enum without values",
-		                    qualified);
+		return schema_error(err, LMT_EINVAL, ns, "%s is an enum without values", qualified);
 	if (!is_number_type(desc->type) || !has_range(desc))
 		return 0;
 	if (desc->min > desc->max || (desc->type != LMT_OPT_INT && desc->min < 0))
@@ -840,16 +828,14 @@ static const char *closest_name(const struct lmt_optset *set, const char *typed)
 	return best_distance <= limit ? best : NULL;
 }
 
-static int unknown_option(const struct lmt_optset *set, const char *name,
-                          struct lmt_error *err)
+static int unknown_option(const struct lmt_optset *set, const char *name, struct lmt_error *err)
 {
 	const char *guess = closest_name(set, name);
 
 	if (guess)
 		return lmt__error(err, LMT_ENOTFOUND, "%s: unknown option; did you mean '%s'?",
 		                  name, guess);
-	return lmt__error(err, LMT_ENOTFOUND, "%s: unknown option (lmt-info lists them all)",
-	                  name);
+	return lmt__error(err, LMT_ENOTFOUND, "%s: unknown option (lmt-info lists them all)", name);
 }
 
 static int retire(struct lmt_optset *set, char *text)
@@ -958,8 +944,8 @@ static int split_list(char *list, struct list_item *items, struct lmt_error *err
 	return count;
 }
 
-static int check_items(const struct lmt_optset *set, const struct list_item *items,
-                       int count, struct lmt_error *err)
+static int check_items(const struct lmt_optset *set, const struct list_item *items, int count,
+                       struct lmt_error *err)
 {
 	for (int i = 0; i < count; i++) {
 		const struct option_entry *entry = find_entry(set, items[i].name);
@@ -984,8 +970,7 @@ static int apply_list(struct lmt_optset *set, char *list, struct lmt_error *err)
 	int count = split_list(list, items, err);
 	int rc = count < 0 ? count : check_items(set, items, count, err);
 	for (int i = 0; rc == 0 && i < count; i++)
-		rc = lmt__optset_set(set, items[i].name, items[i].value, LMT_OPT_SRC_EXPLICIT,
-		                     err);
+		rc = lmt__optset_set(set, items[i].name, items[i].value, LMT_OPT_SRC_EXPLICIT, err);
 	free(items);
 	return rc;
 }
@@ -1008,8 +993,7 @@ int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error
 /* ---- reading values ---------------------------------------------------- */
 
 /* out->text stays valid as long as the set, even after the option changes. */
-int lmt__optset_get(const struct lmt_optset *set, const char *name,
-                    struct lmt_option_value *out)
+int lmt__optset_get(const struct lmt_optset *set, const char *name, struct lmt_option_value *out)
 {
 	if (!set || !name || !out)
 		return -LMT_EINVAL;
@@ -1022,8 +1006,7 @@ int lmt__optset_get(const struct lmt_optset *set, const char *name,
 
 /* For the typed shortcuts: a missing name is a bug in the core, logged but
  * not fatal. */
-static const struct option_entry *known_entry(const struct lmt_optset *set,
-                                              const char *name)
+static const struct option_entry *known_entry(const struct lmt_optset *set, const char *name)
 {
 	const struct option_entry *entry = set && name ? find_entry(set, name) : NULL;
 
@@ -1059,8 +1042,7 @@ const char *lmt__opt_text(const struct lmt_optset *set, const char *name)
 
 /* In schema order (the core first). A secret's text is "(secret)"; its
  * value is passed unchanged for the core's own use and is never printed. */
-int lmt__optset_foreach(const struct lmt_optset *set, lmt_optset_visit_fn fn,
-                        void *opaque)
+int lmt__optset_foreach(const struct lmt_optset *set, lmt_optset_visit_fn fn, void *opaque)
 {
 	if (!set || !fn)
 		return -LMT_EINVAL;

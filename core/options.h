@@ -43,8 +43,7 @@ int lmt__optset_set(struct lmt_optset *set, const char *name, const char *value,
 int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err);
 
 /* Look up a value by qualified name: 0 or -LMT_ENOTFOUND. */
-int lmt__optset_get(const struct lmt_optset *set, const char *name,
-                    struct lmt_option_value *out);
+int lmt__optset_get(const struct lmt_optset *set, const char *name, struct lmt_option_value *out);
 
 /* Typed shortcuts for names the caller knows exist (core code). */
 int64_t lmt__opt_int(const struct lmt_optset *set, const char *name);
@@ -56,17 +55,15 @@ const char *lmt__opt_text(const struct lmt_optset *set, const char *name);
  * returns that value. */
 typedef int (*lmt_optset_visit_fn)(void *opaque, const char *name,
                                    const struct lmt_option_desc *desc,
-                                   const struct lmt_option_value *value,
-                                   const char *text, enum lmt_opt_source source);
-int lmt__optset_foreach(const struct lmt_optset *set, lmt_optset_visit_fn fn,
-                        void *opaque);
+                                   const struct lmt_option_value *value, const char *text,
+                                   enum lmt_opt_source source);
+int lmt__optset_foreach(const struct lmt_optset *set, lmt_optset_visit_fn fn, void *opaque);
 
 /* Parse `text` as a value of `desc`; `name` is used in messages. On success
  * out->text points into *storage (malloc'ed; caller frees) for ENUM and
  * STRING, NULL otherwise. */
-int lmt__option_parse(const struct lmt_option_desc *desc, const char *name,
-                      const char *text, struct lmt_option_value *out, char **storage,
-                      struct lmt_error *err);
+int lmt__option_parse(const struct lmt_option_desc *desc, const char *name, const char *text,
+                      struct lmt_option_value *out, char **storage, struct lmt_error *err);
 
 /* Strict number parsers shared with the tools: whole string, no sign, no
  * overflow. Sizes accept K/M/G/T with optional "i" and "B" (binary); bytes

@@ -247,8 +247,7 @@ static uint32_t get_u32(struct reader *r, const char *what)
 {
 	uint8_t x[4] = {0};
 	take(r, x, 4, what);
-	return (uint32_t)x[0] | (uint32_t)x[1] << 8 | (uint32_t)x[2] << 16 |
-	       (uint32_t)x[3] << 24;
+	return (uint32_t)x[0] | (uint32_t)x[1] << 8 | (uint32_t)x[2] << 16 | (uint32_t)x[3] << 24;
 }
 
 static uint64_t get_u64(struct reader *r, const char *what)
@@ -312,27 +311,19 @@ static int done(struct reader *r)
 	return r->rc;
 }
 
-static struct reader reader(const uint8_t *p, size_t len, uint16_t type,
-                            struct lmt_error *err)
+static struct reader reader(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err)
 {
 	return (struct reader){.p = p, .left = len, .err = err, .msg = lmt__msg_name(type)};
 }
 
 static const char *const msg_names[] = {
-	[LMT_MSG_HELLO] = "HELLO",
-	[LMT_MSG_HELLO_REPLY] = "HELLO_REPLY",
-	[LMT_MSG_BLOCKS] = "BLOCKS",
-	[LMT_MSG_EP_ADDRS] = "EP_ADDRS",
-	[LMT_MSG_READY] = "READY",
-	[LMT_MSG_REG_REQ] = "REG_REQ",
-	[LMT_MSG_REG_REPLY] = "REG_REPLY",
-	[LMT_MSG_DEVICE_STATE] = "DEVICE_STATE",
-	[LMT_MSG_COMPLETE] = "COMPLETE",
-	[LMT_MSG_COMPLETE_ACK] = "COMPLETE_ACK",
-	[LMT_MSG_ERROR] = "ERROR",
-	[LMT_MSG_PING] = "PING",
-	[LMT_MSG_PONG] = "PONG",
-	[LMT_MSG_AUTH] = "AUTH",
+        [LMT_MSG_HELLO] = "HELLO",         [LMT_MSG_HELLO_REPLY] = "HELLO_REPLY",
+        [LMT_MSG_BLOCKS] = "BLOCKS",       [LMT_MSG_EP_ADDRS] = "EP_ADDRS",
+        [LMT_MSG_READY] = "READY",         [LMT_MSG_REG_REQ] = "REG_REQ",
+        [LMT_MSG_REG_REPLY] = "REG_REPLY", [LMT_MSG_DEVICE_STATE] = "DEVICE_STATE",
+        [LMT_MSG_COMPLETE] = "COMPLETE",   [LMT_MSG_COMPLETE_ACK] = "COMPLETE_ACK",
+        [LMT_MSG_ERROR] = "ERROR",         [LMT_MSG_PING] = "PING",
+        [LMT_MSG_PONG] = "PONG",           [LMT_MSG_AUTH] = "AUTH",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -342,15 +333,14 @@ const char *lmt__msg_name(uint16_t type)
 	return "unknown";
 }
 
-int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h,
-                    struct lmt_error *err)
+int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h, struct lmt_error *err)
 {
 	if (len < LMT_PROTO_HEADER_SIZE)
 		return lmt__error(err, LMT_EPROTO, "control message: truncated header");
 	h->type = (uint16_t)(p[0] | p[1] << 8);
 	h->flags = (uint16_t)(p[2] | p[3] << 8);
-	h->length = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
-	            (uint32_t)p[7] << 24;
+	h->length =
+	        (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
 	if (h->type < 1 || h->type > LMT_MSG_TYPE_MAX)
 		return lmt__error(err, LMT_EPROTO, "control message: unknown type %u", h->type);
 	if (h->flags)
@@ -362,8 +352,7 @@ int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h,
 	return 0;
 }
 
-int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m,
-                   struct lmt_error *err)
+int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m, struct lmt_error *err)
 {
 	struct reader r = reader(p, len, LMT_MSG_HELLO, err);
 	m->magic = get_u32(&r, "truncated magic");
@@ -381,8 +370,7 @@ int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m,
 	get_count(&r, &m->option_count, LMT_PROTO_MAX_OPTIONS, "too many options");
 	for (uint32_t i = 0; i < m->option_count && !r.rc; i++) {
 		get_str(&r, m->options[i].name, sizeof(m->options[i].name), "bad option name");
-		get_str(&r, m->options[i].value, sizeof(m->options[i].value),
-		        "bad option value");
+		get_str(&r, m->options[i].value, sizeof(m->options[i].value), "bad option value");
 	}
 	take(&r, &m->auth, 1, "truncated auth flag");
 	if (!r.rc && m->auth > 1)
@@ -413,8 +401,7 @@ int lmt__dec_status(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_
 	return done(&r);
 }
 
-int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m,
-                    struct lmt_error *err)
+int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m, struct lmt_error *err)
 {
 	struct reader r = reader(p, len, LMT_MSG_BLOCKS, err);
 	get_count(&r, &m->count, LMT_PROTO_MAX_BLOCKS, "too many blocks");
@@ -429,8 +416,7 @@ int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m,
 	return done(&r);
 }
 
-int lmt__dec_addrs(const uint8_t *p, size_t len, struct lmt_msg_addrs *m,
-                   struct lmt_error *err)
+int lmt__dec_addrs(const uint8_t *p, size_t len, struct lmt_msg_addrs *m, struct lmt_error *err)
 {
 	struct reader r = reader(p, len, LMT_MSG_EP_ADDRS, err);
 	get_count(&r, &m->count, LMT_MAX_CHANNELS, "too many channels");
@@ -456,8 +442,7 @@ int lmt__dec_regs(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_re
 	return done(&r);
 }
 
-int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m,
-                   struct lmt_error *err)
+int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m, struct lmt_error *err)
 {
 	struct reader r = reader(p, len, LMT_MSG_DEVICE_STATE, err);
 	m->offset = get_u64(&r, "truncated offset");

@@ -23,20 +23,20 @@
 #define LMT_PROTO_PROOF 32u
 
 enum lmt_msg_type {
-	LMT_MSG_HELLO = 1,        /* S->D: magic, version, plugin, options */
-	LMT_MSG_HELLO_REPLY = 2,  /* D->S: version, status, text */
-	LMT_MSG_BLOCKS = 3,       /* S->D: the RAM block list */
-	LMT_MSG_EP_ADDRS = 4,     /* both: one address blob per channel */
-	LMT_MSG_READY = 5,        /* D->S: channels connected, pin-all done */
-	LMT_MSG_REG_REQ = 6,      /* S->D: windows to register */
-	LMT_MSG_REG_REPLY = 7,    /* D->S: their key blobs */
-	LMT_MSG_DEVICE_STATE = 8, /* S->D: a piece of the device state */
-	LMT_MSG_COMPLETE = 9,     /* S->D: all RAM sent; digests */
+	LMT_MSG_HELLO = 1,         /* S->D: magic, version, plugin, options */
+	LMT_MSG_HELLO_REPLY = 2,   /* D->S: version, status, text */
+	LMT_MSG_BLOCKS = 3,        /* S->D: the RAM block list */
+	LMT_MSG_EP_ADDRS = 4,      /* both: one address blob per channel */
+	LMT_MSG_READY = 5,         /* D->S: channels connected, pin-all done */
+	LMT_MSG_REG_REQ = 6,       /* S->D: windows to register */
+	LMT_MSG_REG_REPLY = 7,     /* D->S: their key blobs */
+	LMT_MSG_DEVICE_STATE = 8,  /* S->D: a piece of the device state */
+	LMT_MSG_COMPLETE = 9,      /* S->D: all RAM sent; digests */
 	LMT_MSG_COMPLETE_ACK = 10, /* D->S: status of the load */
-	LMT_MSG_ERROR = 11,       /* both: the sender failed; code and text */
-	LMT_MSG_PING = 12,        /* both: keep-alive */
+	LMT_MSG_ERROR = 11,        /* both: the sender failed; code and text */
+	LMT_MSG_PING = 12,         /* both: keep-alive */
 	LMT_MSG_PONG = 13,
-	LMT_MSG_AUTH = 14,        /* S->D: the source's proof of the key */
+	LMT_MSG_AUTH = 14, /* S->D: the source's proof of the key */
 	LMT_MSG_TYPE_MAX = 14,
 };
 
@@ -61,9 +61,9 @@ struct lmt_msg_hello {
 	uint8_t nonce[LMT_PROTO_NONCE];
 };
 
-struct lmt_msg_status { /* HELLO_REPLY, COMPLETE_ACK, ERROR */
-	uint16_t version;   /* HELLO_REPLY only */
-	int32_t code;       /* 0 or a negative LMT_E* code */
+struct lmt_msg_status {   /* HELLO_REPLY, COMPLETE_ACK, ERROR */
+	uint16_t version; /* HELLO_REPLY only */
+	int32_t code;     /* 0 or a negative LMT_E* code */
 	char text[LMT_PROTO_MAX_TEXT + 1];
 	/* HELLO_REPLY only: the destination's challenge and proof */
 	uint8_t auth;
@@ -137,23 +137,18 @@ int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
-int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h,
-                    struct lmt_error *err);
+int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h, struct lmt_error *err);
 
 /* Decoders of payloads. Each checks lengths, counts, string contents and
  * that nothing is left over; the message names what was wrong. */
-int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m,
-                   struct lmt_error *err);
+int lmt__dec_hello(const uint8_t *p, size_t len, struct lmt_msg_hello *m, struct lmt_error *err);
 int lmt__dec_status(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_status *m,
                     struct lmt_error *err);
-int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m,
-                    struct lmt_error *err);
-int lmt__dec_addrs(const uint8_t *p, size_t len, struct lmt_msg_addrs *m,
-                   struct lmt_error *err);
+int lmt__dec_blocks(const uint8_t *p, size_t len, struct lmt_msg_blocks *m, struct lmt_error *err);
+int lmt__dec_addrs(const uint8_t *p, size_t len, struct lmt_msg_addrs *m, struct lmt_error *err);
 int lmt__dec_regs(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_regs *m,
                   struct lmt_error *err);
-int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m,
-                   struct lmt_error *err);
+int lmt__dec_state(const uint8_t *p, size_t len, struct lmt_msg_state *m, struct lmt_error *err);
 int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
                       struct lmt_error *err);
 int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err);

@@ -34,14 +34,13 @@ static int wait_cancelled(void *ctx)
 /* The first failure of an operation wins; a misuse of the API (usage)
  * is reported but never hides a later real failure. */
 static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
-    LMT_PRINTF(4, 0);
+        LMT_PRINTF(4, 0);
 
 static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
 {
 	code = code > 0 ? -code : code;
 	pthread_mutex_lock(&s->lock);
-	if ((s->error.code == 0 || s->error_is_usage) &&
-	    atomic_load(&s->state) != LMT_STATE_DONE) {
+	if ((s->error.code == 0 || s->error_is_usage) && atomic_load(&s->state) != LMT_STATE_DONE) {
 		lmt__verror(&s->error, code, fmt, ap);
 		s->error_is_usage = usage;
 	}
@@ -69,8 +68,7 @@ int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...)
 
 /* ---- host services ---- */
 
-static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
-    LMT_PRINTF(3, 4);
+static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
 static int host_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 
 static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
@@ -141,10 +139,11 @@ static int load_plugins(struct lmt_session *s, const char *spec, struct lmt_erro
 			return rc;
 		s->desc = lmt_plugin_descriptor(s->plugin);
 		if (s->desc->caps & LMT_CAP_DECORATOR)
-			return lmt__error(err, LMT_EINVAL,
-			                  "plugin '%s' is a decorator: name the plugin it wraps, as in "
-			                  "'%s:tcp'",
-			                  s->desc->name, s->desc->name);
+			return lmt__error(
+			        err, LMT_EINVAL,
+			        "plugin '%s' is a decorator: name the plugin it wraps, as in "
+			        "'%s:tcp'",
+			        s->desc->name, s->desc->name);
 		s->caps = s->desc->caps;
 		s->wire_name = s->desc->name;
 		return 0;
@@ -160,14 +159,16 @@ static int load_plugins(struct lmt_session *s, const char *spec, struct lmt_erro
 	s->desc = lmt_plugin_descriptor(s->plugin);
 	if (!(s->desc->caps & LMT_CAP_DECORATOR))
 		return lmt__error(err, LMT_EINVAL,
-		                  "plugin '%s': '%s' is not a decorator, so it cannot wrap '%s'", spec,
-		                  outer, colon + 1);
+		                  "plugin '%s': '%s' is not a decorator, so it cannot wrap '%s'",
+		                  spec, outer, colon + 1);
 	if ((rc = lmt_plugin_open(colon + 1, &s->inner_plugin, err)))
 		return rc;
 	s->inner = lmt_plugin_descriptor(s->inner_plugin);
 	if (s->inner->caps & LMT_CAP_DECORATOR)
-		return lmt__error(err, LMT_EINVAL, "plugin '%s': a decorator wraps one transport, "
-		                  "not another decorator", spec);
+		return lmt__error(err, LMT_EINVAL,
+		                  "plugin '%s': a decorator wraps one transport, "
+		                  "not another decorator",
+		                  spec);
 	s->caps = s->inner->caps;
 	s->wire_name = s->inner->name;
 	return 0;
@@ -175,8 +176,8 @@ static int load_plugins(struct lmt_session *s, const char *spec, struct lmt_erro
 
 /* ---- creation, options, blocks ---- */
 
-int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
-                    const char *options, struct lmt_error *err)
+int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, const char *options,
+                    struct lmt_error *err)
 {
 	*out = NULL;
 	if (role != LMT_ROLE_SOURCE && role != LMT_ROLE_DESTINATION)
@@ -190,15 +191,15 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
 	s->listen_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	s->host = (struct lmt_host){
-		.abi_version = LMT_PLUGIN_ABI_VERSION,
-		.struct_size = sizeof(struct lmt_host),
-		.log = host_log,
-		.error = host_error,
-		.now_ns = host_now,
-		.option = host_option,
-		.cancelled = host_cancelled,
-		.inner = host_inner,
-		.inject = host_inject,
+	        .abi_version = LMT_PLUGIN_ABI_VERSION,
+	        .struct_size = sizeof(struct lmt_host),
+	        .log = host_log,
+	        .error = host_error,
+	        .now_ns = host_now,
+	        .option = host_option,
+	        .cancelled = host_cancelled,
+	        .inner = host_inner,
+	        .inject = host_inject,
 	};
 	uint32_t ncore;
 	const struct lmt_option_desc *core = lmt_core_options(&ncore);
@@ -339,20 +340,23 @@ int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t
 	if (rc)
 		return rc;
 	if (!valid_block_name(name))
-		return lmt__fail(s, LMT_EINVAL,
-		                 "block name '%s': expected 1 to %u printable characters, no spaces",
-		                 name ? name : "(null)", LMT_BLOCK_NAME_MAX);
+		return lmt__fail(
+		        s, LMT_EINVAL,
+		        "block name '%s': expected 1 to %u printable characters, no spaces",
+		        name ? name : "(null)", LMT_BLOCK_NAME_MAX);
 	if (page_size < 4096 || (page_size & (page_size - 1)))
-		return lmt__usage(s, LMT_EINVAL, "block '%s': page size %u is not a power of two >= 4096",
-		                 name, page_size);
+		return lmt__usage(s, LMT_EINVAL,
+		                  "block '%s': page size %u is not a power of two >= 4096", name,
+		                  page_size);
 	if (!host || length == 0 || length % page_size)
-		return lmt__fail(s, LMT_EINVAL,
-		                 "block '%s': length %llu is not a non-zero multiple of the page size %u"
-		                 " (or no memory given)",
-		                 name, (unsigned long long)length, page_size);
+		return lmt__fail(
+		        s, LMT_EINVAL,
+		        "block '%s': length %llu is not a non-zero multiple of the page size %u"
+		        " (or no memory given)",
+		        name, (unsigned long long)length, page_size);
 	if (s->nblocks == LMT_PROTO_MAX_BLOCKS)
 		return lmt__usage(s, LMT_EOVERFLOW, "block '%s': at most %u blocks", name,
-		                 LMT_PROTO_MAX_BLOCKS);
+		                  LMT_PROTO_MAX_BLOCKS);
 	for (uint32_t i = 0; i < s->nblocks; i++)
 		if (strcmp(s->blocks[i].name, name) == 0)
 			return lmt__usage(s, LMT_EINVAL, "block '%s': added twice", name);
@@ -445,12 +449,10 @@ int lmt__blocks_prepare(struct lmt_session *s)
 
 struct lmt_wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns)
 {
-	return (struct lmt_wait){.deadline_ns = deadline_ns, .cancelled = wait_cancelled,
-	                         .ctx = s};
+	return (struct lmt_wait){.deadline_ns = deadline_ns, .cancelled = wait_cancelled, .ctx = s};
 }
 
-static int net_fail(struct lmt_session *s, int rc, const char *what,
-                    const struct lmt_net_error *e)
+static int net_fail(struct lmt_session *s, int rc, const char *what, const struct lmt_net_error *e)
 {
 	const char *peer = s->role == LMT_ROLE_SOURCE ? "destination" : "source";
 	if (rc == -LMT_ECANCELED)
@@ -523,10 +525,10 @@ void lmt__numeric_host(int fd, bool peer, char *buf, size_t size)
 int lmt__transport_open(struct lmt_session *s, const char *local_host, const char *peer_host)
 {
 	struct lmt_instance_params p = {
-		.struct_size = sizeof(p),
-		.role = s->role,
-		.channels = s->channels,
-		.timeout_ns = s->connect_timeout_ns,
+	        .struct_size = sizeof(p),
+	        .role = s->role,
+	        .channels = s->channels,
+	        .timeout_ns = s->connect_timeout_ns,
 	};
 	snprintf(p.local_host, sizeof(p.local_host), "%s", local_host);
 	snprintf(p.peer_host, sizeof(p.peer_host), "%s", peer_host);
@@ -583,8 +585,9 @@ int lmt__endpoints_open(struct lmt_session *s)
 		if (rc)
 			rc = lmt__fail(s, rc, "channel %u: cannot open an endpoint", c);
 		else if (a->addrs[c].len == 0 || a->addrs[c].len > LMT_BLOB_MAX)
-			rc = lmt__fail(s, LMT_EPROTO, "channel %u: plugin gave an address of %u bytes",
-			               c, a->addrs[c].len);
+			rc = lmt__fail(s, LMT_EPROTO,
+			               "channel %u: plugin gave an address of %u bytes", c,
+			               a->addrs[c].len);
 	}
 	if (!rc && (rc = lmt__enc_addrs(&s->out, a)))
 		lmt__fail(s, rc, "encoding EP_ADDRS");
@@ -603,7 +606,8 @@ int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
 		if (h->type == want)
 			return 0;
 		if (h->type == LMT_MSG_PING) {
-			if ((rc = lmt__enc_empty(&s->out, LMT_MSG_PONG)) || (rc = lmt__ctrl_send(s)))
+			if ((rc = lmt__enc_empty(&s->out, LMT_MSG_PONG)) ||
+			    (rc = lmt__ctrl_send(s)))
 				return rc;
 			continue;
 		}

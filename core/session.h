@@ -37,8 +37,8 @@ struct lmt_block {
 	uint64_t *sync;     /* source: scratch handed to the dirty callback */
 	uint64_t window;    /* bytes per registration: chunk-size or the block */
 	uint64_t nwindows;
-	lmt_rkey **rkeys;   /* source: the peer's key per window */
-	lmt_mr **mrs;       /* source local / destination registration per window */
+	lmt_rkey **rkeys; /* source: the peer's key per window */
+	lmt_mr **mrs;     /* source local / destination registration per window */
 };
 
 /* One write in flight. */
@@ -79,7 +79,7 @@ struct lmt_session {
 	uint64_t last_tx_ns;
 
 	_Atomic int cancelled;
-	_Atomic int state; /* enum lmt_state */
+	_Atomic int state;    /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error and stats */
 	struct lmt_error error;
 	bool error_is_usage;
@@ -113,9 +113,9 @@ struct lmt_session {
 	uint32_t cur_block;
 	uint64_t cur_page;
 	uint32_t pass;
-	bool pass_done;       /* the walk reached the end of the pass */
-	bool need_pass;       /* "ready" was returned; the next call starts a pass */
-	bool draining;        /* the pass ended near convergence: draining */
+	bool pass_done;        /* the walk reached the end of the pass */
+	bool need_pass;        /* "ready" was returned; the next call starts a pass */
+	bool draining;         /* the pass ended near convergence: draining */
 	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
 	uint64_t last_service_ns;
 	uint64_t start_ns;
@@ -169,8 +169,7 @@ void lmt__numeric_host(int fd, bool peer, char *buf, size_t size);
 int lmt__load_connected(struct lmt_session *s, int fd);
 
 /* Transport lifecycle shared by both roles. */
-int lmt__transport_open(struct lmt_session *s, const char *local_host,
-                        const char *peer_host);
+int lmt__transport_open(struct lmt_session *s, const char *local_host, const char *peer_host);
 void lmt__transport_close(struct lmt_session *s);
 /* Open the instance and the endpoints; send their addresses (EP_ADDRS). */
 int lmt__endpoints_open(struct lmt_session *s);

@@ -112,7 +112,8 @@ static int authenticate(struct lmt_session *s, const struct lmt_msg_hello *hello
 		return lmt__fail(s, LMT_EAUTH,
 		                 "authentication failed: the destination does not hold this key");
 	if (!rc)
-		rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, st->nonce, hello->nonce, mine);
+		rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, st->nonce, hello->nonce,
+		                     mine);
 	if (!rc)
 		rc = lmt__enc_auth(&s->out, mine);
 	return rc ? lmt__fail(s, rc, "computing the authentication proof") : lmt__ctrl_send(s);
@@ -210,14 +211,16 @@ static int import_keys(struct lmt_session *s, size_t length)
 		    g->length != (b->length - g->offset < b->window ? b->length - g->offset
 		                                                    : b->window)) {
 			rc = lmt__fail(s, LMT_EPROTO,
-			               "REG_REPLY: key for block %u offset %llu length %llu was not asked for",
+			               "REG_REPLY: key for block %u offset %llu length %llu was "
+			               "not asked for",
 			               g->block, (unsigned long long)g->offset,
 			               (unsigned long long)g->length);
 			break;
 		}
 		rc = s->desc->ops.rkey_import(s->inst, &g->key, &b->rkeys[w]);
 		if (rc)
-			rc = lmt__fail(s, rc, "block '%s': the destination's key is unusable", b->name);
+			rc = lmt__fail(s, rc, "block '%s': the destination's key is unusable",
+			               b->name);
 	}
 	free(r);
 	return rc;
@@ -229,8 +232,8 @@ static int register_local(struct lmt_session *s, struct lmt_block *b, uint64_t w
 	uint64_t len = b->length - off < b->window ? b->length - off : b->window;
 	lmt_mr *mr = NULL;
 	struct lmt_blob key = {0};
-	int rc = s->desc->ops.mr_register(s->inst, b->host + off, len, LMT_MR_LOCAL_READ, &mr,
-	                                  &key);
+	int rc =
+	        s->desc->ops.mr_register(s->inst, b->host + off, len, LMT_MR_LOCAL_READ, &mr, &key);
 	if (rc)
 		return lmt__fail(s, rc, "block '%s': cannot register %llu bytes at offset %llu",
 		                 b->name, (unsigned long long)len, (unsigned long long)off);
@@ -264,7 +267,8 @@ static int wait_ready(struct lmt_session *s)
 		return lmt__fail(s, rc, "%s", err.message);
 	for (uint32_t i = 0; i < s->nblocks && s->pin_all; i++)
 		if (!s->blocks[i].rkeys[0])
-			return lmt__fail(s, LMT_EPROTO, "pin-all: the destination sent no key for '%s'",
+			return lmt__fail(s, LMT_EPROTO,
+			                 "pin-all: the destination sent no key for '%s'",
 			                 s->blocks[i].name);
 	return 0;
 }
@@ -450,12 +454,13 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 		                 s->desc->name, (unsigned long long)cp->cookie);
 	struct lmt_block *b = &s->blocks[sl->block];
 	if (cp->status)
-		return lmt__fail(s, cp->status,
-		                 "write of %llu bytes to block '%s' at offset %llu failed on channel "
-		                 "%u: %s",
-		                 (unsigned long long)sl->bytes, b->name,
-		                 (unsigned long long)(sl->page << b->page_shift), sl->channel,
-		                 lmt_strerror(cp->status));
+		return lmt__fail(
+		        s, cp->status,
+		        "write of %llu bytes to block '%s' at offset %llu failed on channel "
+		        "%u: %s",
+		        (unsigned long long)sl->bytes, b->name,
+		        (unsigned long long)(sl->page << b->page_shift), sl->channel,
+		        lmt_strerror(cp->status));
 	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
 	s->ch_writes[sl->channel]--;
 	s->ch_inflight[sl->channel] -= sl->bytes;
@@ -529,9 +534,10 @@ static int request_keys(struct lmt_session *s, const struct chunk *c)
 	for (uint64_t w = (c->page << b->page_shift) / b->window;
 	     w < b->nwindows && r->count < REG_BATCH; w++) {
 		uint64_t first = w * pages_per_window;
-		uint64_t n = b->npages - first < pages_per_window ? b->npages - first
-		                                                  : pages_per_window;
-		if (b->rkeys[w] || (r->count && !lmt__bitmap_range(b->dirty, first, n, LMT_BITS_ANY)))
+		uint64_t n =
+		        b->npages - first < pages_per_window ? b->npages - first : pages_per_window;
+		if (b->rkeys[w] ||
+		    (r->count && !lmt__bitmap_range(b->dirty, first, n, LMT_BITS_ANY)))
 			continue;
 		struct lmt_msg_reg *g = &r->regs[r->count++];
 		g->block = c->block;
@@ -585,8 +591,12 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
 		                 (unsigned long long)bytes, b->name);
 	s->nfree--;
-	s->slots[idx] = (struct lmt_slot){.cookie = cookie, .block = c->block, .channel = ch,
-	                                  .page = c->page, .npages = c->npages, .bytes = bytes};
+	s->slots[idx] = (struct lmt_slot){.cookie = cookie,
+	                                  .block = c->block,
+	                                  .channel = ch,
+	                                  .page = c->page,
+	                                  .npages = c->npages,
+	                                  .bytes = bytes};
 	lmt__bitmap_range(b->inflight, c->page, c->npages, LMT_BITS_SET);
 	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
 	s->ch_writes[ch]++;
@@ -670,15 +680,15 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
 		s->stats.dirty_rate_bps = rate;
 	pthread_mutex_unlock(&s->lock);
 	struct lmt_pass_stats p = {
-		.pass = s->pass,
-		.final = final,
-		.start_ns = s->pass_start_ns - s->start_ns,
-		.duration_ns = span,
-		.bytes = s->pass_bytes,
-		.dirtied_bytes = dirtied,
-		.dirty_rate_bps = rate,
-		.bandwidth_bps = span ? (uint64_t)((double)s->pass_bytes * 1e9 / (double)span) : 0,
-		.expected_downtime_ns = final ? 0 : expected_downtime(s),
+	        .pass = s->pass,
+	        .final = final,
+	        .start_ns = s->pass_start_ns - s->start_ns,
+	        .duration_ns = span,
+	        .bytes = s->pass_bytes,
+	        .dirtied_bytes = dirtied,
+	        .dirty_rate_bps = rate,
+	        .bandwidth_bps = span ? (uint64_t)((double)s->pass_bytes * 1e9 / (double)span) : 0,
+	        .expected_downtime_ns = final ? 0 : expected_downtime(s),
 	};
 	lmt__pass_record(s, &p);
 }
@@ -800,9 +810,10 @@ static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t 
 {
 	size_t off = 0;
 	while (off < length) {
-		size_t n = length - off < LMT_PROTO_STATE_CHUNK ? length - off : LMT_PROTO_STATE_CHUNK;
-		struct lmt_msg_state m = {.offset = off, .total = length, .length = (uint32_t)n,
-		                          .data = data + off};
+		size_t n =
+		        length - off < LMT_PROTO_STATE_CHUNK ? length - off : LMT_PROTO_STATE_CHUNK;
+		struct lmt_msg_state m = {
+		        .offset = off, .total = length, .length = (uint32_t)n, .data = data + off};
 		int rc = lmt__enc_state(&s->out, &m);
 		if (rc)
 			return lmt__fail(s, rc, "encoding DEVICE_STATE");
@@ -864,10 +875,10 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 		return lmt__usage(s, LMT_ESTATE, "save complete: the session is not migrating");
 	if (length && !device_state)
 		return lmt__usage(s, LMT_EINVAL, "save complete: %zu bytes of device state at NULL",
-		                 length);
+		                  length);
 	if (length > LMT_PROTO_MAX_STATE)
-		return lmt__usage(s, LMT_EOVERFLOW, "save complete: device state of %zu bytes over 1G",
-		                 length);
+		return lmt__usage(s, LMT_EOVERFLOW,
+		                  "save complete: device state of %zu bytes over 1G", length);
 	uint64_t t0 = lmt__now();
 	pthread_mutex_lock(&s->lock);
 	s->stats.status = LMT_STATUS_COMPLETING;

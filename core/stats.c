@@ -6,13 +6,13 @@
 #include "session.h"
 
 static const char *const status_names[] = {
-	[LMT_STATUS_NEW] = "new",
-	[LMT_STATUS_SETUP] = "setup",
-	[LMT_STATUS_ACTIVE] = "active",
-	[LMT_STATUS_COMPLETING] = "completing",
-	[LMT_STATUS_COMPLETED] = "completed",
-	[LMT_STATUS_FAILED] = "failed",
-	[LMT_STATUS_CANCELLED] = "cancelled",
+        [LMT_STATUS_NEW] = "new",
+        [LMT_STATUS_SETUP] = "setup",
+        [LMT_STATUS_ACTIVE] = "active",
+        [LMT_STATUS_COMPLETING] = "completing",
+        [LMT_STATUS_COMPLETED] = "completed",
+        [LMT_STATUS_FAILED] = "failed",
+        [LMT_STATUS_CANCELLED] = "cancelled",
 };
 
 const char *lmt_status_name(enum lmt_status status)

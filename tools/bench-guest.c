@@ -193,7 +193,7 @@ static void *workload_main(void *arg)
 	 * wake-up does not turn into a burst. */
 	uint64_t burst = w->rate / 100 > BENCH_PAGE_SIZE ? w->rate / 100 : BENCH_PAGE_SIZE;
 	uint64_t credit = 0, last = bench_now_ns();
-	const struct timespec slice = { 0, SLICE_NS };
+	const struct timespec slice = {0, SLICE_NS};
 
 	while (workload_gate(w, &last)) {
 		uint64_t now = bench_now_ns();
@@ -210,8 +210,8 @@ static void *workload_main(void *arg)
 	return NULL;
 }
 
-int bench_workload_start(struct bench_workload **out, struct bench_ram *ram,
-                         uint64_t working_set, uint64_t rate, uint64_t seed)
+int bench_workload_start(struct bench_workload **out, struct bench_ram *ram, uint64_t working_set,
+                         uint64_t rate, uint64_t seed)
 {
 	struct bench_workload *w = calloc(1, sizeof(*w));
 	int rc;
@@ -282,11 +282,11 @@ double bench_median(double *values, size_t n)
 
 double bench_memcpy_gibps(uint64_t bytes)
 {
-	uint8_t *src = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-	                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	uint8_t *dst = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-	                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	double gibps[3] = { 0 };
+	uint8_t *src =
+	        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *dst =
+	        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double gibps[3] = {0};
 
 	if (src != MAP_FAILED && dst != MAP_FAILED) {
 		/* Touch both first: the yardstick is the copy, not page faults. */

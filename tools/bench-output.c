@@ -20,26 +20,25 @@ static const struct {
 	double table_scale;
 	bool integer;
 } figures[BENCH_FIGURE_COUNT] = {
-	[BENCH_SETUP_MS] = { "setup_ms", "setup", "(ms)", 7, 1, 1, false },
-	[BENCH_TOTAL_MS] = { "total_ms", "total", "(ms)", 8, 1, 1, false },
-	[BENCH_DOWNTIME_MS] = { "downtime_ms", "downtime", "(ms)", 8, 2, 1, false },
-	[BENCH_GBPS] = { "throughput_gbps", "throughput", "(Gb/s)", 10, 2, 1, false },
-	[BENCH_GIBPS] = { "throughput_gibps", "throughput", "(GiB/s)", 10, 2, 1, false },
-	[BENCH_MEMCPY_PERCENT] = { "memcpy_percent", "of memcpy", "(%)", 9, 1, 1, false },
-	[BENCH_YARDSTICK_PERCENT] = { "yardstick_percent", "of own bench", "(%)", 12, 1, 1,
-				      false },
-	[BENCH_BYTES_SENT] = { "bytes_sent", "sent", "(MiB)", 8, 1, 1 / MIB, true },
-	[BENCH_ZERO_PAGES] = { "zero_pages", "zero", "(pages)", 8, 0, 1, true },
-	[BENCH_PASS_COUNT] = { "pass_count", "passes", "(count)", 7, 0, 1, true },
-	[BENCH_PREFAULT_MS] = { "prefault_ms", "prefault", "(ms)", 8, 1, 1, false },
+        [BENCH_SETUP_MS] = {"setup_ms", "setup", "(ms)", 7, 1, 1, false},
+        [BENCH_TOTAL_MS] = {"total_ms", "total", "(ms)", 8, 1, 1, false},
+        [BENCH_DOWNTIME_MS] = {"downtime_ms", "downtime", "(ms)", 8, 2, 1, false},
+        [BENCH_GBPS] = {"throughput_gbps", "throughput", "(Gb/s)", 10, 2, 1, false},
+        [BENCH_GIBPS] = {"throughput_gibps", "throughput", "(GiB/s)", 10, 2, 1, false},
+        [BENCH_MEMCPY_PERCENT] = {"memcpy_percent", "of memcpy", "(%)", 9, 1, 1, false},
+        [BENCH_YARDSTICK_PERCENT] = {"yardstick_percent", "of own bench", "(%)", 12, 1, 1, false},
+        [BENCH_BYTES_SENT] = {"bytes_sent", "sent", "(MiB)", 8, 1, 1 / MIB, true},
+        [BENCH_ZERO_PAGES] = {"zero_pages", "zero", "(pages)", 8, 0, 1, true},
+        [BENCH_PASS_COUNT] = {"pass_count", "passes", "(count)", 7, 0, 1, true},
+        [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
 };
 
-static const char *const suffixes[3] = { "", "_min", "_max" };
+static const char *const suffixes[3] = {"", "_min", "_max"};
 
 /* ---- Figures ------------------------------------------------------------ */
 
-void bench_figures_of(const struct bench_result *r, double memcpy_gibps,
-                      double yardstick_gbps, struct bench_figures *out)
+void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double yardstick_gbps,
+                      struct bench_figures *out)
 {
 	const struct lmt_stats *s = &r->stats;
 	double total_ns = (double)s->total_ns;
@@ -53,7 +52,7 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps,
 	v[BENCH_GIBPS] = total_ns > 0 ? (double)s->bytes_sent / total_ns * 1e9 / GIB : 0.0;
 	v[BENCH_MEMCPY_PERCENT] = memcpy_gibps > 0 ? 100.0 * v[BENCH_GIBPS] / memcpy_gibps : NAN;
 	v[BENCH_YARDSTICK_PERCENT] =
-		yardstick_gbps > 0 ? 100.0 * v[BENCH_GBPS] / yardstick_gbps : NAN;
+	        yardstick_gbps > 0 ? 100.0 * v[BENCH_GBPS] / yardstick_gbps : NAN;
 	v[BENCH_BYTES_SENT] = (double)s->bytes_sent;
 	v[BENCH_ZERO_PAGES] = (double)s->zero_pages;
 	v[BENCH_PASS_COUNT] = (double)s->passes;
@@ -119,8 +118,7 @@ static void print_cell(FILE *f, const char *text, int width, bool first)
 }
 
 static void print_line(const struct bench_report *rep, const char *plugin, const char *stat,
-                       const char *result, const struct bench_figures *set,
-                       const char *config)
+                       const char *result, const struct bench_figures *set, const char *config)
 {
 	FILE *f = rep->out;
 	cell c;
@@ -182,7 +180,7 @@ static void print_preamble(const struct bench_report *rep)
 		fprintf(f, "%s%s %s", i ? ", " : "", layout.blocks[i].name, size);
 	}
 	fprintf(f, "), %.0f%% of its pages zero, seed %llu; ", cfg->zero_fraction * 100.0,
-	           (unsigned long long)cfg->seed);
+	        (unsigned long long)cfg->seed);
 	if (cfg->dirty_rate > 0) {
 		bench_format_size(cfg->dirty_rate, size, sizeof(size));
 		fprintf(f, "dirties %s/s ", size);
@@ -192,11 +190,11 @@ static void print_preamble(const struct bench_report *rep)
 		fprintf(f, "idle\n");
 	}
 	fprintf(f, "options: %s; destination RAM %s\n",
-	           rep->common_options ? rep->common_options : "(defaults)",
-	           cfg->prefault ? "pre-faulted" : "not pre-faulted");
+	        rep->common_options ? rep->common_options : "(defaults)",
+	        cfg->prefault ? "pre-faulted" : "not pre-faulted");
 	if (rep->repeat > 1)
 		fprintf(f, "runs: %u per row; median, min and max over the verified runs\n",
-		           rep->repeat);
+		        rep->repeat);
 	if (rep->memcpy_gibps > 0)
 		fprintf(f, "memcpy yardstick: %.2f GiB/s (%.2f Gb/s; one thread, median of 3)\n",
 		        rep->memcpy_gibps, rep->memcpy_gibps * GIB * 8 / 1e9);
@@ -214,7 +212,7 @@ static void print_preamble(const struct bench_report *rep)
 
 static void table_row(const struct bench_report *rep, const struct bench_row *row)
 {
-	static const char *const stats[3] = { "median", "min", "max" };
+	static const char *const stats[3] = {"median", "min", "max"};
 	const char *result = row_ok(row) ? "ok" : "FAILED";
 	FILE *f = rep->out;
 	int lines = rep->repeat > 1 ? 3 : 1;
@@ -272,10 +270,11 @@ static void json_passes(FILE *f, const struct bench_result *r)
 		const struct lmt_pass_stats *p = &r->passes[i];
 
 		fprintf(f, "%s{\"pass\":%u,\"final\":%s", i ? "," : "", (unsigned)p->pass,
-		           p->final ? "true" : "false");
+		        p->final ? "true" : "false");
 		json_ns_as_ms(f, "start_ms", p->start_ns);
 		json_ns_as_ms(f, "duration_ms", p->duration_ns);
-		fprintf(f, ",\"bytes\":%llu,\"dirtied_bytes\":%llu,\"dirty_rate_bps\":%llu,"
+		fprintf(f,
+		        ",\"bytes\":%llu,\"dirtied_bytes\":%llu,\"dirty_rate_bps\":%llu,"
 		        "\"bandwidth_bps\":%llu",
 		        (unsigned long long)p->bytes, (unsigned long long)p->dirtied_bytes,
 		        (unsigned long long)p->dirty_rate_bps,
@@ -296,11 +295,11 @@ static void json_run(const struct bench_report *rep, const struct bench_row *row
 
 	bench_figures_of(r, rep->memcpy_gibps, row->plugin->yardstick_gbps, &set);
 	fprintf(f, "%s{\"kind\":\"run\",\"run\":%u,\"verified\":%s,\"error\":", run > 1 ? "," : "",
-	           run, r->ok ? "true" : "false");
+	        run, r->ok ? "true" : "false");
 	bench_json_string(f, r->ok ? NULL : (r->error[0] ? r->error : "failed"));
 	json_figures(f, r->have_stats ? &set : NULL, "");
 	fprintf(f, ",\"zero_pages_made\":%llu,\"dirtied_bytes\":%llu",
-	           (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
+	        (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
 	json_passes(f, r);
 	fprintf(f, ",\"stats\":%s}", r->stats_json ? r->stats_json : "null");
 }
@@ -324,12 +323,12 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	fprintf(f, ",\"options\":");
 	bench_json_string(f, row->options ? row->options : "");
 	fprintf(f, ",\"status\":\"%s\",\"repeat\":%u,\"verified_runs\":%u",
-	           row_ok(row) ? "ok" : "failed", rep->repeat, row->verified_runs);
+	        row_ok(row) ? "ok" : "failed", rep->repeat, row->verified_runs);
 	fprintf(f, ",\"ram_bytes\":%llu,\"dirty_rate_bps\":%llu,\"working_set_bytes\":%llu",
-	           (unsigned long long)cfg->ram_bytes, (unsigned long long)cfg->dirty_rate,
-	           (unsigned long long)cfg->working_set);
+	        (unsigned long long)cfg->ram_bytes, (unsigned long long)cfg->dirty_rate,
+	        (unsigned long long)cfg->working_set);
 	fprintf(f, ",\"zero_fraction\":%g,\"seed\":%llu,\"prefault\":%s", cfg->zero_fraction,
-	           (unsigned long long)cfg->seed, cfg->prefault ? "true" : "false");
+	        (unsigned long long)cfg->seed, cfg->prefault ? "true" : "false");
 	json_key(f, "memcpy_gibps", "");
 	json_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",\"yardstick\":");
@@ -389,10 +388,10 @@ static void csv_row(const struct bench_report *rep, const struct bench_row *row)
 	fprintf(f, ",");
 	bench_csv_string(f, row->options ? row->options : "");
 	fprintf(f, ",%s,%u,%u,%llu,%llu,%llu,%g,%llu,%s,", row_ok(row) ? "ok" : "failed",
-	           rep->repeat, row->verified_runs, (unsigned long long)cfg->ram_bytes,
-	           (unsigned long long)cfg->dirty_rate, (unsigned long long)cfg->working_set,
-	           cfg->zero_fraction, (unsigned long long)cfg->seed,
-	           cfg->prefault ? "true" : "false");
+	        rep->repeat, row->verified_runs, (unsigned long long)cfg->ram_bytes,
+	        (unsigned long long)cfg->dirty_rate, (unsigned long long)cfg->working_set,
+	        cfg->zero_fraction, (unsigned long long)cfg->seed,
+	        cfg->prefault ? "true" : "false");
 	csv_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",");
 	if (row->plugin->yardstick_gbps > 0)

@@ -73,9 +73,8 @@ static const struct {
 	const char *name;
 	uint64_t ns;
 } duration_units[] = {
-	{ "h", UINT64_C(3600000000000) }, { "m", UINT64_C(60000000000) },
-	{ "s", UINT64_C(1000000000) },    { "ms", UINT64_C(1000000) },
-	{ "us", UINT64_C(1000) },         { "ns", 1 },
+        {"h", UINT64_C(3600000000000)}, {"m", UINT64_C(60000000000)}, {"s", UINT64_C(1000000000)},
+        {"ms", UINT64_C(1000000)},      {"us", UINT64_C(1000)},       {"ns", 1},
 };
 
 #define DURATION_UNITS (sizeof(duration_units) / sizeof(duration_units[0]))

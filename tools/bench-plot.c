@@ -23,7 +23,7 @@ extern char **environ;
 
 /* One colour per plugin, so that a transport reads the same in both panels. */
 static const unsigned palette[] = {
-	0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd, 0x8c564b, 0xe377c2, 0x7f7f7f,
+        0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd, 0x8c564b, 0xe377c2, 0x7f7f7f,
 };
 
 #define PALETTE_SIZE (sizeof(palette) / sizeof(palette[0]))
@@ -76,8 +76,9 @@ static void gp_string(FILE *f, const char *text)
 
 static void data_value(FILE *f, const struct bench_row *row, int which, int figure)
 {
-	const struct bench_figures *set = which == 0 ? &row->median
-	                                  : which == 1 ? &row->min : &row->max;
+	const struct bench_figures *set = which == 0   ? &row->median
+	                                  : which == 1 ? &row->min
+	                                               : &row->max;
 	double v = row->verified_runs ? set->v[figure] : NAN;
 
 	fprintf(f, "\t%s", isnan(v) ? "NaN" : "");
@@ -129,13 +130,16 @@ static void script_terminal(FILE *f, const char *path, size_t n)
 	int height = 2 * (PANEL_BASE_PX + ROW_PX * (int)n) + 40;
 
 	if (ends_with(path, ".png"))
-		fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+		fprintf(f,
+		        "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
 		        "\tset terminal pngcairo size %d,%d font 'sans,10'\n"
 		        "} else {\n\tset terminal png size %d,%d\n}\n",
 		        WIDTH_PX, height, WIDTH_PX, height);
 	else
-		fprintf(f, "set terminal svg size %d,%d dynamic font 'sans,10' "
-		        "background rgb 'white'\n", WIDTH_PX, height);
+		fprintf(f,
+		        "set terminal svg size %d,%d dynamic font 'sans,10' "
+		        "background rgb 'white'\n",
+		        WIDTH_PX, height);
 	fprintf(f, "set output ");
 	gp_string(f, path);
 	fprintf(f, "\n");
@@ -164,7 +168,8 @@ static void script_axes(FILE *f, const struct bench_row *rows, size_t nrows, siz
 {
 	size_t y = 0;
 
-	fprintf(f, "set datafile separator '\\t'\n"
+	fprintf(f,
+	        "set datafile separator '\\t'\n"
 	        "set style fill solid 0.85 border -1\n"
 	        "set yrange [%g:-0.6]\n"
 	        "set border 3\nset grid xtics\nset xtics nomirror\n"
@@ -189,7 +194,8 @@ static void script_panel(FILE *f, const char *data, int column, const char *form
 {
 	fprintf(f, "plot ");
 	gp_string(f, data);
-	fprintf(f, " using %d:1:(0):%d:($1-0.35):($1+0.35):8 with boxxyerror "
+	fprintf(f,
+	        " using %d:1:(0):%d:($1-0.35):($1+0.35):8 with boxxyerror "
 	        "lc rgb variable notitle, \\\n  '' using %d:1:%d:%d with xerrorbars "
 	        "lc rgb 'black' pt 0 notitle, \\\n  '' using %d:1:(sprintf('  %s', $%d)) "
 	        "with labels left notitle\n",
@@ -208,8 +214,8 @@ static double figure_max(const struct bench_row *rows, size_t nrows, int figure)
 }
 
 static int write_script(const struct plot_files *pf, const char *path,
-                        const struct bench_report *rep, const struct bench_row *rows,
-                        size_t nrows, size_t n)
+                        const struct bench_report *rep, const struct bench_row *rows, size_t nrows,
+                        size_t n)
 {
 	double memcpy_gbps = rep->memcpy_gibps * GIB * 8 / 1e9;
 	double gbps_top = fmax(figure_max(rows, nrows, BENCH_GBPS), memcpy_gbps);
@@ -222,17 +228,22 @@ static int write_script(const struct plot_files *pf, const char *path,
 	script_title(f, rep);
 	script_axes(f, rows, nrows, n);
 	/* Room on the right for the value written after the longest bar. */
-	fprintf(f, "set title 'Throughput: bytes sent / total migration time'\n"
-	        "set xlabel 'Gb/s'\nset xrange [0:%g]\n", gbps_top > 0 ? gbps_top * 1.15 : 1);
+	fprintf(f,
+	        "set title 'Throughput: bytes sent / total migration time'\n"
+	        "set xlabel 'Gb/s'\nset xrange [0:%g]\n",
+	        gbps_top > 0 ? gbps_top * 1.15 : 1);
 	if (memcpy_gbps > 0)
-		fprintf(f, "set arrow from %g, graph 0 to %g, graph 1 nohead dt 2 "
+		fprintf(f,
+		        "set arrow from %g, graph 0 to %g, graph 1 nohead dt 2 "
 		        "lc rgb '#555555'\nset label 'memcpy, one thread' at %g, graph 1 "
 		        "right offset -0.5,-0.8\n",
 		        memcpy_gbps, memcpy_gbps, memcpy_gbps);
 	script_panel(f, pf->data, 2, "%.2f");
-	fprintf(f, "unset arrow\nunset label\n"
+	fprintf(f,
+	        "unset arrow\nunset label\n"
 	        "set title 'Downtime: from the pause of the guest to the acknowledgement'\n"
-	        "set xlabel 'ms'\nset xrange [0:%g]\n", down_top > 0 ? down_top * 1.15 : 1);
+	        "set xlabel 'ms'\nset xrange [0:%g]\n",
+	        down_top > 0 ? down_top * 1.15 : 1);
 	script_panel(f, pf->data, 5, "%.2f");
 	fprintf(f, "unset multiplot\n");
 	return fclose(f) == 0 ? 0 : -1;
@@ -241,7 +252,7 @@ static int write_script(const struct plot_files *pf, const char *path,
 static int run_gnuplot(const char *script, int *status)
 {
 	posix_spawn_file_actions_t actions;
-	char *argv[] = { GNUPLOT, (char *)script, NULL };
+	char *argv[] = {GNUPLOT, (char *)script, NULL};
 	pid_t pid;
 	int rc;
 
@@ -268,9 +279,8 @@ static void remove_files(const struct plot_files *pf)
 	rmdir(pf->dir);
 }
 
-static int make_files(struct plot_files *pf, const char *path,
-                      const struct bench_report *rep, const struct bench_row *rows,
-                      size_t nrows, size_t n)
+static int make_files(struct plot_files *pf, const char *path, const struct bench_report *rep,
+                      const struct bench_row *rows, size_t nrows, size_t n)
 {
 	const char *tmp = getenv("TMPDIR");
 
@@ -284,8 +294,7 @@ static int make_files(struct plot_files *pf, const char *path,
 	snprintf(pf->script, sizeof(pf->script), "%s/plot.gp", pf->dir);
 	if (write_data(pf->data, rows, nrows) < 0 ||
 	    write_script(pf, path, rep, rows, nrows, n) < 0) {
-		fprintf(stderr, "lmt-bench: --plot: writing in %s: %s\n", pf->dir,
-		        strerror(errno));
+		fprintf(stderr, "lmt-bench: --plot: writing in %s: %s\n", pf->dir, strerror(errno));
 		remove_files(pf);
 		return -1;
 	}
@@ -301,8 +310,10 @@ int bench_plot(const char *path, const struct bench_report *rep, const struct be
 	int status = 0, rc;
 
 	if (!bench_plot_available()) {
-		fprintf(stderr, "lmt-bench: --plot: gnuplot is not on PATH; %s not drawn "
-		        "(Debian: apt-get install gnuplot-nox)\n", path);
+		fprintf(stderr,
+		        "lmt-bench: --plot: gnuplot is not on PATH; %s not drawn "
+		        "(Debian: apt-get install gnuplot-nox)\n",
+		        path);
 		return 1;
 	}
 	for (size_t i = 0; i < nrows; i++)
@@ -320,8 +331,10 @@ int bench_plot(const char *path, const struct bench_report *rep, const struct be
 		fprintf(stderr, "lmt-bench: --plot: cannot run gnuplot: %s\n", strerror(-rc));
 	} else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || stat(path, &st) < 0 ||
 	           st.st_size == 0) {
-		fprintf(stderr, "lmt-bench: --plot: gnuplot failed; %s not drawn; its script and "
-		        "data are in %s\n", path, pf.dir);
+		fprintf(stderr,
+		        "lmt-bench: --plot: gnuplot failed; %s not drawn; its script and "
+		        "data are in %s\n",
+		        path, pf.dir);
 		return -1;
 	} else {
 		fprintf(stderr, "lmt-bench: plot written to %s\n", path);

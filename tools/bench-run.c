@@ -110,8 +110,8 @@ struct watchdog {
 static bool watchdog_wait(struct watchdog *wd, uint64_t until_ns)
 {
 	struct timespec ts = {
-		.tv_sec = (time_t)(until_ns / 1000000000u),
-		.tv_nsec = (long)(until_ns % 1000000000u),
+	        .tv_sec = (time_t)(until_ns / 1000000000u),
+	        .tv_nsec = (long)(until_ns % 1000000000u),
 	};
 
 	while (!wd->stop && bench_now_ns() < until_ns)
@@ -211,7 +211,7 @@ static uint64_t prefault(uint8_t *base, uint64_t bytes)
 static int dest_load(const struct bench_config *cfg, lmt_session *session, int fd,
                      uint64_t deadline_ns, bool *fired)
 {
-	struct child_msg listening = { .kind = CHILD_LISTENING };
+	struct child_msg listening = {.kind = CHILD_LISTENING};
 	struct watchdog wd;
 	char uri[32];
 	int rc;
@@ -232,7 +232,7 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
                          const struct bench_ram *ram, int fd, uint64_t deadline_ns,
                          struct child_msg *msg)
 {
-	struct lmt_error err = { 0 };
+	struct lmt_error err = {0};
 	lmt_session *session;
 	bool fired = false;
 	const void *state;
@@ -261,10 +261,10 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 	lmt_session_free(session);
 }
 
-static noreturn void dest_main(const struct bench_config *cfg, const char *plugin,
-                               int memfd, int fd, pid_t parent, uint64_t deadline_ns)
+static noreturn void dest_main(const struct bench_config *cfg, const char *plugin, int memfd,
+                               int fd, pid_t parent, uint64_t deadline_ns)
 {
-	struct child_msg msg = { .kind = CHILD_DONE };
+	struct child_msg msg = {.kind = CHILD_DONE};
 	struct bench_ram ram;
 	uint8_t *base;
 
@@ -320,8 +320,8 @@ static void progress_show(struct run *run, uint64_t *last_ns)
 	if (it->bandwidth_bps > 0 && it->expected_downtime_ns != UINT64_MAX)
 		snprintf(downtime, sizeof(downtime), ", expected downtime %.0f ms",
 		         (double)it->expected_downtime_ns / 1e6);
-	snprintf(figures, sizeof(figures), ": pass %u, %.1f MiB left%s%s",
-	         (unsigned)it->pass, (double)it->remaining_bytes / 1048576.0, rate, downtime);
+	snprintf(figures, sizeof(figures), ": pass %u, %.1f MiB left%s%s", (unsigned)it->pass,
+	         (double)it->remaining_bytes / 1048576.0, rate, downtime);
 	width = terminal_width(f) - 1;
 	room = width - (int)strlen(figures);
 	fprintf(f, "\r%.*s%.*s\033[K", room > 8 ? room : 8, label, width, figures);
@@ -365,8 +365,8 @@ static int source_drive(struct run *run, lmt_session *session, uint16_t port, bo
 		return -LMT_ENOMEM;
 	}
 	if (cfg->dirty_rate > 0) {
-		rc = bench_workload_start(&workload, &run->src, cfg->working_set,
-		                          cfg->dirty_rate, cfg->seed);
+		rc = bench_workload_start(&workload, &run->src, cfg->working_set, cfg->dirty_rate,
+		                          cfg->seed);
 		if (rc < 0) {
 			note(run->out, "source: workload thread: %s", strerror(-rc));
 			rc = -LMT_ENOMEM;
@@ -447,7 +447,7 @@ static void source_fail(struct run *run, lmt_session *session, int rc, bool fire
 
 static int source_migrate(struct run *run, uint16_t port)
 {
-	struct lmt_error err = { 0 };
+	struct lmt_error err = {0};
 	lmt_session *session;
 	bool fired = false;
 	int rc;
@@ -482,8 +482,8 @@ static int prepare(struct run *run)
 		note(run->out, "destination RAM memfd: %s", strerror(errno));
 		return -1;
 	}
-	src = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE,
-	           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	src = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+	           0);
 	if (src == MAP_FAILED) {
 		note(run->out, "source RAM: %s", strerror(errno));
 		return -1;
@@ -534,7 +534,7 @@ static int read_report(int fd, struct child_msg *msg, uint64_t deadline_ns)
 	size_t got = 0;
 
 	while (got < sizeof(*msg)) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
 		uint64_t now = bench_now_ns(), wait_ms;
 		ssize_t n;
 		int rc;
@@ -569,7 +569,7 @@ static void describe_exit(int status, char *buf, size_t size)
 /* Reap the destination, killing it when it outlives `limit_ns`. */
 static int reap(struct run *run, uint64_t limit_ns)
 {
-	const struct timespec tick = { 0, 1000000 };
+	const struct timespec tick = {0, 1000000};
 	int status = 0;
 	pid_t pid;
 
@@ -625,8 +625,8 @@ static void collect_child(struct run *run, bool source_ok)
 }
 
 /* `base_offset`: where the block starts in the guest's RAM. */
-static bool compare_block(struct bench_result *out, const struct bench_block *b,
-                          const uint8_t *dst, uint64_t base_offset)
+static bool compare_block(struct bench_result *out, const struct bench_block *b, const uint8_t *dst,
+                          uint64_t base_offset)
 {
 	const uint8_t *src = b->host;
 	uint64_t first = UINT64_MAX, pages = 0;
@@ -642,11 +642,11 @@ static bool compare_block(struct bench_result *out, const struct bench_block *b,
 		for (first = off; src[first] == dst[first];)
 			first++;
 	}
-	note(out, "RAM differs, first at offset %llu (block %s + %llu): source 0x%02x, "
+	note(out,
+	     "RAM differs, first at offset %llu (block %s + %llu): source 0x%02x, "
 	     "destination 0x%02x; %llu of the block's %llu pages differ",
 	     (unsigned long long)(base_offset + first), b->name, (unsigned long long)first,
-	     src[first], dst[first], (unsigned long long)pages,
-	     (unsigned long long)b->npages);
+	     src[first], dst[first], (unsigned long long)pages, (unsigned long long)b->npages);
 	return false;
 }
 
@@ -672,8 +672,8 @@ static void verify(struct run *run)
 	}
 	munmap(dst, cfg->ram_bytes);
 	if (run->report.state_length != sizeof(run->device_state) ||
-	    run->report.state_checksum != bench_checksum(run->device_state,
-	                                                  sizeof(run->device_state))) {
+	    run->report.state_checksum !=
+	            bench_checksum(run->device_state, sizeof(run->device_state))) {
 		note(run->out, "device state differs: %llu bytes received, %zu sent",
 		     (unsigned long long)run->report.state_length, sizeof(run->device_state));
 		same = false;
@@ -697,7 +697,12 @@ static void release(struct run *run)
 void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_result *out)
 {
 	struct run run = {
-		.cfg = cfg, .plugin = plugin, .out = out, .memfd = -1, .pipe_fd = -1, .child = -1,
+	        .cfg = cfg,
+	        .plugin = plugin,
+	        .out = out,
+	        .memfd = -1,
+	        .pipe_fd = -1,
+	        .child = -1,
 	};
 	uint16_t port = 0;
 	bool source_ok = false;

@@ -49,13 +49,14 @@ static int check_plugin_options(const char *options, char sep, char *err, size_t
 	if (*options == '\0')
 		return fail(err, size, "no options after ':'; expected NAME:KEY=VALUE%c...", sep);
 	for (;;) {
-		size_t len = strcspn(item, (char[]){ sep, '\0' });
+		size_t len = strcspn(item, (char[]){sep, '\0'});
 		const char *equals = memchr(item, '=', len);
 
 		if (!equals || !valid_key(item, (size_t)(equals - item)))
 			return fail(err, size, "expected KEY=VALUE, got '%.*s'%s", (int)len, item,
 			            sep == ';' ? " (for a value with ';' in it, use --plugin "
-			                         "NAME:KEY=VALUE,...)" : "");
+			                         "NAME:KEY=VALUE,...)"
+			                       : "");
 		if (item[len] == '\0')
 			return 0;
 		item += len + 1;
@@ -81,12 +82,14 @@ int bench_plugin_parse(const char *text, char sep, struct bench_plugin *out, cha
 	if (name_len == 0)
 		return fail(err, err_size, "the plugin name is empty");
 	if (sep == ';' && memchr(text, '=', name_len))
-		return fail(err, err_size, "'%s' is not a plugin name; in --plugins, the options "
-		            "of one plugin are separated by ';' (NAME:KEY=VALUE;KEY=VALUE)", text);
+		return fail(err, err_size,
+		            "'%s' is not a plugin name; in --plugins, the options "
+		            "of one plugin are separated by ';' (NAME:KEY=VALUE;KEY=VALUE)",
+		            text);
 	if (memchr(text, '=', name_len) || memchr(text, ',', name_len) ||
 	    memchr(text, ' ', name_len))
-		return fail(err, err_size, "expected NAME or NAME:KEY=VALUE%c..., got '%s'",
-		            sep, text);
+		return fail(err, err_size, "expected NAME or NAME:KEY=VALUE%c..., got '%s'", sep,
+		            text);
 	if (colon && check_plugin_options(colon + 1, sep, err, err_size) < 0)
 		return -1;
 	out->name = strndup(text, name_len);
@@ -165,13 +168,17 @@ int bench_sweep_parse(const char *text, struct bench_sweep *out, char *err, size
 	if (!out->arg)
 		return fail(err, err_size, "out of memory");
 	if (!equals) {
-		fail(err, err_size, "--sweep '%s': expected OPTION=VALUE,VALUE,... such as "
-		     "channels=1,2,4", text);
+		fail(err, err_size,
+		     "--sweep '%s': expected OPTION=VALUE,VALUE,... such as "
+		     "channels=1,2,4",
+		     text);
 	} else if (key_len == 0) {
 		fail(err, err_size, "--sweep '%s': the option name before '=' is empty", text);
 	} else if (!valid_key(text, key_len)) {
-		fail(err, err_size, "--sweep '%s': '%.*s' is not an option name (letters, "
-		     "digits, '.', '_' and '-')", text, (int)key_len, text);
+		fail(err, err_size,
+		     "--sweep '%s': '%.*s' is not an option name (letters, "
+		     "digits, '.', '_' and '-')",
+		     text, (int)key_len, text);
 	} else if (!(out->key = strndup(text, key_len))) {
 		fail(err, err_size, "out of memory");
 	} else if (sweep_values(out, equals + 1, err, err_size) == 0) {
@@ -229,8 +236,7 @@ static bool list_sets(const char *list, const char *key, const char **found, siz
 }
 
 static int check_sweep(const struct bench_sweep *sweeps, size_t i, const char *common,
-                       const struct bench_plugin *plugins, size_t nplugins, char *err,
-                       size_t size)
+                       const struct bench_plugin *plugins, size_t nplugins, char *err, size_t size)
 {
 	const struct bench_sweep *s = &sweeps[i];
 	const char *item;
@@ -242,13 +248,16 @@ static int check_sweep(const struct bench_sweep *sweeps, size_t i, const char *c
 			            s->arg, s->key, sweeps[j].arg);
 	}
 	if (list_sets(common, s->key, &item, &len))
-		return fail(err, size, "--sweep '%s': %s is also set by -o '%.*s'; set it in "
-		            "one place", s->arg, s->key, (int)len, item);
+		return fail(err, size,
+		            "--sweep '%s': %s is also set by -o '%.*s'; set it in "
+		            "one place",
+		            s->arg, s->key, (int)len, item);
 	for (size_t p = 0; p < nplugins; p++) {
 		if (list_sets(plugins[p].options, s->key, &item, &len))
-			return fail(err, size, "--sweep '%s': %s is also set by the plugin entry "
-			            "'%s:%s'; set it in one place", s->arg, s->key,
-			            plugins[p].name, plugins[p].options);
+			return fail(err, size,
+			            "--sweep '%s': %s is also set by the plugin entry "
+			            "'%s:%s'; set it in one place",
+			            s->arg, s->key, plugins[p].name, plugins[p].options);
 	}
 	return 0;
 }
@@ -265,17 +274,19 @@ static int check_common(const char *common, const struct bench_plugin *plugin, c
 
 		free(key);
 		if (clash)
-			return fail(err, size, "-o '%.*s' and the plugin entry '%s:%s' both set "
-			            "%.*s; set it in one place", (int)len, item, plugin->name,
-			            plugin->options, (int)(equals - item), item);
+			return fail(err, size,
+			            "-o '%.*s' and the plugin entry '%s:%s' both set "
+			            "%.*s; set it in one place",
+			            (int)len, item, plugin->name, plugin->options,
+			            (int)(equals - item), item);
 		item += len + (item[len] == ',');
 	}
 	return 0;
 }
 
-int bench_check_conflicts(const struct bench_sweep *sweeps, size_t nsweeps,
-                          const char *common, const struct bench_plugin *plugins,
-                          size_t nplugins, char *err, size_t err_size)
+int bench_check_conflicts(const struct bench_sweep *sweeps, size_t nsweeps, const char *common,
+                          const struct bench_plugin *plugins, size_t nplugins, char *err,
+                          size_t err_size)
 {
 	for (size_t i = 0; i < nsweeps; i++) {
 		if (check_sweep(sweeps, i, common, plugins, nplugins, err, err_size) < 0)
@@ -291,8 +302,7 @@ int bench_check_conflicts(const struct bench_sweep *sweeps, size_t nsweeps,
 /* ---- Rows --------------------------------------------------------------- */
 
 /* The values of combination `combo`, the last sweep varying fastest. */
-static char *combination(const struct bench_sweep *sweeps, size_t nsweeps, size_t combo,
-                         char sep)
+static char *combination(const struct bench_sweep *sweeps, size_t nsweeps, size_t combo, char sep)
 {
 	char *text = strdup(""), *next;
 
@@ -301,7 +311,7 @@ static char *combination(const struct bench_sweep *sweeps, size_t nsweeps, size_
 		const char *value = s->values[combo % s->count];
 
 		combo /= s->count;
-		if (asprintf(&next, "%s=%s%s%s", s->key, value, text[0] ? (char[]){ sep, 0 } : "",
+		if (asprintf(&next, "%s=%s%s%s", s->key, value, text[0] ? (char[]){sep, 0} : "",
 		             text) < 0)
 			next = NULL;
 		free(text);
@@ -313,7 +323,7 @@ static char *combination(const struct bench_sweep *sweeps, size_t nsweeps, size_
 /* "a,b,c" from the non-empty parts; NULL when there are none. */
 static int join_options(const char *a, const char *b, const char *c, char **out)
 {
-	const char *parts[] = { a, b, c };
+	const char *parts[] = {a, b, c};
 	char *text = NULL, *next;
 
 	for (size_t i = 0; i < 3; i++) {

@@ -18,7 +18,7 @@
 #include "bench.h"
 
 #define RUNS 3
-#define ATTEMPTS 50            /* client starts while the server comes up */
+#define ATTEMPTS 50 /* client starts while the server comes up */
 #define RETRY_NS 100000000u
 #define TOOL_TIMEOUT_NS UINT64_C(60000000000)
 #define OUTPUT_MAX 65536
@@ -40,8 +40,8 @@ struct tool {
 
 static void iperf3_args(char *server[], char *client[], const char *port, const char *test)
 {
-	char *s[] = { "iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", (char *)port, NULL };
-	char *c[] = { "iperf3", "-c", "127.0.0.1", "-p", (char *)port, "-t", "2", "-J", NULL };
+	char *s[] = {"iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", (char *)port, NULL};
+	char *c[] = {"iperf3", "-c", "127.0.0.1", "-p", (char *)port, "-t", "2", "-J", NULL};
 
 	memcpy(server, s, sizeof(s));
 	memcpy(client, c, sizeof(c));
@@ -59,9 +59,9 @@ static double iperf3_parse(const char *output)
 
 static void ucx_args(char *server[], char *client[], const char *port, const char *test)
 {
-	char *s[] = { "ucx_perftest", "-p", (char *)port, NULL };
-	char *c[] = { "ucx_perftest", "127.0.0.1", "-p", (char *)port, "-t", (char *)test,
-		      "-s", UCX_MESSAGE, "-n", "500", "-w", "20", NULL };
+	char *s[] = {"ucx_perftest", "-p", (char *)port, NULL};
+	char *c[] = {"ucx_perftest", "127.0.0.1", "-p",  (char *)port, "-t", (char *)test, "-s",
+	             UCX_MESSAGE,    "-n",        "500", "-w",         "20", NULL};
 
 	memcpy(server, s, sizeof(s));
 	memcpy(client, c, sizeof(c));
@@ -88,10 +88,9 @@ static double ucx_parse(const char *output)
 }
 
 static const struct tool tools[] = {
-	{ "tcp", "iperf3", "iperf3, one TCP stream over loopback for 2 s", iperf3_args,
-	  iperf3_parse },
-	{ "ucx", "ucx_perftest", "ucx_perftest, 1 MiB messages, two processes", ucx_args,
-	  ucx_parse },
+        {"tcp", "iperf3", "iperf3, one TCP stream over loopback for 2 s", iperf3_args,
+         iperf3_parse},
+        {"ucx", "ucx_perftest", "ucx_perftest, 1 MiB messages, two processes", ucx_args, ucx_parse},
 };
 
 #define NTOOLS (sizeof(tools) / sizeof(tools[0]))
@@ -101,7 +100,7 @@ static const struct tool tools[] = {
 /* A port free now; the server binds it a moment later. */
 static int free_port(char *buf, size_t size)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
+	struct sockaddr_in addr = {.sin_family = AF_INET};
 	socklen_t len = sizeof(addr);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
@@ -129,8 +128,7 @@ static pid_t start(char *argv[], char *envp[], int out_fd)
 	if (out_fd >= 0)
 		posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
 	else
-		posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY,
-		                                 0);
+		posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
 	rc = posix_spawnp(&pid, argv[0], &actions, NULL, argv, envp);
 	posix_spawn_file_actions_destroy(&actions);
@@ -140,7 +138,7 @@ static pid_t start(char *argv[], char *envp[], int out_fd)
 /* Waits for `pid` until `deadline_ns`, then kills it. Its exit status. */
 static int finish(pid_t pid, uint64_t deadline_ns)
 {
-	const struct timespec tick = { 0, 5000000 };
+	const struct timespec tick = {0, 5000000};
 	int status = 0;
 
 	while (waitpid(pid, &status, WNOHANG) == 0) {
@@ -167,7 +165,7 @@ static int run_client(char *argv[], char *envp[], char *out, size_t size)
 	pid = start(argv, envp, fds[1]);
 	close(fds[1]);
 	while (pid > 0 && bench_now_ns() < deadline) {
-		struct pollfd pfd = { .fd = fds[0], .events = POLLIN };
+		struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
 		ssize_t n;
 
 		if (poll(&pfd, 1, 100) <= 0)
@@ -188,7 +186,7 @@ static int run_client(char *argv[], char *envp[], char *out, size_t size)
  * still coming up. The measurement in Gb/s, or 0. */
 static double measure_once(const struct tool *tool, const char *test, char *envp[], char *out)
 {
-	char port[16], *server[16] = { 0 }, *client[16] = { 0 };
+	char port[16], *server[16] = {0}, *client[16] = {0};
 	double gbps = 0;
 	pid_t pid;
 
@@ -199,7 +197,7 @@ static double measure_once(const struct tool *tool, const char *test, char *envp
 	if (pid < 0)
 		return 0;
 	for (int attempt = 0; attempt < ATTEMPTS && gbps <= 0; attempt++) {
-		const struct timespec pause = { 0, RETRY_NS };
+		const struct timespec pause = {0, RETRY_NS};
 
 		if (run_client(client, envp, out, OUTPUT_MAX) == 0)
 			gbps = tool->parse(out);
@@ -319,8 +317,10 @@ void bench_yardsticks(struct bench_plugin *plugins, size_t nplugins)
 		if (!tool || plugins[i].unavailable)
 			continue;
 		if (!bench_on_path(tool->program)) {
-			fprintf(stderr, "lmt-bench: --yardsticks: %s is not on PATH; no yardstick "
-			        "for %s\n", tool->program, plugins[i].label);
+			fprintf(stderr,
+			        "lmt-bench: --yardsticks: %s is not on PATH; no yardstick "
+			        "for %s\n",
+			        tool->program, plugins[i].label);
 			continue;
 		}
 		measure(tool, &plugins[i], out);

@@ -50,19 +50,19 @@ struct bench_ram {
 
 /* The outcome of one migration. */
 struct bench_result {
-	bool ok;                     /* migrated and verified bit for bit */
+	bool ok; /* migrated and verified bit for bit */
 	bool verified;
 	char error[BENCH_ERROR_MAX]; /* "" when ok */
 	bool have_stats;
-	struct lmt_stats stats;      /* the source's, at the end */
-	char *stats_json;            /* malloc'ed lmt_stats_json text, or NULL */
+	struct lmt_stats stats; /* the source's, at the end */
+	char *stats_json;       /* malloc'ed lmt_stats_json text, or NULL */
 	bool prefaulted;
 	uint64_t prefault_ns;
-	uint64_t zero_pages_made;    /* all-zero pages in the initial guest */
-	uint64_t dirtied_bytes;      /* written by the workload */
+	uint64_t zero_pages_made;      /* all-zero pages in the initial guest */
+	uint64_t dirtied_bytes;        /* written by the workload */
 	struct lmt_pass_stats *passes; /* the source's timeline, malloc'ed */
 	uint32_t npasses;
-	bool unavailable;            /* setup found no device to run on */
+	bool unavailable; /* setup found no device to run on */
 };
 
 /* ---- bench-guest.c ------------------------------------------------------ */
@@ -89,8 +89,8 @@ int bench_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t np
 /* A thread that rewrites the first `working_set` bytes of RAM page by page
  * at `rate` bytes per second and marks each page dirty after writing it. */
 struct bench_workload;
-int bench_workload_start(struct bench_workload **out, struct bench_ram *ram,
-                         uint64_t working_set, uint64_t rate, uint64_t seed);
+int bench_workload_start(struct bench_workload **out, struct bench_ram *ram, uint64_t working_set,
+                         uint64_t rate, uint64_t seed);
 /* Returns once the thread is stopped between pages. */
 void bench_workload_pause(struct bench_workload *w);
 /* Ends and frees the thread; returns the bytes it wrote. NULL is fine. */
@@ -113,11 +113,11 @@ void bench_result_clear(struct bench_result *result);
 
 /* A plugin to compare, with options of its own ("ucx", "ucx.tls=posix"). */
 struct bench_plugin {
-	char *name;       /* a plugin name or a path to its .so */
-	char *options;    /* "key=value,...", or NULL */
-	char *label;      /* "ucx ucx.tls=posix" */
-	bool discovered;  /* found on the search path rather than named */
-	bool unavailable; /* it loads, but found nothing to run on here */
+	char *name;            /* a plugin name or a path to its .so */
+	char *options;         /* "key=value,...", or NULL */
+	char *label;           /* "ucx ucx.tls=posix" */
+	bool discovered;       /* found on the search path rather than named */
+	bool unavailable;      /* it loads, but found nothing to run on here */
 	char yardstick[160];   /* its own benchmark, described; "" for none */
 	double yardstick_gbps; /* what that benchmark measured */
 };
@@ -154,22 +154,22 @@ struct bench_figures {
 /* One row of the output: a plugin under one combination of swept values,
  * run --repeat times. */
 struct bench_row {
-	unsigned index;       /* 1-based */
+	unsigned index; /* 1-based */
 	struct bench_plugin *plugin;
-	char *config;         /* the swept values, "channels=2,pin-all=on"; "" */
-	char *options;        /* everything both sides get, or NULL */
-	char *label;          /* "ucx ucx.tls=posix channels=2 pin-all=on" */
-	bool skipped;         /* its plugin cannot run here */
-	unsigned runs;        /* done */
+	char *config;  /* the swept values, "channels=2,pin-all=on"; "" */
+	char *options; /* everything both sides get, or NULL */
+	char *label;   /* "ucx ucx.tls=posix channels=2 pin-all=on" */
+	bool skipped;  /* its plugin cannot run here */
+	unsigned runs; /* done */
 	unsigned verified_runs;
-	struct bench_result *results; /* one per run, until the row is printed */
+	struct bench_result *results;          /* one per run, until the row is printed */
 	struct bench_figures median, min, max; /* over the verified runs */
 };
 
 /* Parse "NAME" or "NAME:KEY=VALUE<sep>KEY=VALUE..." into *out; `sep` is ','
  * (--plugin) or ';' (an entry of --plugins). 0, or -1 with `err` filled. */
-int bench_plugin_parse(const char *text, char sep, struct bench_plugin *out,
-                       char *err, size_t err_size);
+int bench_plugin_parse(const char *text, char sep, struct bench_plugin *out, char *err,
+                       size_t err_size);
 void bench_plugin_clear(struct bench_plugin *plugin);
 
 /* Parse "KEY=V1,V2,..." into *out. 0, or -1 with `err` filled. */
@@ -185,9 +185,8 @@ int bench_check_conflicts(const struct bench_sweep *sweeps, size_t nsweeps,
 /* Every plugin times every combination of the sweeps, the first sweep
  * varying slowest. 0, or -1 with `err` filled. Free with bench_rows_free. */
 int bench_rows_build(struct bench_plugin *plugins, size_t nplugins,
-                     const struct bench_sweep *sweeps, size_t nsweeps,
-                     const char *common_options, struct bench_row **rows, size_t *nrows,
-                     char *err, size_t err_size);
+                     const struct bench_sweep *sweeps, size_t nsweeps, const char *common_options,
+                     struct bench_row **rows, size_t *nrows, char *err, size_t err_size);
 void bench_rows_free(struct bench_row *rows, size_t nrows);
 
 /* ---- bench-output.c ----------------------------------------------------- */
@@ -201,17 +200,17 @@ struct bench_report {
 	const char *common_options;     /* -o, or NULL */
 	enum bench_format format;
 	unsigned repeat;
-	double memcpy_gibps;            /* 0 when it could not be measured */
+	double memcpy_gibps;                /* 0 when it could not be measured */
 	const struct bench_plugin *plugins; /* with their yardsticks */
 	size_t nplugins;
-	bool sweeping;                  /* rows differ by config */
-	bool yardsticks;                /* --yardsticks: a column for them */
-	int plugin_width;               /* of the table's plugin column */
+	bool sweeping;    /* rows differ by config */
+	bool yardsticks;  /* --yardsticks: a column for them */
+	int plugin_width; /* of the table's plugin column */
 };
 
 /* `yardstick_gbps`: the plugin's own benchmark, or 0. */
-void bench_figures_of(const struct bench_result *result, double memcpy_gibps,
-                      double yardstick_gbps, struct bench_figures *out);
+void bench_figures_of(const struct bench_result *result, double memcpy_gibps, double yardstick_gbps,
+                      struct bench_figures *out);
 /* Median, minimum and maximum of each figure over `n` runs (n > 0). */
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,
                              struct bench_figures *median, struct bench_figures *min,
@@ -231,8 +230,8 @@ bool bench_plot_available(void);
 /* Throughput and downtime per row into `path` (.svg or .png) with gnuplot.
  * 0 when drawn, 1 when skipped (no gnuplot, nothing to draw), -1 when it
  * failed; each with a message on stderr. */
-int bench_plot(const char *path, const struct bench_report *report,
-               const struct bench_row *rows, size_t nrows);
+int bench_plot(const char *path, const struct bench_report *report, const struct bench_row *rows,
+               size_t nrows);
 
 /* ---- bench-yardstick.c -------------------------------------------------- */
 

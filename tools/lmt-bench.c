@@ -198,10 +198,10 @@ static void append_options(struct args *args, const char *text)
 	args->options = joined;
 }
 
-static void add_entry(struct args *args, const char *flag, const char *list,
-                      const char *text, char sep)
+static void add_entry(struct args *args, const char *flag, const char *list, const char *text,
+                      char sep)
 {
-	struct entry e = { 0 };
+	struct entry e = {0};
 	char err[BENCH_ERROR_MAX];
 
 	if (strcmp(text, "all") == 0) {
@@ -269,8 +269,10 @@ static void apply_flag(struct args *args, int flag, const char *value)
 	switch (flag) {
 	case 'p':
 		if (strchr(value, ',') && !strchr(value, ':'))
-			bad_arg("--plugin", "one plugin, NAME or NAME:KEY=VALUE,... (--plugins "
-			        "takes a list)", value);
+			bad_arg("--plugin",
+			        "one plugin, NAME or NAME:KEY=VALUE,... (--plugins "
+			        "takes a list)",
+			        value);
 		add_entry(args, "--plugin", value, value, ',');
 		break;
 	case 'P':
@@ -359,27 +361,27 @@ static void check_sizes(struct bench_config *cfg, const char *ram_text, const ch
 static void parse_args(int argc, char **argv, struct args *args)
 {
 	static const struct option longopts[] = {
-		{ "plugin", required_argument, NULL, 'p' },
-		{ "plugins", required_argument, NULL, 'P' },
-		{ "sweep", required_argument, NULL, 'S' },
-		{ "ram", required_argument, NULL, 'r' },
-		{ "dirty-rate", required_argument, NULL, 'd' },
-		{ "working-set", required_argument, NULL, 'w' },
-		{ "zero-fraction", required_argument, NULL, 'z' },
-		{ "options", required_argument, NULL, 'o' },
-		{ "repeat", required_argument, NULL, 'n' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "port", required_argument, NULL, 'q' },
-		{ "plot", required_argument, NULL, 'G' },
-		{ "no-prefault", no_argument, NULL, 'F' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "csv", no_argument, NULL, 'c' },
-		{ "dry-run", no_argument, NULL, 'D' },
-		{ "yardsticks", no_argument, NULL, 'Y' },
-		{ "test-corrupt", no_argument, NULL, 'X' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	        {"plugin", required_argument, NULL, 'p'},
+	        {"plugins", required_argument, NULL, 'P'},
+	        {"sweep", required_argument, NULL, 'S'},
+	        {"ram", required_argument, NULL, 'r'},
+	        {"dirty-rate", required_argument, NULL, 'd'},
+	        {"working-set", required_argument, NULL, 'w'},
+	        {"zero-fraction", required_argument, NULL, 'z'},
+	        {"options", required_argument, NULL, 'o'},
+	        {"repeat", required_argument, NULL, 'n'},
+	        {"seed", required_argument, NULL, 's'},
+	        {"timeout", required_argument, NULL, 't'},
+	        {"port", required_argument, NULL, 'q'},
+	        {"plot", required_argument, NULL, 'G'},
+	        {"no-prefault", no_argument, NULL, 'F'},
+	        {"json", no_argument, NULL, 'j'},
+	        {"csv", no_argument, NULL, 'c'},
+	        {"dry-run", no_argument, NULL, 'D'},
+	        {"yardsticks", no_argument, NULL, 'Y'},
+	        {"test-corrupt", no_argument, NULL, 'X'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
 	};
 	const char *ram_text = "256M", *ws_text = NULL;
 	int c;
@@ -404,8 +406,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "lmt-bench: unexpected argument '%s' (see --help)\n",
-		        argv[optind]);
+		fprintf(stderr, "lmt-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
 		exit(2);
 	}
 	check_sizes(&args->cfg, ram_text, ws_text);
@@ -456,7 +457,7 @@ static void visit_plugin(void *opaque, const char *path, const lmt_plugin_handle
                          const struct lmt_error *err)
 {
 	const struct lmt_plugin *desc;
-	struct bench_plugin p = { .discovered = true };
+	struct bench_plugin p = {.discovered = true};
 
 	if (!plugin) {
 		fprintf(stderr, "lmt-bench: skipping %s: %s\n", path,
@@ -476,7 +477,7 @@ static void visit_plugin(void *opaque, const char *path, const lmt_plugin_handle
  * holds; no entries at all means 'all'. */
 static int resolve_plugins(struct args *args, struct plugins *list)
 {
-	struct entry all = { .all = true };
+	struct entry all = {.all = true};
 	struct entry *entries = args->nentries ? args->entries : &all;
 	size_t n = args->nentries ? args->nentries : 1;
 
@@ -496,7 +497,7 @@ static int resolve_plugins(struct args *args, struct plugins *list)
 static void check_row_options(const struct bench_row *rows, size_t nrows)
 {
 	for (size_t i = 0; i < nrows; i++) {
-		struct lmt_error err = { 0 };
+		struct lmt_error err = {0};
 		lmt_session *session;
 		const char *dot;
 
@@ -510,7 +511,7 @@ static void check_row_options(const struct bench_row *rows, size_t nrows)
 		dot = strstr(err.message, ": unknown option");
 		if (dot && memchr(err.message, '.', (size_t)(dot - err.message)))
 			fprintf(stderr, "lmt-bench: a plugin's own options go with it: "
-			        "--plugin NAME:KEY=VALUE\n");
+			                "--plugin NAME:KEY=VALUE\n");
 		exit(2);
 	}
 }
@@ -547,8 +548,8 @@ static void run_row(struct bench_row *row, const struct args *args, double memcp
 		struct bench_result *r = &row->results[i];
 
 		if (args->repeat > 1)
-			snprintf(label, sizeof(label), "[%u/%zu] %s (run %u/%u)", row->index,
-			         nrows, row->label, i + 1, args->repeat);
+			snprintf(label, sizeof(label), "[%u/%zu] %s (run %u/%u)", row->index, nrows,
+			         row->label, i + 1, args->repeat);
 		else
 			snprintf(label, sizeof(label), "[%u/%zu] %s", row->index, nrows,
 			         row->label);
@@ -562,8 +563,7 @@ static void run_row(struct bench_row *row, const struct args *args, double memcp
 			bench_figures_of(r, memcpy_gibps, row->plugin->yardstick_gbps,
 			                 &verified[row->verified_runs++]);
 		else if (args->format != BENCH_FORMAT_TABLE)
-			fprintf(stderr, "lmt-bench: %s: run %u: %s\n", row->label, i + 1,
-			        r->error);
+			fprintf(stderr, "lmt-bench: %s: run %u: %s\n", row->label, i + 1, r->error);
 	}
 	if (row->verified_runs > 0)
 		bench_figures_summarize(verified, row->verified_runs, &row->median, &row->min,
@@ -645,20 +645,20 @@ static int release_stdout(FILE *out)
 	return failed ? 1 : 0;
 }
 
-static int bench(FILE *out, struct args *args, struct plugins *plugins,
-                 struct bench_row *rows, size_t nrows)
+static int bench(FILE *out, struct args *args, struct plugins *plugins, struct bench_row *rows,
+                 size_t nrows)
 {
 	struct bench_report report = {
-		.out = out,
-		.cfg = &args->cfg,
-		.common_options = args->options,
-		.format = args->format,
-		.repeat = args->repeat,
-		.sweeping = args->nsweeps > 0,
-		.yardsticks = args->yardsticks,
-		.plugins = plugins->items,
-		.nplugins = plugins->count,
-		.plugin_width = table_plugin_width(rows, nrows),
+	        .out = out,
+	        .cfg = &args->cfg,
+	        .common_options = args->options,
+	        .format = args->format,
+	        .repeat = args->repeat,
+	        .sweeping = args->nsweeps > 0,
+	        .yardsticks = args->yardsticks,
+	        .plugins = plugins->items,
+	        .nplugins = plugins->count,
+	        .plugin_width = table_plugin_width(rows, nrows),
 	};
 	int failed, plot = 0;
 
@@ -666,8 +666,10 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins,
 	if (args->yardsticks)
 		bench_yardsticks(plugins->items, plugins->count);
 	if (args->plot && !bench_plot_available())
-		fprintf(stderr, "lmt-bench: --plot: gnuplot is not on PATH; %s will not be drawn "
-		        "(Debian: apt-get install gnuplot-nox)\n", args->plot);
+		fprintf(stderr,
+		        "lmt-bench: --plot: gnuplot is not on PATH; %s will not be drawn "
+		        "(Debian: apt-get install gnuplot-nox)\n",
+		        args->plot);
 	failed = run_rows(rows, nrows, args, &report);
 	if (failed < 0) {
 		fprintf(stderr, "lmt-bench: no plugin could run here\n");
@@ -680,8 +682,8 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins,
 
 int main(int argc, char **argv)
 {
-	struct args args = { 0 };
-	struct plugins plugins = { 0 };
+	struct args args = {0};
+	struct plugins plugins = {0};
 	struct bench_row *rows = NULL;
 	size_t nrows = 0;
 	char err[BENCH_ERROR_MAX];
@@ -701,8 +703,8 @@ int main(int argc, char **argv)
 	}
 	if (bench_check_conflicts(args.sweeps, args.nsweeps, args.options, plugins.items,
 	                          plugins.count, err, sizeof(err)) < 0 ||
-	    bench_rows_build(plugins.items, plugins.count, args.sweeps, args.nsweeps,
-	                     args.options, &rows, &nrows, err, sizeof(err)) < 0)
+	    bench_rows_build(plugins.items, plugins.count, args.sweeps, args.nsweeps, args.options,
+	                     &rows, &nrows, err, sizeof(err)) < 0)
 		usage_error(err);
 	check_row_options(rows, nrows);
 	if (args.dry_run) {

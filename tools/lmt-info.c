@@ -45,7 +45,7 @@ struct info_list {
 };
 
 static const char *const capability_names[] = {
-	"one-sided", "local-mr", "pin", "multi-channel", "target-progress", "decorator",
+        "one-sided", "local-mr", "pin", "multi-channel", "target-progress", "decorator",
 };
 
 static void die(const char *fmt, ...) LMT_PRINTF(1, 2);
@@ -124,7 +124,7 @@ static bool is_numeric(enum lmt_option_type type)
  * cannot format it. */
 static char *format_bound(const struct lmt_option_desc *desc, int64_t bound)
 {
-	struct lmt_option_value value = { .type = desc->type, .integer = bound };
+	struct lmt_option_value value = {.type = desc->type, .integer = bound};
 	char buf[64];
 
 	if (lmt_option_format(desc, &value, buf, sizeof(buf)) < 0 || buf[0] == '\0')
@@ -254,8 +254,8 @@ static void visit(void *opaque, const char *path, const lmt_plugin_handle *plugi
 		return;
 	}
 	p = list_add(list, path);
-	p->error = xstrdup(err && err->message[0] ? err->message
-	                                          : lmt_strerror(err ? err->code : 0));
+	p->error =
+	        xstrdup(err && err->message[0] ? err->message : lmt_strerror(err ? err->code : 0));
 }
 
 static void free_list(struct info_list *list)
@@ -275,7 +275,7 @@ static void free_list(struct info_list *list)
 
 static int open_one(struct info_list *list, const char *name)
 {
-	struct lmt_error err = { 0 };
+	struct lmt_error err = {0};
 	lmt_plugin_handle *handle;
 	int rc = lmt_plugin_open(name, &handle, &err);
 
@@ -358,8 +358,7 @@ static void print_option_text(const struct info_option *o)
 	printf(")\n      %s\n", o->doc);
 }
 
-static void print_schema_text(const char *title, const struct info_schema *schema,
-                              bool *first)
+static void print_schema_text(const char *title, const struct info_schema *schema, bool *first)
 {
 	printf("%s%s:\n", *first ? "" : "\n", title);
 	*first = false;
@@ -539,19 +538,18 @@ static void print_search_line(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: lmt-info [--plugin NAME] [--options | --markdown]\n"
-	        "       lmt-info --search-path\n"
-	        "\n"
-	        "Lists the lmt transport plugins found on the search path (name, version,\n"
-	        "path, capabilities, files that failed to load), then every option of the\n"
-	        "core and of each plugin with its type, default, range and doc.\n"
-	        "\n"
-	        "  --plugin NAME   only this plugin (a name or a path to a .so), no core\n"
-	        "  --options       only the options\n"
-	        "  --markdown      the options reference as Markdown (docs/options.md)\n"
-	        "  --search-path   the directories searched for plugins, one per line\n"
-	        "  -h, --help      this help\n");
+	fprintf(f, "usage: lmt-info [--plugin NAME] [--options | --markdown]\n"
+	           "       lmt-info --search-path\n"
+	           "\n"
+	           "Lists the lmt transport plugins found on the search path (name, version,\n"
+	           "path, capabilities, files that failed to load), then every option of the\n"
+	           "core and of each plugin with its type, default, range and doc.\n"
+	           "\n"
+	           "  --plugin NAME   only this plugin (a name or a path to a .so), no core\n"
+	           "  --options       only the options\n"
+	           "  --markdown      the options reference as Markdown (docs/options.md)\n"
+	           "  --search-path   the directories searched for plugins, one per line\n"
+	           "  -h, --help      this help\n");
 }
 
 struct info_args {
@@ -564,12 +562,9 @@ struct info_args {
 static int parse_args(int argc, char **argv, struct info_args *args)
 {
 	static const struct option longopts[] = {
-		{ "plugin", required_argument, NULL, 'p' },
-		{ "options", no_argument, NULL, 'o' },
-		{ "markdown", no_argument, NULL, 'm' },
-		{ "search-path", no_argument, NULL, 's' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	        {"plugin", required_argument, NULL, 'p'}, {"options", no_argument, NULL, 'o'},
+	        {"markdown", no_argument, NULL, 'm'},     {"search-path", no_argument, NULL, 's'},
+	        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 	};
 	int c;
 
@@ -603,9 +598,9 @@ static int parse_args(int argc, char **argv, struct info_args *args)
 
 int main(int argc, char **argv)
 {
-	struct info_args args = { 0 };
-	struct info_list list = { 0 };
-	struct info_schema core = { 0 };
+	struct info_args args = {0};
+	struct info_list list = {0};
+	struct info_schema core = {0};
 	const struct lmt_option_desc *core_descs;
 	uint32_t core_count = 0;
 

@@ -67,8 +67,8 @@ enum lmt_option_type {
 };
 
 enum lmt_option_flags {
-	LMT_OPTF_POW2 = 1u << 0,  /* integer or size must be a power of two */
-	LMT_OPTF_MATCH = 1u << 1, /* both sides must agree; checked at handshake */
+	LMT_OPTF_POW2 = 1u << 0,   /* integer or size must be a power of two */
+	LMT_OPTF_MATCH = 1u << 1,  /* both sides must agree; checked at handshake */
 	LMT_OPTF_SECRET = 1u << 2, /* value never printed or sent */
 };
 
@@ -113,7 +113,7 @@ struct lmt_host {
 	uint32_t struct_size;
 	/* Log a message through the session's logger. */
 	void (*log)(void *host_ctx, enum lmt_log_level level, const char *fmt, ...)
-	    LMT_PRINTF(3, 4);
+	        LMT_PRINTF(3, 4);
 	/* Record the reason for a failure in the session's error object and
 	 * return -code, so that `return host->error(ctx, LMT_EIO, "...")` reads
 	 * naturally. The first error recorded wins. */
@@ -143,15 +143,15 @@ enum lmt_role {
 
 /* Capability flags in lmt_plugin.caps. */
 enum lmt_plugin_caps {
-	LMT_CAP_ONE_SIDED = 1u << 0,     /* writes land without target CPU work */
-	LMT_CAP_LOCAL_MR = 1u << 1,      /* the source must register what it writes
+	LMT_CAP_ONE_SIDED = 1u << 0,       /* writes land without target CPU work */
+	LMT_CAP_LOCAL_MR = 1u << 1,        /* the source must register what it writes
 	                                    from; without it, local_mr is NULL */
-	LMT_CAP_PIN = 1u << 2,           /* registration pins memory (pin-all
+	LMT_CAP_PIN = 1u << 2,             /* registration pins memory (pin-all
 	                                    matters) */
-	LMT_CAP_MULTI_CHANNEL = 1u << 3, /* more than one channel per instance */
+	LMT_CAP_MULTI_CHANNEL = 1u << 3,   /* more than one channel per instance */
 	LMT_CAP_TARGET_PROGRESS = 1u << 4, /* the destination must call progress
 	                                      for writes to land */
-	LMT_CAP_DECORATOR = 1u << 5,     /* wraps another plugin */
+	LMT_CAP_DECORATOR = 1u << 5,       /* wraps another plugin */
 };
 
 /* Access wanted from a registration. */
@@ -207,8 +207,7 @@ typedef struct lmt_rkey lmt_rkey;         /* plugin-defined */
 struct lmt_plugin_ops {
 	/* Create an instance. `host_ctx` is passed back to every host service. */
 	int (*instance_open)(const struct lmt_host *host, void *host_ctx,
-	                     const struct lmt_instance_params *params,
-	                     lmt_instance **out);
+	                     const struct lmt_instance_params *params, lmt_instance **out);
 	/* Release everything the instance owns, whatever state it is in:
 	 * endpoints, registrations and threads that the core did not free. */
 	void (*instance_close)(lmt_instance *inst);
@@ -225,14 +224,13 @@ struct lmt_plugin_ops {
 
 	/* Register [addr, addr+len) for `access`. On the destination, `key`
 	 * receives what the peer needs to write there (offset 0 is addr). */
-	int (*mr_register)(lmt_instance *inst, void *addr, size_t len, uint32_t access,
-	                   lmt_mr **mr, struct lmt_blob *key);
+	int (*mr_register)(lmt_instance *inst, void *addr, size_t len, uint32_t access, lmt_mr **mr,
+	                   struct lmt_blob *key);
 	void (*mr_deregister)(lmt_instance *inst, lmt_mr *mr);
 
 	/* Turn a peer's key blob into something writes can use on `ep`'s
 	 * instance. Blobs come from the network: validate every field. */
-	int (*rkey_import)(lmt_instance *inst, const struct lmt_blob *key,
-	                   lmt_rkey **rkey);
+	int (*rkey_import)(lmt_instance *inst, const struct lmt_blob *key, lmt_rkey **rkey);
 	void (*rkey_release)(lmt_instance *inst, lmt_rkey *rkey);
 
 	/* Post a write of [local, local+len) to `offset` in the peer region of
@@ -273,14 +271,12 @@ struct lmt_plugin {
  * name the version it wanted). The descriptor must outlive the dlopen. */
 typedef int (*lmt_plugin_entry_fn)(uint32_t core_abi, const struct lmt_plugin **out);
 
-#define LMT_DECLARE_PLUGIN(descriptor)                                             \
-	LMT_PLUGIN_EXPORT int lmt_plugin_entry(uint32_t core_abi,                        \
-	                                        const struct lmt_plugin **out);           \
-	LMT_PLUGIN_EXPORT int lmt_plugin_entry(uint32_t core_abi,                        \
-	                                        const struct lmt_plugin **out)            \
-	{                                                                              \
-		*out = &(descriptor);                                                  \
-		return core_abi >= (descriptor).abi_version ? 0 : -LMT_EABI;           \
+#define LMT_DECLARE_PLUGIN(descriptor)                                                             \
+	LMT_PLUGIN_EXPORT int lmt_plugin_entry(uint32_t core_abi, const struct lmt_plugin **out);  \
+	LMT_PLUGIN_EXPORT int lmt_plugin_entry(uint32_t core_abi, const struct lmt_plugin **out)   \
+	{                                                                                          \
+		*out = &(descriptor);                                                              \
+		return core_abi >= (descriptor).abi_version ? 0 : -LMT_EABI;                       \
 	}
 
 #ifdef __cplusplus

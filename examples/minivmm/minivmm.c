@@ -85,10 +85,23 @@ static int parse_size(const char *text, uint64_t *out)
 	if (errno || end == text)
 		return -1;
 	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	default: break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		shift = 20;
+		end++;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end || value > (UINT64_MAX >> shift))
 		return -1;
@@ -162,42 +175,66 @@ enum {
 static int parse_args(int argc, char **argv, struct config *cfg)
 {
 	static const struct option longopts[] = {
-		{ "listen", required_argument, NULL, OPT_LISTEN },
-		{ "migrate-to", required_argument, NULL, OPT_MIGRATE_TO },
-		{ "plugin", required_argument, NULL, OPT_PLUGIN },
-		{ "options", required_argument, NULL, 'o' },
-		{ "ram", required_argument, NULL, OPT_RAM },
-		{ "stride", required_argument, NULL, OPT_STRIDE },
-		{ "run-ms", required_argument, NULL, OPT_RUN_MS },
-		{ "verify-ms", required_argument, NULL, OPT_VERIFY_MS },
-		{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS },
-		{ "test-drop-dirty", no_argument, NULL, OPT_DROP_DIRTY },
-		{ "check-kvm", no_argument, NULL, OPT_CHECK_KVM },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
+	        {"listen", required_argument, NULL, OPT_LISTEN},
+	        {"migrate-to", required_argument, NULL, OPT_MIGRATE_TO},
+	        {"plugin", required_argument, NULL, OPT_PLUGIN},
+	        {"options", required_argument, NULL, 'o'},
+	        {"ram", required_argument, NULL, OPT_RAM},
+	        {"stride", required_argument, NULL, OPT_STRIDE},
+	        {"run-ms", required_argument, NULL, OPT_RUN_MS},
+	        {"verify-ms", required_argument, NULL, OPT_VERIFY_MS},
+	        {"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
+	        {"test-drop-dirty", no_argument, NULL, OPT_DROP_DIRTY},
+	        {"check-kvm", no_argument, NULL, OPT_CHECK_KVM},
+	        {"help", no_argument, NULL, 'h'},
+	        {0},
 	};
 	char why[160];
 	int c, bad = 0;
 
 	while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		switch (c) {
-		case OPT_LISTEN: cfg->listen = optarg; break;
-		case OPT_MIGRATE_TO: cfg->migrate_to = optarg; break;
-		case OPT_PLUGIN: cfg->plugin = optarg; break;
-		case 'o': bad |= append_options(cfg, optarg); break;
-		case OPT_RAM: bad |= parse_size(optarg, &cfg->ram_size); break;
-		case OPT_STRIDE: bad |= parse_u32(optarg, &cfg->stride); break;
-		case OPT_RUN_MS: bad |= parse_u32(optarg, &cfg->run_ms); break;
-		case OPT_VERIFY_MS: bad |= parse_u32(optarg, &cfg->verify_ms); break;
-		case OPT_TIMEOUT_MS: bad |= parse_u32(optarg, &cfg->timeout_ms); break;
-		case OPT_DROP_DIRTY: cfg->drop_dirty = true; break;
+		case OPT_LISTEN:
+			cfg->listen = optarg;
+			break;
+		case OPT_MIGRATE_TO:
+			cfg->migrate_to = optarg;
+			break;
+		case OPT_PLUGIN:
+			cfg->plugin = optarg;
+			break;
+		case 'o':
+			bad |= append_options(cfg, optarg);
+			break;
+		case OPT_RAM:
+			bad |= parse_size(optarg, &cfg->ram_size);
+			break;
+		case OPT_STRIDE:
+			bad |= parse_u32(optarg, &cfg->stride);
+			break;
+		case OPT_RUN_MS:
+			bad |= parse_u32(optarg, &cfg->run_ms);
+			break;
+		case OPT_VERIFY_MS:
+			bad |= parse_u32(optarg, &cfg->verify_ms);
+			break;
+		case OPT_TIMEOUT_MS:
+			bad |= parse_u32(optarg, &cfg->timeout_ms);
+			break;
+		case OPT_DROP_DIRTY:
+			cfg->drop_dirty = true;
+			break;
 		case OPT_CHECK_KVM:
 			if (vm_probe(why, sizeof(why)) == 0)
 				return printf("minivmm: KVM can create a VM here\n"), EXIT_SUCCESS;
 			printf("minivmm: no usable KVM here: %s\n", why);
 			return EXIT_SKIP;
-		case 'h': usage(stdout); return EXIT_SUCCESS;
-		default: usage(stderr); return EXIT_USAGE;
+		case 'h':
+			usage(stdout);
+			return EXIT_SUCCESS;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
 		}
 		if (bad) {
 			fprintf(stderr, "minivmm: bad value for %s: '%s'\n", argv[optind - 1],
@@ -251,8 +288,8 @@ static int migration_run(struct migration *m, void *(*fn)(void *))
 {
 	uint64_t deadline = vm_now_ns() + m->cfg->timeout_ms * MS;
 	struct timespec ts = {
-		.tv_sec = (time_t)(deadline / 1000000000u),
-		.tv_nsec = (long)(deadline % 1000000000u),
+	        .tv_sec = (time_t)(deadline / 1000000000u),
+	        .tv_nsec = (long)(deadline % 1000000000u),
 	};
 	bool cancelled = false;
 	int rc = pthread_create(&m->thread, NULL, fn, m);
@@ -280,7 +317,7 @@ static int migration_run(struct migration *m, void *(*fn)(void *))
 
 static int session_open(struct migration *m, enum lmt_role role)
 {
-	struct lmt_error err = { 0 };
+	struct lmt_error err = {0};
 	int rc = lmt_session_new(&m->session, role, m->cfg->plugin, m->cfg->options, &err);
 
 	if (rc == 0)
@@ -326,7 +363,7 @@ static int dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t n
  * of the guest after that pass ended. */
 static int pre_copy(struct migration *m)
 {
-	struct lmt_iterate_result it = { 0 };
+	struct lmt_iterate_result it = {0};
 	struct vm_reports r;
 	bool bulk_sent = false;
 	uint64_t passes_at_bulk = 0;
@@ -448,8 +485,8 @@ static int source_migrate(const struct config *cfg, struct vm *vm)
 
 	migration_init(&m, cfg, vm);
 	if (cfg->drop_dirty) {
-		m.drop_page = (GUEST_DATA_ADDR + (vm->ram_size - GUEST_DATA_ADDR) / 2) /
-		              VM_PAGE_SIZE;
+		m.drop_page =
+		        (GUEST_DATA_ADDR + (vm->ram_size - GUEST_DATA_ADDR) / 2) / VM_PAGE_SIZE;
 		printf("minivmm: test: never reporting the page at %#" PRIx64 " as dirty\n",
 		       m.drop_page * VM_PAGE_SIZE);
 	}
@@ -463,9 +500,9 @@ static int source_migrate(const struct config *cfg, struct vm *vm)
 		print_stats(m.session, cfg->plugin);
 	if (rc == 0) {
 		printf("minivmm: source: handed over the guest at pass %u (eip %#llx, "
-		       "word %#llx); pausing its vCPU took %.2f ms\n", (unsigned)m.state.regs.rbp,
-		       (unsigned long long)m.state.regs.rip, (unsigned long long)m.state.regs.rsi,
-		       ms(m.pause_ns));
+		       "word %#llx); pausing its vCPU took %.2f ms\n",
+		       (unsigned)m.state.regs.rbp, (unsigned long long)m.state.regs.rip,
+		       (unsigned long long)m.state.regs.rsi, ms(m.pause_ns));
 	} else if (run_guest(vm, cfg->verify_ms, &r)) {
 		printf("minivmm: source: the guest runs on here (%" PRIu64 " passes checked)\n",
 		       r.passes_ok);
@@ -486,7 +523,8 @@ static int source(const struct config *cfg)
 		rc = vm_start(&vm);
 	if (rc == 0) {
 		printf("minivmm: source: guest running with %.0f MiB of RAM; migrating to %s in "
-		       "%u ms\n", mib(cfg->ram_size), cfg->migrate_to, cfg->run_ms);
+		       "%u ms\n",
+		       mib(cfg->ram_size), cfg->migrate_to, cfg->run_ms);
 		if (!run_guest(&vm, cfg->run_ms, &r)) {
 			fputs("minivmm: source: the guest stopped before the migration\n", stderr);
 			rc = -1;
@@ -494,7 +532,8 @@ static int source(const struct config *cfg)
 	}
 	if (rc == 0) {
 		printf("minivmm: source: the guest has checked its memory %" PRIu64 " times "
-		       "(last in pass %u); migrating\n", r.passes_ok, r.last_ok_pass);
+		       "(last in pass %u); migrating\n",
+		       r.passes_ok, r.last_ok_pass);
 		rc = source_migrate(cfg, &vm);
 	}
 	vm_get_reports(&vm, &r);
@@ -528,8 +567,8 @@ static int destination_listen(struct migration *m)
 		return -1;
 	}
 	/* The test reads this line for the port, so it must be flushed now. */
-	printf("minivmm: destination: listening on %.*s:%u\n",
-	       (int)(colon ? colon - uri : 0), uri, (unsigned)port);
+	printf("minivmm: destination: listening on %.*s:%u\n", (int)(colon ? colon - uri : 0), uri,
+	       (unsigned)port);
 	fflush(stdout);
 	return 0;
 }
@@ -550,9 +589,9 @@ static int destination_load(struct migration *m)
 		return -1;
 	memcpy(&m->state, data, sizeof(m->state));
 	printf("minivmm: destination: resuming the guest at pass %u (eip %#llx, word %#llx);"
-	       " the source's guest had checked pass %u\n", (unsigned)m->state.regs.rbp,
-	       (unsigned long long)m->state.regs.rip, (unsigned long long)m->state.regs.rsi,
-	       m->state.last_ok_pass);
+	       " the source's guest had checked pass %u\n",
+	       (unsigned)m->state.regs.rbp, (unsigned long long)m->state.regs.rip,
+	       (unsigned long long)m->state.regs.rsi, m->state.last_ok_pass);
 	return 0;
 }
 
@@ -571,7 +610,8 @@ static void destination_watch(const struct config *cfg, struct vm *vm, struct vm
 
 		if (r->passes_ok > printed) {
 			printf("minivmm: destination: guest checked pass %u, %.0f ms after "
-			       "resuming\n", r->last_ok_pass, ms(now - start));
+			       "resuming\n",
+			       r->last_ok_pass, ms(now - start));
 			printed = r->passes_ok;
 		}
 		if (now >= give_up || (now >= until && r->passes_ok > 0))
@@ -584,7 +624,8 @@ static int destination_verdict(const struct migration *m, const struct vm_report
 {
 	if (r->bad) {
 		printf("minivmm: destination: FAILED: the guest found a bad word at %#x in "
-		       "pass %u\n", r->bad_address, r->bad_pass);
+		       "pass %u\n",
+		       r->bad_address, r->bad_pass);
 		return -1;
 	}
 	if (r->state == VCPU_FAILED || r->state == VCPU_HALTED) {
@@ -602,7 +643,8 @@ static int destination_verdict(const struct migration *m, const struct vm_report
 		return -1;
 	}
 	printf("minivmm: destination: OK: the guest checked passes %u to %u after the "
-	       "migration, all its memory good\n", r->first_ok_pass, r->last_ok_pass);
+	       "migration, all its memory good\n",
+	       r->first_ok_pass, r->last_ok_pass);
 	return 0;
 }
 
@@ -636,12 +678,12 @@ static int destination(const struct config *cfg)
 int main(int argc, char **argv)
 {
 	struct config cfg = {
-		.plugin = "tcp",
-		.ram_size = UINT64_C(64) << 20,
-		.stride = VM_PAGE_SIZE,
-		.run_ms = 1000,
-		.verify_ms = 1000,
-		.timeout_ms = 60000,
+	        .plugin = "tcp",
+	        .ram_size = UINT64_C(64) << 20,
+	        .stride = VM_PAGE_SIZE,
+	        .run_ms = 1000,
+	        .verify_ms = 1000,
+	        .timeout_ms = 60000,
 	};
 	int rc;
 

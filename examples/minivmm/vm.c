@@ -104,9 +104,9 @@ static int check_capabilities(struct vm *vm)
 		int cap;
 		const char *name;
 	} needed[] = {
-		{ KVM_CAP_USER_MEMORY, "KVM_CAP_USER_MEMORY" },
-		{ KVM_CAP_IMMEDIATE_EXIT, "KVM_CAP_IMMEDIATE_EXIT" },
-		{ KVM_CAP_SET_TSS_ADDR, "KVM_CAP_SET_TSS_ADDR" },
+	        {KVM_CAP_USER_MEMORY, "KVM_CAP_USER_MEMORY"},
+	        {KVM_CAP_IMMEDIATE_EXIT, "KVM_CAP_IMMEDIATE_EXIT"},
+	        {KVM_CAP_SET_TSS_ADDR, "KVM_CAP_SET_TSS_ADDR"},
 	};
 
 	for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++) {
@@ -121,10 +121,10 @@ static int check_capabilities(struct vm *vm)
 static int add_ram(struct vm *vm, bool dirty_log)
 {
 	struct kvm_userspace_memory_region region = {
-		.slot = VM_SLOT,
-		.flags = dirty_log ? KVM_MEM_LOG_DIRTY_PAGES : 0,
-		.guest_phys_addr = 0,
-		.memory_size = vm->ram_size,
+	        .slot = VM_SLOT,
+	        .flags = dirty_log ? KVM_MEM_LOG_DIRTY_PAGES : 0,
+	        .guest_phys_addr = 0,
+	        .memory_size = vm->ram_size,
 	};
 	void *ram = mmap(NULL, vm->ram_size, PROT_READ | PROT_WRITE,
 	                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -222,15 +222,15 @@ static void flat_segment(struct kvm_segment *seg, uint16_t selector, uint8_t typ
 	seg->selector = selector;
 	seg->type = type;
 	seg->present = 1;
-	seg->s = 1;   /* code or data, not system */
-	seg->db = 1;  /* 32-bit */
-	seg->g = 1;   /* limit in pages */
+	seg->s = 1;  /* code or data, not system */
+	seg->db = 1; /* 32-bit */
+	seg->g = 1;  /* limit in pages */
 }
 
 int vm_boot(struct vm *vm, uint32_t stride)
 {
 	size_t code_size = (size_t)(minivmm_guest_code_end - minivmm_guest_code);
-	uint32_t params[3] = { GUEST_DATA_ADDR, (uint32_t)vm->ram_size, stride };
+	uint32_t params[3] = {GUEST_DATA_ADDR, (uint32_t)vm->ram_size, stride};
 	struct kvm_sregs sregs;
 	struct kvm_regs regs;
 
@@ -273,7 +273,7 @@ static void set_state(struct vm *vm, enum vcpu_state state)
 static void report(struct vm *vm, uint16_t port, uint32_t value)
 {
 	struct vm_reports *r = &vm->reports;
-	struct kvm_regs regs = { 0 };
+	struct kvm_regs regs = {0};
 
 	/* The pass that found it is in ebp. */
 	if (port == GUEST_PORT_BAD && ioctl(vm->vcpu_fd, KVM_GET_REGS, &regs) < 0)
@@ -336,8 +336,8 @@ static int handle_exit(struct vm *vm)
 	fprintf(stderr, "minivmm: %s: unexpected exit %u", vm->name, run->exit_reason);
 	if (run->exit_reason == KVM_EXIT_IO)
 		fprintf(stderr, " (%s port %#x, %u bytes)",
-		        run->io.direction == KVM_EXIT_IO_OUT ? "out to" : "in from",
-		        run->io.port, run->io.size);
+		        run->io.direction == KVM_EXIT_IO_OUT ? "out to" : "in from", run->io.port,
+		        run->io.size);
 	fputc('\n', stderr);
 	dump_regs(vm);
 	return -1;
@@ -482,8 +482,8 @@ int vm_load_state(struct vm *vm, const void *data, size_t length)
 	struct vm_state state;
 
 	if (length != sizeof(state)) {
-		fprintf(stderr, "minivmm: %s: device state of %zu bytes, expected %zu\n",
-		        vm->name, length, sizeof(state));
+		fprintf(stderr, "minivmm: %s: device state of %zu bytes, expected %zu\n", vm->name,
+		        length, sizeof(state));
 		return -1;
 	}
 	memcpy(&state, data, sizeof(state));
@@ -531,8 +531,8 @@ void vm_get_reports(struct vm *vm, struct vm_reports *out)
 void vm_wait(struct vm *vm, uint64_t seen, uint64_t deadline_ns, struct vm_reports *out)
 {
 	struct timespec ts = {
-		.tv_sec = (time_t)(deadline_ns / 1000000000u),
-		.tv_nsec = (long)(deadline_ns % 1000000000u),
+	        .tv_sec = (time_t)(deadline_ns / 1000000000u),
+	        .tv_nsec = (long)(deadline_ns % 1000000000u),
 	};
 
 	pthread_mutex_lock(&vm->lock);

@@ -28,17 +28,17 @@ enum vcpu_state {
 /* What the guest has said on its ports, and what the vCPU thread is doing. */
 struct vm_reports {
 	enum vcpu_state state;
-	uint64_t events;       /* grows with every report and state change */
-	uint64_t passes_ok;    /* reports of a full check that succeeded */
+	uint64_t events;    /* grows with every report and state change */
+	uint64_t passes_ok; /* reports of a full check that succeeded */
 	uint32_t first_ok_pass;
 	uint32_t last_ok_pass;
 	bool bad;
-	uint32_t bad_address;  /* the first bad word (or the checksum) */
+	uint32_t bad_address; /* the first bad word (or the checksum) */
 	uint32_t bad_pass;
 };
 
 struct vm {
-	const char *name;      /* "source" or "destination", for messages */
+	const char *name; /* "source" or "destination", for messages */
 	int kvm_fd;
 	int vm_fd;
 	int vcpu_fd;
@@ -64,7 +64,7 @@ struct vm {
 struct vm_state {
 	char magic[8];
 	uint32_t version;
-	uint32_t length;       /* sizeof(struct vm_state) */
+	uint32_t length; /* sizeof(struct vm_state) */
 	uint64_t ram_size;
 	uint32_t last_ok_pass; /* the last pass the source guest reported */
 	uint32_t reserved;

@@ -28,39 +28,64 @@ enum chaos_fault {
 };
 
 static const char *const fault_names[] = {
-	"none", "fail-write", "stall", "drop-channel", "drop-control", "kill", "stop", NULL,
+        "none", "fail-write", "stall", "drop-channel", "drop-control", "kill", "stop", NULL,
 };
 
 /* Where the fault strikes: the events a plugin sees in each phase. */
 enum chaos_point {
-	CHAOS_AT_CONNECT, /* setup: an endpoint connects */
-	CHAOS_AT_WRITE,   /* mid-pass, source: the Nth write */
+	CHAOS_AT_CONNECT,  /* setup: an endpoint connects */
+	CHAOS_AT_WRITE,    /* mid-pass, source: the Nth write */
 	CHAOS_AT_PROGRESS, /* mid-pass, destination: the Nth progress call */
-	CHAOS_AT_FLUSH,   /* complete, source: the flush */
+	CHAOS_AT_FLUSH,    /* complete, source: the flush */
 	CHAOS_AT_REGISTER, /* destination: the Nth registration */
 	CHAOS_AT_TIME,     /* either side: N ms after the instance opened */
 };
 
 static const struct lmt_option_desc chaos_options[] = {
-	{.name = "fault", .type = LMT_OPT_ENUM, .default_value = "none",
-	 .enum_values = fault_names,
-	 .doc = "what to break: fail-write, stall, drop-channel, drop-control, kill, stop"},
-	{.name = "at", .type = LMT_OPT_STRING, .default_value = "write:1",
-	 .doc = "when: connect, write:N, progress:N, register:N, after-ms:N or flush"},
-	{.name = "channel", .type = LMT_OPT_INT, .default_value = "0", .min = 0, .max = 63,
-	 .doc = "the channel drop-channel drops"},
-	{.name = "stall", .type = LMT_OPT_DURATION, .default_value = "60m", .min = 1000000,
-	 .max = 86400000000000ll, .doc = "how long stall holds progress and writes still"},
-	{.name = "delay", .type = LMT_OPT_DURATION, .default_value = "0", .min = 0,
-	 .max = 60000000000ll, .doc = "each completion is held back up to this long"},
-	{.name = "reorder", .type = LMT_OPT_BOOL, .default_value = "off",
-	 .doc = "hand completions back, and send held writes, in random order"},
-	{.name = "hold", .type = LMT_OPT_DURATION, .default_value = "0", .min = 0,
-	 .max = 60000000000ll,
-	 .doc = "capture each write's data when posted and send it up to this long later, "
-	        "as a NIC that read memory early would (a bad write then fails late)"},
-	{.name = "seed", .type = LMT_OPT_INT, .default_value = "1", .min = 0,
-	 .max = INT64_MAX, .doc = "seed of the delays and the order"},
+        {.name = "fault",
+         .type = LMT_OPT_ENUM,
+         .default_value = "none",
+         .enum_values = fault_names,
+         .doc = "what to break: fail-write, stall, drop-channel, drop-control, kill, stop"},
+        {.name = "at",
+         .type = LMT_OPT_STRING,
+         .default_value = "write:1",
+         .doc = "when: connect, write:N, progress:N, register:N, after-ms:N or flush"},
+        {.name = "channel",
+         .type = LMT_OPT_INT,
+         .default_value = "0",
+         .min = 0,
+         .max = 63,
+         .doc = "the channel drop-channel drops"},
+        {.name = "stall",
+         .type = LMT_OPT_DURATION,
+         .default_value = "60m",
+         .min = 1000000,
+         .max = 86400000000000ll,
+         .doc = "how long stall holds progress and writes still"},
+        {.name = "delay",
+         .type = LMT_OPT_DURATION,
+         .default_value = "0",
+         .min = 0,
+         .max = 60000000000ll,
+         .doc = "each completion is held back up to this long"},
+        {.name = "reorder",
+         .type = LMT_OPT_BOOL,
+         .default_value = "off",
+         .doc = "hand completions back, and send held writes, in random order"},
+        {.name = "hold",
+         .type = LMT_OPT_DURATION,
+         .default_value = "0",
+         .min = 0,
+         .max = 60000000000ll,
+         .doc = "capture each write's data when posted and send it up to this long later, "
+                "as a NIC that read memory early would (a bad write then fails late)"},
+        {.name = "seed",
+         .type = LMT_OPT_INT,
+         .default_value = "1",
+         .min = 0,
+         .max = INT64_MAX,
+         .doc = "seed of the delays and the order"},
 };
 
 struct held {
@@ -138,9 +163,9 @@ static int parse_point(struct lmt_instance *i, const char *at)
 		enum chaos_point point;
 		bool counted;
 	} points[] = {
-		{"connect", CHAOS_AT_CONNECT, false}, {"flush", CHAOS_AT_FLUSH, false},
-		{"write:", CHAOS_AT_WRITE, true},     {"progress:", CHAOS_AT_PROGRESS, true},
-		{"register:", CHAOS_AT_REGISTER, true}, {"after-ms:", CHAOS_AT_TIME, true},
+	        {"connect", CHAOS_AT_CONNECT, false},   {"flush", CHAOS_AT_FLUSH, false},
+	        {"write:", CHAOS_AT_WRITE, true},       {"progress:", CHAOS_AT_PROGRESS, true},
+	        {"register:", CHAOS_AT_REGISTER, true}, {"after-ms:", CHAOS_AT_TIME, true},
 	};
 	for (size_t k = 0; k < sizeof(points) / sizeof(points[0]); k++) {
 		size_t n = strlen(points[k].name);
@@ -247,8 +272,7 @@ static int stalled(struct lmt_instance *i, uint64_t deadline)
 /* ---- instance ---- */
 
 static int chaos_instance_open(const struct lmt_host *host, void *ctx,
-                               const struct lmt_instance_params *params,
-                               struct lmt_instance **out)
+                               const struct lmt_instance_params *params, struct lmt_instance **out)
 {
 	if (host->struct_size < offsetof(struct lmt_host, inject) + sizeof(host->inject) ||
 	    !host->inner || !host->inner(ctx))
@@ -333,9 +357,9 @@ static int chaos_ep_connect(struct lmt_endpoint *ep, const struct lmt_blob *peer
 	strike(i, CHAOS_AT_CONNECT, 0);
 	if (stalled(i, 0) < 0)
 		return -LMT_ECANCELED;
-	return ep->dropped ? i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u dropped",
-	                                    ep->channel)
-	                   : 0;
+	return ep->dropped
+	               ? i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u dropped", ep->channel)
+	               : 0;
 }
 
 static void chaos_ep_close(struct lmt_endpoint *ep)
@@ -360,8 +384,7 @@ static void chaos_mr_deregister(struct lmt_instance *i, lmt_mr *mr)
 	i->inner->ops.mr_deregister(i->in, mr);
 }
 
-static int chaos_rkey_import(struct lmt_instance *i, const struct lmt_blob *key,
-                             lmt_rkey **rkey)
+static int chaos_rkey_import(struct lmt_instance *i, const struct lmt_blob *key, lmt_rkey **rkey)
 {
 	return i->inner->ops.rkey_import(i->in, key, rkey);
 }
@@ -399,8 +422,12 @@ static int hold_write(struct lmt_endpoint *ep, const void *local, size_t len, lm
 		i->bounces = b;
 		i->bounces_cap = cap;
 	}
-	struct bounce b = {.ep = ep, .len = len, .rkey = rkey, .offset = offset,
-	                   .cookie = cookie, .data = malloc(len ? len : 1)};
+	struct bounce b = {.ep = ep,
+	                   .len = len,
+	                   .rkey = rkey,
+	                   .offset = offset,
+	                   .cookie = cookie,
+	                   .data = malloc(len ? len : 1)};
 	if (!b.data)
 		return i->host->error(i->ctx, LMT_ENOMEM, "chaos: out of memory");
 	memcpy(b.data, local, len);
@@ -423,7 +450,8 @@ static int post_due(struct lmt_instance *i)
 {
 	uint64_t now = i->host->now_ns(i->ctx);
 	for (uint32_t left = i->nbounces; left; left--) {
-		uint32_t k = i->reorder ? (uint32_t)(next_random(i) % i->nbounces) : i->nbounces - left;
+		uint32_t k =
+		        i->reorder ? (uint32_t)(next_random(i) % i->nbounces) : i->nbounces - left;
 		struct bounce *b = &i->bounces[k];
 		if (b->posted || b->post_at > now || b->ep->dropped)
 			continue;
@@ -513,7 +541,8 @@ static int dropped(struct lmt_instance *i)
 {
 	for (uint32_t c = 0; c < i->channels; c++)
 		if (i->eps[c] && i->eps[c]->dropped)
-			return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped", c);
+			return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
+			                      c);
 	return 0;
 }
 
@@ -573,33 +602,35 @@ static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
 	int rc = stalled(i, i->host->now_ns(i->ctx) + timeout_ns);
 	if (rc)
 		return rc < 0 ? rc
-		              : i->host->error(i->ctx, LMT_ETIMEDOUT, "chaos: stalled flush timed out");
+		              : i->host->error(i->ctx, LMT_ETIMEDOUT,
+		                               "chaos: stalled flush timed out");
 	return dropped(i) ? -LMT_ECONN : i->inner->ops.flush(i->in, timeout_ns);
 }
 
 static const struct lmt_plugin chaos_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "chaos",
-	.version = "0.1.0",
-	.description = "fault injection around another plugin: use as chaos:<plugin>",
-	.caps = LMT_CAP_DECORATOR | LMT_CAP_MULTI_CHANNEL,
-	.options = chaos_options,
-	.option_count = sizeof(chaos_options) / sizeof(chaos_options[0]),
-	.ops = {
-		.instance_open = chaos_instance_open,
-		.instance_close = chaos_instance_close,
-		.ep_open = chaos_ep_open,
-		.ep_connect = chaos_ep_connect,
-		.ep_close = chaos_ep_close,
-		.mr_register = chaos_mr_register,
-		.mr_deregister = chaos_mr_deregister,
-		.rkey_import = chaos_rkey_import,
-		.rkey_release = chaos_rkey_release,
-		.write = chaos_write,
-		.progress = chaos_progress,
-		.flush = chaos_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "chaos",
+        .version = "0.1.0",
+        .description = "fault injection around another plugin: use as chaos:<plugin>",
+        .caps = LMT_CAP_DECORATOR | LMT_CAP_MULTI_CHANNEL,
+        .options = chaos_options,
+        .option_count = sizeof(chaos_options) / sizeof(chaos_options[0]),
+        .ops =
+                {
+                        .instance_open = chaos_instance_open,
+                        .instance_close = chaos_instance_close,
+                        .ep_open = chaos_ep_open,
+                        .ep_connect = chaos_ep_connect,
+                        .ep_close = chaos_ep_close,
+                        .mr_register = chaos_mr_register,
+                        .mr_deregister = chaos_mr_deregister,
+                        .rkey_import = chaos_rkey_import,
+                        .rkey_release = chaos_rkey_release,
+                        .write = chaos_write,
+                        .progress = chaos_progress,
+                        .flush = chaos_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(chaos_plugin)

@@ -16,11 +16,11 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-#define OFI_CQ_BATCH    32
-#define OFI_NONE        UINT32_MAX
-#define OFI_POLL_SPINS  64    /* empty polls before a polling thread naps */
-#define OFI_POLL_NAP_NS 50000 /* the nap */
-#define OFI_DRAIN_NS    1000000000ull /* longest wait for writes in flight at close */
+#define OFI_CQ_BATCH 32
+#define OFI_NONE UINT32_MAX
+#define OFI_POLL_SPINS 64              /* empty polls before a polling thread naps */
+#define OFI_POLL_NAP_NS 50000          /* the nap */
+#define OFI_DRAIN_NS 1000000000ull     /* longest wait for writes in flight at close */
 #define OFI_DRAIN_QUIET_NS 50000000ull /* ... given up when none completes for this long */
 
 static const char *role_name(uint8_t role)
@@ -128,8 +128,12 @@ static ssize_t post_rma(lmt_endpoint *ep, bool write, void *buf, size_t len, voi
 {
 	struct iovec iov = {.iov_base = buf, .iov_len = len};
 	struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
-	struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1,
-	                         .addr = ep->peer, .rma_iov = &rma, .rma_iov_count = 1,
+	struct fi_msg_rma msg = {.msg_iov = &iov,
+	                         .desc = &desc,
+	                         .iov_count = 1,
+	                         .addr = ep->peer,
+	                         .rma_iov = &rma,
+	                         .rma_iov_count = 1,
 	                         .context = context};
 	return write ? fi_writemsg(ep->ep, &msg, flags) : fi_readmsg(ep->ep, &msg, flags);
 }
@@ -145,9 +149,9 @@ static void fence(lmt_endpoint *ep)
 		return;
 	}
 	void *desc = ep->fence_mr ? fi_mr_desc(ep->fence_mr) : NULL;
-	ssize_t rc = post_rma(ep, false, &ep->fence_buf, sizeof(ep->fence_buf), desc,
-	                      ep->fence_base, ep->fence_key, &ep->fence_op.ctx,
-	                      FI_COMPLETION | inst->fence_flags);
+	ssize_t rc =
+	        post_rma(ep, false, &ep->fence_buf, sizeof(ep->fence_buf), desc, ep->fence_base,
+	                 ep->fence_key, &ep->fence_op.ctx, FI_COMPLETION | inst->fence_flags);
 	if (rc == 0) {
 		ep->inflight++;
 		ep->fence_inflight = true;
@@ -155,9 +159,8 @@ static void fence(lmt_endpoint *ep)
 	}
 	pthread_mutex_unlock(&ep->lock);
 	if (rc && rc != -FI_EAGAIN)
-		ofi_fail(inst,
-		         ofi_error(inst, ofi_code((int)-rc), "ofi channel %u: fence read: %s",
-		                   ep->channel, fi_strerror((int)-rc)));
+		ofi_fail(inst, ofi_error(inst, ofi_code((int)-rc), "ofi channel %u: fence read: %s",
+		                         ep->channel, fi_strerror((int)-rc)));
 }
 
 /* Read one error entry and fail the operation it names, and the session. */
@@ -205,9 +208,9 @@ static void *ep_thread(void *arg)
 	bool fencing = inst->role == LMT_ROLE_SOURCE && inst->visibility == OFI_FENCE;
 	unsigned idle = 0;
 	while (!atomic_load(&ep->stopping)) {
-		ssize_t n = inst->cq_wait ? fi_cq_sread(ep->cq, entries, OFI_CQ_BATCH, NULL,
-		                                        OFI_SLICE_MS)
-		                          : fi_cq_read(ep->cq, entries, OFI_CQ_BATCH);
+		ssize_t n = inst->cq_wait
+		                    ? fi_cq_sread(ep->cq, entries, OFI_CQ_BATCH, NULL, OFI_SLICE_MS)
+		                    : fi_cq_read(ep->cq, entries, OFI_CQ_BATCH);
 		if (n > 0) {
 			idle = 0;
 			for (ssize_t i = 0; i < n; i++)
@@ -476,15 +479,14 @@ static int check_peer(lmt_endpoint *ep, const struct ofi_addr *a, const char *wh
 	uint8_t flags = (inst->mr_mode & FI_MR_VIRT_ADDR ? OFI_KEY_VIRT : 0) |
 	                (inst->mr_mode & FI_MR_RAW ? OFI_KEY_RAW : 0);
 	if (a->flags != flags)
-		return ofi_error(
-		        inst, LMT_EMISMATCH,
-		        "ofi channel %u: the %s's memory registration differs (%s%s, here "
-		        "%s%s)",
-		        ep->channel, role_name(peer_role),
-		        a->flags & OFI_KEY_VIRT ? "virtual" : "offset",
-		        a->flags & OFI_KEY_RAW ? ", raw keys" : "",
-		        flags & OFI_KEY_VIRT ? "virtual" : "offset",
-		        flags & OFI_KEY_RAW ? ", raw keys" : "");
+		return ofi_error(inst, LMT_EMISMATCH,
+		                 "ofi channel %u: the %s's memory registration differs (%s%s, here "
+		                 "%s%s)",
+		                 ep->channel, role_name(peer_role),
+		                 a->flags & OFI_KEY_VIRT ? "virtual" : "offset",
+		                 a->flags & OFI_KEY_RAW ? ", raw keys" : "",
+		                 flags & OFI_KEY_VIRT ? "virtual" : "offset",
+		                 flags & OFI_KEY_RAW ? ", raw keys" : "");
 	return 0;
 }
 
@@ -509,13 +511,12 @@ int ofi_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	if (!rc) {
 		int n = fi_av_insert(inst->av, a->name, 1, &ep->peer, 0, NULL);
 		if (n != 1)
-			rc = ofi_error(inst, n < 0 ? ofi_code(-n) : LMT_EPROTO,
-			               "ofi channel %u: fi_av_insert of the %s's address: %s",
-			               ep->channel,
-			               role_name(inst->role == LMT_ROLE_SOURCE
-			                                 ? LMT_ROLE_DESTINATION
-			                                 : LMT_ROLE_SOURCE),
-			               n < 0 ? fi_strerror(-n) : "refused");
+			rc = ofi_error(
+			        inst, n < 0 ? ofi_code(-n) : LMT_EPROTO,
+			        "ofi channel %u: fi_av_insert of the %s's address: %s", ep->channel,
+			        role_name(inst->role == LMT_ROLE_SOURCE ? LMT_ROLE_DESTINATION
+			                                                : LMT_ROLE_SOURCE),
+			        n < 0 ? fi_strerror(-n) : "refused");
 	}
 	free(a);
 	if (rc)
@@ -584,10 +585,9 @@ static int check_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey
 		        ep->channel, len, (unsigned long long)offset,
 		        (unsigned long long)rkey->len);
 	if ((uint64_t)len > inst->max_msg)
-		return ofi_error(
-		        inst, LMT_EINVAL,
-		        "ofi channel %u: write of %zu bytes, the provider's limit is %llu",
-		        ep->channel, len, (unsigned long long)inst->max_msg);
+		return ofi_error(inst, LMT_EINVAL,
+		                 "ofi channel %u: write of %zu bytes, the provider's limit is %llu",
+		                 ep->channel, len, (unsigned long long)inst->max_msg);
 	if (!ep->connected)
 		return ofi_error(inst, LMT_ESTATE, "ofi channel %u: not connected", ep->channel);
 	return 0;
@@ -607,8 +607,7 @@ int ofi_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr,
 	int failing = inst->failing;
 	pthread_mutex_unlock(&inst->lock);
 	if (failing)
-		return ofi_error(inst, -failing, "ofi channel %u: the session failed",
-		                 ep->channel);
+		return ofi_error(inst, -failing, "ofi channel %u: the session failed", ep->channel);
 	if (atomic_load(&inst->outstanding[ep->channel]) >= inst->queue)
 		return -LMT_EAGAIN;
 

@@ -60,8 +60,7 @@ int ofi_mr_key(lmt_instance *inst, struct fid_mr *mr, struct ofi_key *key, const
 		/* With FI_MR_PROV_KEY this is the provider's choice. */
 		key->key = fi_mr_key(mr);
 		if (key->key == FI_KEY_NOTAVAIL)
-			return ofi_error(inst, LMT_EIO, "ofi: %s: the provider gives no key",
-			                 what);
+			return ofi_error(inst, LMT_EIO, "ofi: %s: the provider gives no key", what);
 		return 0;
 	}
 	size_t size = sizeof(key->raw);
@@ -69,8 +68,8 @@ int ofi_mr_key(lmt_instance *inst, struct fid_mr *mr, struct ofi_key *key, const
 	if (rc == -FI_ETOOSMALL)
 		return ofi_error(
 		        inst, LMT_ENOTSUP,
-		        "ofi: %s: the provider's raw key has %zu bytes, lmt carries up to %u",
-		        what, size, OFI_RAW_KEY_MAX);
+		        "ofi: %s: the provider's raw key has %zu bytes, lmt carries up to %u", what,
+		        size, OFI_RAW_KEY_MAX);
 	if (rc || size == 0 || size > sizeof(key->raw))
 		return ofi_error(inst, rc ? ofi_code(-rc) : LMT_EIO, "ofi: %s: fi_mr_raw_attr: %s",
 		                 what, rc ? fi_strerror(-rc) : "empty key");
@@ -87,8 +86,7 @@ int ofi_key_import(lmt_instance *inst, const struct ofi_key *key, uint64_t *out,
 			return ofi_error(
 			        inst, LMT_EPROTO,
 			        "ofi: %s: key 0x%llx is wider than the provider's %zu bytes", what,
-			        (unsigned long long)key->key,
-			        inst->info->domain_attr->mr_key_size);
+			        (unsigned long long)key->key, inst->info->domain_attr->mr_key_size);
 		*out = key->key;
 		return 0;
 	}

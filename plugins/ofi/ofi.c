@@ -24,29 +24,29 @@ enum ofi_completion_option {
 };
 
 static const struct lmt_option_desc ofi_options[] = {
-	{.name = "provider",
-	 .type = LMT_OPT_STRING,
-	 .default_value = "",
-	 .flags = LMT_OPTF_MATCH,
-	 .doc = "libfabric provider (tcp, shm, verbs, or a layering such as tcp;ofi_rxm); "
-		"empty = the best available"},
-	{.name = "domain",
-	 .type = LMT_OPT_STRING,
-	 .default_value = "",
-	 .doc = "libfabric domain (NIC or interface, e.g. mlx5_0 or lo); empty = the one "
-		"that reaches the control connection's address"},
-	{.name = "completion",
-	 .type = LMT_OPT_ENUM,
-	 .default_value = "auto",
-	 .enum_values = ofi_completion_names,
-	 .doc = "how a write is known to be visible: delivery = FI_DELIVERY_COMPLETE, fence = "
-		"an ordered read after the writes, auto = delivery when the provider has it"},
-	{.name = "mr-mode",
-	 .type = LMT_OPT_STRING,
-	 .default_value = "",
-	 .doc = "FI_MR_* modes offered to the provider, joined with '+' (local, virt_addr, "
-		"allocated, prov_key, endpoint, raw); empty = all; a listed local is always "
-		"honoured"},
+        {.name = "provider",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .flags = LMT_OPTF_MATCH,
+         .doc = "libfabric provider (tcp, shm, verbs, or a layering such as tcp;ofi_rxm); "
+                "empty = the best available"},
+        {.name = "domain",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "libfabric domain (NIC or interface, e.g. mlx5_0 or lo); empty = the one "
+                "that reaches the control connection's address"},
+        {.name = "completion",
+         .type = LMT_OPT_ENUM,
+         .default_value = "auto",
+         .enum_values = ofi_completion_names,
+         .doc = "how a write is known to be visible: delivery = FI_DELIVERY_COMPLETE, fence = "
+                "an ordered read after the writes, auto = delivery when the provider has it"},
+        {.name = "mr-mode",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "FI_MR_* modes offered to the provider, joined with '+' (local, virt_addr, "
+                "allocated, prov_key, endpoint, raw); empty = all; a listed local is always "
+                "honoured"},
 };
 
 /* ---- Helpers for the other files -------------------------------------- */
@@ -155,9 +155,9 @@ static const struct {
 	const char *name;
 	uint64_t mode;
 } ofi_mode_names[] = {
-	{"local", FI_MR_LOCAL},         {"virt_addr", FI_MR_VIRT_ADDR},
-	{"allocated", FI_MR_ALLOCATED}, {"prov_key", FI_MR_PROV_KEY},
-	{"endpoint", FI_MR_ENDPOINT},   {"raw", FI_MR_RAW},
+        {"local", FI_MR_LOCAL},         {"virt_addr", FI_MR_VIRT_ADDR},
+        {"allocated", FI_MR_ALLOCATED}, {"prov_key", FI_MR_PROV_KEY},
+        {"endpoint", FI_MR_ENDPOINT},   {"raw", FI_MR_RAW},
 };
 
 static int parse_mr_mode(struct lmt_instance *inst, const char *text, struct ofi_choice *c)
@@ -436,11 +436,10 @@ static int choose_provider(struct lmt_instance *inst, const struct ofi_choice *c
 		char text[256];
 		int bad = (int)(mode & ~(uint64_t)OFI_MR_MODES);
 		fi_tostr_r(text, sizeof(text), &bad, FI_TYPE_MR_MODE);
-		return ofi_error(
-		        inst, LMT_ENOTSUP,
-		        "ofi: provider %s asks for memory-registration modes lmt does not "
-		        "honour: %s",
-		        inst->info->fabric_attr->prov_name, text);
+		return ofi_error(inst, LMT_ENOTSUP,
+		                 "ofi: provider %s asks for memory-registration modes lmt does not "
+		                 "honour: %s",
+		                 inst->info->fabric_attr->prov_name, text);
 	}
 	if (inst->info->mode & ~(uint64_t)(FI_CONTEXT | FI_CONTEXT2))
 		return ofi_error(inst, LMT_ENOTSUP, "ofi: provider %s needs modes 0x%llx",
@@ -501,8 +500,7 @@ static int check_params(const struct lmt_host *host, void *host_ctx,
 	                                             sizeof(params->peer_host))
 		return host->error(host_ctx, LMT_EABI, "ofi: instance parameters too old");
 	if (params->role != LMT_ROLE_SOURCE && params->role != LMT_ROLE_DESTINATION)
-		return host->error(host_ctx, LMT_EINVAL, "ofi: unknown role %d",
-		                   (int)params->role);
+		return host->error(host_ctx, LMT_EINVAL, "ofi: unknown role %d", (int)params->role);
 	if (params->channels == 0 || params->channels > OFI_MAX_CHANNELS)
 		return host->error(host_ctx, LMT_EINVAL, "ofi: %u channels, expected 1 to %u",
 		                   params->channels, OFI_MAX_CHANNELS);
@@ -726,28 +724,29 @@ static int ofi_flush(lmt_instance *inst, uint64_t timeout_ns)
 }
 
 static const struct lmt_plugin ofi_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "ofi",
-	.version = "0.1.0",
-	.description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",
-	.caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
-	.options = ofi_options,
-	.option_count = sizeof(ofi_options) / sizeof(ofi_options[0]),
-	.ops = {
-		.instance_open = ofi_instance_open,
-		.instance_close = ofi_instance_close,
-		.ep_open = ofi_ep_open,
-		.ep_connect = ofi_ep_connect,
-		.ep_close = ofi_ep_close,
-		.mr_register = ofi_mr_register,
-		.mr_deregister = ofi_mr_deregister,
-		.rkey_import = ofi_rkey_import,
-		.rkey_release = ofi_rkey_release,
-		.write = ofi_write,
-		.progress = ofi_progress,
-		.flush = ofi_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "ofi",
+        .version = "0.1.0",
+        .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",
+        .caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
+        .options = ofi_options,
+        .option_count = sizeof(ofi_options) / sizeof(ofi_options[0]),
+        .ops =
+                {
+                        .instance_open = ofi_instance_open,
+                        .instance_close = ofi_instance_close,
+                        .ep_open = ofi_ep_open,
+                        .ep_connect = ofi_ep_connect,
+                        .ep_close = ofi_ep_close,
+                        .mr_register = ofi_mr_register,
+                        .mr_deregister = ofi_mr_deregister,
+                        .rkey_import = ofi_rkey_import,
+                        .rkey_release = ofi_rkey_release,
+                        .write = ofi_write,
+                        .progress = ofi_progress,
+                        .flush = ofi_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(ofi_plugin)

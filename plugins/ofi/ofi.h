@@ -16,18 +16,18 @@
 
 #include "wire.h"
 
-#define OFI_API_VERSION  FI_VERSION(1, 17)
+#define OFI_API_VERSION FI_VERSION(1, 17)
 #define OFI_MAX_CHANNELS OFI_KEYS_MAX
-#define OFI_QUEUE_MAX    1024u        /* writes per channel, posted and not harvested */
-#define OFI_SLICE_MS     100          /* how long a progress thread sleeps at most */
-#define OFI_SLICE_NS     100000000ull /* how often blocking calls poll cancelled */
+#define OFI_QUEUE_MAX 1024u       /* writes per channel, posted and not harvested */
+#define OFI_SLICE_MS 100          /* how long a progress thread sleeps at most */
+#define OFI_SLICE_NS 100000000ull /* how often blocking calls poll cancelled */
 
 /* The FI_MR_* modes this plugin knows how to honour. */
-#define OFI_MR_MODES                                                                              \
-	(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |      \
+#define OFI_MR_MODES                                                                               \
+	(FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |       \
 	 FI_MR_RAW)
 
-#define ofi_log(inst, level, ...)  (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
+#define ofi_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
 #define ofi_error(inst, code, ...) (inst)->host->error((inst)->host_ctx, code, __VA_ARGS__)
 
 /* How a write is known to be visible at the target. */

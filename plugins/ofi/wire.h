@@ -17,11 +17,11 @@ enum ofi_magic {
 };
 
 #define OFI_ADDR_HEADER_LEN 40u
-#define OFI_KEY_HEADER_LEN  24u
-#define OFI_PROV_NAME_MAX   64u  /* provider names, e.g. "tcp;ofi_rxm" */
-#define OFI_NAME_MAX        256u /* fi_getname results */
-#define OFI_RAW_KEY_MAX     64u  /* FI_MR_RAW keys */
-#define OFI_KEYS_MAX        64u  /* one per channel with FI_MR_ENDPOINT */
+#define OFI_KEY_HEADER_LEN 24u
+#define OFI_PROV_NAME_MAX 64u /* provider names, e.g. "tcp;ofi_rxm" */
+#define OFI_NAME_MAX 256u     /* fi_getname results */
+#define OFI_RAW_KEY_MAX 64u   /* FI_MR_RAW keys */
+#define OFI_KEYS_MAX 64u      /* one per channel with FI_MR_ENDPOINT */
 
 enum ofi_key_flags {
 	OFI_KEY_VIRT = 1u << 0, /* remote addresses are virtual (FI_MR_VIRT_ADDR) */

@@ -278,8 +278,10 @@ static void *dest_receiver(void *arg)
 	if (code == 0) {
 		if (rx.placed > rx.acked)
 			send_ack(&rx, TCP_MAGIC_ACK, 0);
-		tcp_log(ep->inst, LMT_LOG_DEBUG, "tcp channel %u: closed by the source after %llu "
-		        "writes", ep->channel, (unsigned long long)rx.placed);
+		tcp_log(ep->inst, LMT_LOG_DEBUG,
+		        "tcp channel %u: closed by the source after %llu "
+		        "writes",
+		        ep->channel, (unsigned long long)rx.placed);
 		return NULL;
 	}
 	(void)tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, rx.why);
@@ -317,8 +319,8 @@ static int accept_source(lmt_endpoint *ep, int *out)
 			return tcp_error(inst, -rc, "tcp channel %u: waiting for the source: %s",
 			                 ep->channel, e.msg);
 		uint64_t hello_deadline = tcp_deadline(HELLO_TIMEOUT_NS);
-		struct lmt_wait hw = tcp_wait(inst, hello_deadline < deadline ? hello_deadline
-		                                                              : deadline);
+		struct lmt_wait hw =
+		        tcp_wait(inst, hello_deadline < deadline ? hello_deadline : deadline);
 		uint8_t hello[TCP_HELLO_LEN];
 		rc = lmt_net_recv_all(fd, hello, sizeof(hello), &hw, &e);
 		if (rc == -LMT_ECANCELED) {

@@ -158,8 +158,8 @@ static int read_acks(lmt_endpoint *ep, uint64_t *acked, char *why, size_t size)
 			struct tcp_ack a;
 			tcp_ack_decode(buf + off, &a);
 			if (a.magic == TCP_MAGIC_ERROR) {
-				snprintf(why, size,
-				         "the destination failed the channel (error %d)", a.code);
+				snprintf(why, size, "the destination failed the channel (error %d)",
+				         a.code);
 				return a.code > 0 && a.code < LMT_ERRC_COUNT ? a.code : LMT_EPROTO;
 			}
 			if (a.magic != TCP_MAGIC_ACK && a.magic != TCP_MAGIC_BYE) {
@@ -319,8 +319,11 @@ int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 		                 code == LMT_ESTATE ? "not connected" : "channel is down");
 	}
 	struct tcp_slot *slot = &ep->ring[ep->head % TCP_QUEUE_DEPTH];
-	struct tcp_header h = {.magic = TCP_MAGIC_WRITE, .region = rkey->region,
-	                       .offset = offset, .len = len, .seq = ep->head};
+	struct tcp_header h = {.magic = TCP_MAGIC_WRITE,
+	                       .region = rkey->region,
+	                       .offset = offset,
+	                       .len = len,
+	                       .seq = ep->head};
 	tcp_header_encode(&h, slot->header);
 	slot->local = local;
 	slot->len = len;

@@ -15,12 +15,20 @@
 #define DEFAULT_BUFFER_SIZE (4 << 20)
 
 static const struct lmt_option_desc tcp_options[] = {
-	{.name = "nodelay", .type = LMT_OPT_BOOL, .default_value = "on",
-	 .doc = "disable Nagle's algorithm on data connections"},
-	{.name = "buffer-size", .type = LMT_OPT_SIZE, .default_value = "4M", .min = 0,
-	 .max = 1 << 30, .doc = "SO_SNDBUF and SO_RCVBUF per data connection; 0 = kernel default"},
-	{.name = "address", .type = LMT_OPT_STRING, .default_value = "",
-	 .doc = "IP the destination's data listeners bind; empty = the control connection's"},
+        {.name = "nodelay",
+         .type = LMT_OPT_BOOL,
+         .default_value = "on",
+         .doc = "disable Nagle's algorithm on data connections"},
+        {.name = "buffer-size",
+         .type = LMT_OPT_SIZE,
+         .default_value = "4M",
+         .min = 0,
+         .max = 1 << 30,
+         .doc = "SO_SNDBUF and SO_RCVBUF per data connection; 0 = kernel default"},
+        {.name = "address",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "IP the destination's data listeners bind; empty = the control connection's"},
 };
 
 /* ---- Helpers for the other files -------------------------------------- */
@@ -224,11 +232,10 @@ static void free_instance(struct lmt_instance *inst)
 
 static void tcp_ep_close(lmt_endpoint *ep);
 
-static int open_error(const struct lmt_host *host, void *host_ctx, int code, const char *fmt,
-                      ...) LMT_PRINTF(4, 5);
+static int open_error(const struct lmt_host *host, void *host_ctx, int code, const char *fmt, ...)
+        LMT_PRINTF(4, 5);
 
-static int open_error(const struct lmt_host *host, void *host_ctx, int code, const char *fmt,
-                      ...)
+static int open_error(const struct lmt_host *host, void *host_ctx, int code, const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;
@@ -249,14 +256,14 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 	    !host->log || !host->now_ns || !host->option || !host->cancelled)
 		return open_error(host, host_ctx, LMT_EABI, "tcp: host services incomplete");
 	if (!params || params->struct_size < offsetof(struct lmt_instance_params, peer_host) +
-	                                         sizeof(params->peer_host))
+	                                             sizeof(params->peer_host))
 		return open_error(host, host_ctx, LMT_EABI, "tcp: instance parameters too old");
 	if (params->role != LMT_ROLE_SOURCE && params->role != LMT_ROLE_DESTINATION)
 		return open_error(host, host_ctx, LMT_EINVAL, "tcp: unknown role %d",
-		                   (int)params->role);
+		                  (int)params->role);
 	if (params->channels == 0 || params->channels > TCP_MAX_CHANNELS)
 		return open_error(host, host_ctx, LMT_EINVAL, "tcp: %u channels, expected 1 to %u",
-		                   params->channels, TCP_MAX_CHANNELS);
+		                  params->channels, TCP_MAX_CHANNELS);
 
 	struct lmt_instance *inst = calloc(1, sizeof(*inst));
 	if (!inst)
@@ -619,28 +626,29 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 }
 
 static const struct lmt_plugin tcp_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "tcp",
-	.version = "0.1.0",
-	.description = "TCP sockets, one stream per channel; works everywhere",
-	.caps = LMT_CAP_MULTI_CHANNEL,
-	.options = tcp_options,
-	.option_count = sizeof(tcp_options) / sizeof(tcp_options[0]),
-	.ops = {
-		.instance_open = tcp_instance_open,
-		.instance_close = tcp_instance_close,
-		.ep_open = tcp_ep_open,
-		.ep_connect = tcp_ep_connect,
-		.ep_close = tcp_ep_close,
-		.mr_register = tcp_mr_register,
-		.mr_deregister = tcp_mr_deregister,
-		.rkey_import = tcp_rkey_import,
-		.rkey_release = tcp_rkey_release,
-		.write = tcp_write,
-		.progress = tcp_progress,
-		.flush = tcp_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "tcp",
+        .version = "0.1.0",
+        .description = "TCP sockets, one stream per channel; works everywhere",
+        .caps = LMT_CAP_MULTI_CHANNEL,
+        .options = tcp_options,
+        .option_count = sizeof(tcp_options) / sizeof(tcp_options[0]),
+        .ops =
+                {
+                        .instance_open = tcp_instance_open,
+                        .instance_close = tcp_instance_close,
+                        .ep_open = tcp_ep_open,
+                        .ep_connect = tcp_ep_connect,
+                        .ep_close = tcp_ep_close,
+                        .mr_register = tcp_mr_register,
+                        .mr_deregister = tcp_mr_deregister,
+                        .rkey_import = tcp_rkey_import,
+                        .rkey_release = tcp_rkey_release,
+                        .write = tcp_write,
+                        .progress = tcp_progress,
+                        .flush = tcp_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(tcp_plugin)

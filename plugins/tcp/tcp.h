@@ -13,14 +13,14 @@
 #include "net.h"
 #include "wire.h"
 
-#define TCP_QUEUE_DEPTH 256u    /* writes per channel, posted and not harvested */
+#define TCP_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
 #define TCP_MAX_CHANNELS 1024u
 #define TCP_SLICE_NS 100000000ull /* how often blocking calls poll cancelled */
 
 #define tcp_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
 /* Record an error and give -code; control flow never rests on the host's
  * return value. */
-#define tcp_error(inst, code, ...)                                                 \
+#define tcp_error(inst, code, ...)                                                                 \
 	((inst)->host->error((inst)->host_ctx, code, __VA_ARGS__), -(code))
 
 /* A registered range. Destination regions are found by id when a header
@@ -87,9 +87,9 @@ struct lmt_instance {
 	uint64_t timeout_ns;
 	int nodelay;
 	int buffer_size;
-	char bind_host[256];  /* what destination listeners bind */
-	char local_host[64];  /* advertised when bind_host is a wildcard */
-	lmt_endpoint **eps;   /* by channel, NULL when closed; changed under `lock` */
+	char bind_host[256];      /* what destination listeners bind */
+	char local_host[64];      /* advertised when bind_host is a wildcard */
+	lmt_endpoint **eps;       /* by channel, NULL when closed; changed under `lock` */
 	atomic_uint *outstanding; /* by channel: posted, completion not harvested */
 
 	/* Completion queue, per-endpoint ack state, the endpoint table and
@@ -99,8 +99,8 @@ struct lmt_instance {
 	pthread_cond_t cond;
 	struct lmt_completion *cq;
 	uint32_t cq_cap, cq_first, cq_count;
-	int failing;          /* -LMT_E* */
-	int fatal;            /* -LMT_E* */
+	int failing;            /* -LMT_E* */
+	int fatal;              /* -LMT_E* */
 	uint64_t *flush_target; /* by channel, used by flush only */
 
 	/* Region table, sorted by id (ids only grow). */

@@ -29,7 +29,7 @@ static void push(struct lmt_instance *inst, uint64_t cookie, int status, uint32_
 		return;
 	uint32_t at = (inst->pending_first + inst->pending_count++) % inst->pending_cap;
 	inst->pending[at] =
-	        (struct lmt_completion){ .cookie = cookie, .status = status, .channel = channel };
+	        (struct lmt_completion){.cookie = cookie, .status = status, .channel = channel};
 }
 
 static uint32_t take(struct lmt_instance *inst, struct lmt_completion *out, uint32_t max)
@@ -65,7 +65,7 @@ void verbs_fail_all(struct lmt_instance *inst, int code)
 		retire(ep, ep->posted, inst->fatal);
 		/* Stop the hardware: nothing of this QP may land after its
 		 * cookies were reported. */
-		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 		ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
 	}
 }
@@ -191,14 +191,14 @@ static int post(lmt_endpoint *ep, const void *local, uint32_t len, uint32_t lkey
 {
 	struct lmt_instance *inst = ep->inst;
 	bool signalled = marker || ep->unsignalled + 1 >= inst->signal_interval;
-	struct ibv_sge sge = { .addr = (uintptr_t)local, .length = len, .lkey = lkey };
+	struct ibv_sge sge = {.addr = (uintptr_t)local, .length = len, .lkey = lkey};
 	struct ibv_send_wr wr = {
-		.wr_id = wr_id(ep, ep->posted),
-		.sg_list = len ? &sge : NULL,
-		.num_sge = len ? 1 : 0,
-		.opcode = IBV_WR_RDMA_WRITE,
-		.send_flags = signalled ? IBV_SEND_SIGNALED : 0,
-		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+	        .wr_id = wr_id(ep, ep->posted),
+	        .sg_list = len ? &sge : NULL,
+	        .num_sge = len ? 1 : 0,
+	        .opcode = IBV_WR_RDMA_WRITE,
+	        .send_flags = signalled ? IBV_SEND_SIGNALED : 0,
+	        .wr.rdma = {.remote_addr = raddr, .rkey = rkey},
 	};
 	struct ibv_send_wr *bad = NULL;
 	int rc = ibv_post_send(ep->qp, &wr, &bad);
@@ -208,10 +208,9 @@ static int post(lmt_endpoint *ep, const void *local, uint32_t len, uint32_t lkey
 		verbs_fail_all(inst, rc);
 		return rc;
 	}
-	ep->ring[ep->posted % ep->sq_cap] =
-	        (struct verbs_wr){ .cookie = cookie,
-		                   .flags = (signalled ? VERBS_WR_SIGNALLED : 0) |
-		                            (marker ? VERBS_WR_MARKER : 0) };
+	ep->ring[ep->posted % ep->sq_cap] = (struct verbs_wr){
+	        .cookie = cookie,
+	        .flags = (signalled ? VERBS_WR_SIGNALLED : 0) | (marker ? VERBS_WR_MARKER : 0)};
 	ep->posted++;
 	ep->unsignalled = signalled ? 0 : ep->unsignalled + 1;
 	return 0;
@@ -254,8 +253,8 @@ int verbs_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_m
 		                   ep->channel, len, inst->max_msg);
 	if (ep->posted - ep->retired >= ep->write_max)
 		return -LMT_EAGAIN;
-	int rc = post(ep, local, (uint32_t)len, local_mr->mr->lkey, rkey->rkey,
-	              rkey->addr + offset, cookie, false);
+	int rc = post(ep, local, (uint32_t)len, local_mr->mr->lkey, rkey->rkey, rkey->addr + offset,
+	              cookie, false);
 	if (rc == 0) {
 		ep->marker_rkey = rkey->rkey;
 		ep->marker_addr = rkey->addr + offset;
@@ -269,8 +268,7 @@ static int post_markers(struct lmt_instance *inst)
 {
 	for (uint32_t c = 0; c < inst->channels; c++) {
 		lmt_endpoint *ep = inst->eps[c];
-		if (!ep || ep->broken || !ep->unsignalled ||
-		    ep->posted - ep->retired >= ep->sq_cap)
+		if (!ep || ep->broken || !ep->unsignalled || ep->posted - ep->retired >= ep->sq_cap)
 			continue;
 		int rc = post(ep, NULL, 0, 0, ep->marker_rkey, ep->marker_addr, 0, true);
 		if (rc)
@@ -295,8 +293,8 @@ static int wait_event(struct lmt_instance *inst, uint64_t until)
 	uint64_t wait = until > t ? until - t : 0;
 	if (wait > VERBS_SLICE_NS)
 		wait = VERBS_SLICE_NS;
-	struct pollfd fds[2] = { { .fd = inst->ctx->async_fd, .events = POLLIN },
-		                 { .fd = inst->comp->fd, .events = POLLIN } };
+	struct pollfd fds[2] = {{.fd = inst->ctx->async_fd, .events = POLLIN},
+	                        {.fd = inst->comp->fd, .events = POLLIN}};
 	int n = poll(fds, inst->role == LMT_ROLE_SOURCE ? 2 : 1, (int)((wait + 999999) / 1000000));
 	if (n < 0 && errno != EINTR)
 		return verbs_error(inst, LMT_EIO, "verbs: poll failed (%s)", strerror(errno));

@@ -51,7 +51,7 @@ static bool gid_is_zero(const union ibv_gid *gid)
 
 static bool gid_is_ipv4(const union ibv_gid *gid)
 {
-	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 	return memcmp(gid->raw, prefix, sizeof(prefix)) == 0;
 }
 
@@ -83,8 +83,7 @@ static int query_gid(struct lmt_instance *inst, int index, struct ibv_gid_entry 
 /* On Ethernet: the GID given by verbs.gid-index, else the RoCE v2 GID of the
  * control connection's address, else the first RoCE v2 IPv4 GID, else the
  * first RoCE v2 GID. */
-static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len,
-                         const char *local_host)
+static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len, const char *local_host)
 {
 	struct ibv_gid_entry e;
 	char text[INET6_ADDRSTRLEN];
@@ -98,9 +97,8 @@ static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len,
 			                   "verbs.gid-index=%d: entry empty on %s port %u", want,
 			                   inst->device, inst->port);
 		if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
-			verbs_log(inst, LMT_LOG_WARN,
-			          "verbs.gid-index=%d is a %s GID, not RoCE v2", want,
-			          gid_type_name(e.gid_type));
+			verbs_log(inst, LMT_LOG_WARN, "verbs.gid-index=%d is a %s GID, not RoCE v2",
+			          want, gid_type_name(e.gid_type));
 		inst->gid_index = want;
 		inst->gid = e.gid;
 		return 0;
@@ -108,7 +106,7 @@ static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len,
 	union ibv_gid local;
 	bool have_local = local_host && host_to_gid(local_host, &local);
 	int match = -1, first_v4 = -1, first_v2 = -1;
-	struct verbs_text found = { .len = 0 };
+	struct verbs_text found = {.len = 0};
 	union ibv_gid gids[3];
 	for (int i = 0; i < table_len && match < 0; i++) {
 		if (query_gid(inst, i, &e))
@@ -160,8 +158,8 @@ static int pick_gid(struct lmt_instance *inst, const struct ibv_port_attr *pa, i
 	if (inst->gid_index >= pa->gid_tbl_len ||
 	    ibv_query_gid(inst->ctx, inst->port, inst->gid_index, &inst->gid))
 		return verbs_error(inst, LMT_ENOTFOUND,
-		                   "verbs.gid-index=%d: no such GID on %s port %u",
-		                   inst->gid_index, inst->device, inst->port);
+		                   "verbs.gid-index=%d: no such GID on %s port %u", inst->gid_index,
+		                   inst->device, inst->port);
 	return 0;
 }
 
@@ -238,7 +236,7 @@ static int open_port(struct lmt_instance *inst, const char *device, int port,
 		return verbs_error(inst, LMT_ENOTFOUND,
 		                   "no RDMA device: ibv_get_device_list returned none");
 	}
-	struct verbs_text why = { .len = 0 };
+	struct verbs_text why = {.len = 0};
 	int rc = 0, named = -1;
 	if (device && device[0]) {
 		for (int i = 0; i < n && named < 0; i++) {

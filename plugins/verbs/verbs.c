@@ -12,35 +12,35 @@
 #include <sys/random.h>
 
 static const struct lmt_option_desc verbs_options[] = {
-	{ .name = "device",
-	  .type = LMT_OPT_STRING,
-	  .default_value = "",
-	  .doc = "RDMA device (mlx5_0, rxe0); empty = the first with an active port" },
-	{ .name = "port",
-	  .type = LMT_OPT_INT,
-	  .default_value = "0",
-	  .min = 0,
-	  .max = 255,
-	  .doc = "port of the device; 0 = its first active port" },
-	{ .name = "gid-index",
-	  .type = LMT_OPT_INT,
-	  .default_value = "-1",
-	  .min = -1,
-	  .max = 4095,
-	  .doc = "GID table index; -1 = on RoCE the v2 GID of the control connection's "
-	         "address, else the first RoCE v2 IPv4 GID" },
-	{ .name = "odp",
-	  .type = LMT_OPT_BOOL,
-	  .default_value = "off",
-	  .doc = "register with on-demand paging (IBV_ACCESS_ON_DEMAND) instead of pinning; "
-	         "fails where the device lacks it" },
-	{ .name = "signal-interval",
-	  .type = LMT_OPT_INT,
-	  .default_value = "16",
-	  .min = 1,
-	  .max = 4096,
-	  .doc = "ask for a completion on one write in this many (at most half "
-	         "the queue depth)" },
+        {.name = "device",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "RDMA device (mlx5_0, rxe0); empty = the first with an active port"},
+        {.name = "port",
+         .type = LMT_OPT_INT,
+         .default_value = "0",
+         .min = 0,
+         .max = 255,
+         .doc = "port of the device; 0 = its first active port"},
+        {.name = "gid-index",
+         .type = LMT_OPT_INT,
+         .default_value = "-1",
+         .min = -1,
+         .max = 4095,
+         .doc = "GID table index; -1 = on RoCE the v2 GID of the control connection's "
+                "address, else the first RoCE v2 IPv4 GID"},
+        {.name = "odp",
+         .type = LMT_OPT_BOOL,
+         .default_value = "off",
+         .doc = "register with on-demand paging (IBV_ACCESS_ON_DEMAND) instead of pinning; "
+                "fails where the device lacks it"},
+        {.name = "signal-interval",
+         .type = LMT_OPT_INT,
+         .default_value = "16",
+         .min = 1,
+         .max = 4096,
+         .doc = "ask for a completion on one write in this many (at most half "
+                "the queue depth)"},
 };
 
 /* ---- Instances --------------------------------------------------------- */
@@ -270,11 +270,10 @@ static int to_init(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
 	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = inst->port,
-		.qp_access_flags =
-		        inst->role == LMT_ROLE_DESTINATION ? IBV_ACCESS_REMOTE_WRITE : 0,
+	        .qp_state = IBV_QPS_INIT,
+	        .pkey_index = 0,
+	        .port_num = inst->port,
+	        .qp_access_flags = inst->role == LMT_ROLE_DESTINATION ? IBV_ACCESS_REMOTE_WRITE : 0,
 	};
 	int rc = ibv_modify_qp(
 	        ep->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
@@ -291,9 +290,8 @@ static int verbs_ep_open(lmt_instance *inst, uint32_t channel, lmt_endpoint **ou
 	if (!inst || !out || !addr)
 		return -LMT_EINVAL;
 	if (channel >= inst->channels)
-		return verbs_error(inst, LMT_EINVAL,
-		                   "verbs: channel %u out of range (%u channels)", channel,
-		                   inst->channels);
+		return verbs_error(inst, LMT_EINVAL, "verbs: channel %u out of range (%u channels)",
+		                   channel, inst->channels);
 	if (inst->eps[channel])
 		return verbs_error(inst, LMT_ESTATE, "verbs channel %u: already open", channel);
 	lmt_endpoint *ep = calloc(1, sizeof(*ep));
@@ -310,14 +308,14 @@ static int verbs_ep_open(lmt_instance *inst, uint32_t channel, lmt_endpoint **ou
 		return verbs_error(inst, LMT_ENOMEM, "verbs: out of memory");
 	}
 	struct ibv_qp_init_attr qa = {
-		.send_cq = inst->cq,
-		.recv_cq = inst->cq,
-		.cap = { .max_send_wr = ep->sq_cap,
-		         .max_recv_wr = 1,
-		         .max_send_sge = 1,
-		         .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-		.sq_sig_all = 0,
+	        .send_cq = inst->cq,
+	        .recv_cq = inst->cq,
+	        .cap = {.max_send_wr = ep->sq_cap,
+	                .max_recv_wr = 1,
+	                .max_send_sge = 1,
+	                .max_recv_sge = 1},
+	        .qp_type = IBV_QPT_RC,
+	        .sq_sig_all = 0,
 	};
 	ep->qp = ibv_create_qp(inst->pd, &qa);
 	if (!ep->qp) {
@@ -338,13 +336,13 @@ static int verbs_ep_open(lmt_instance *inst, uint32_t channel, lmt_endpoint **ou
 	}
 	ep->psn = random_psn(inst);
 	struct verbs_addr a = {
-		.role = (uint8_t)inst->role,
-		.link = (uint8_t)inst->link,
-		.mtu = (uint8_t)inst->mtu,
-		.channel = channel,
-		.qpn = ep->qp->qp_num,
-		.psn = ep->psn,
-		.lid = inst->lid,
+	        .role = (uint8_t)inst->role,
+	        .link = (uint8_t)inst->link,
+	        .mtu = (uint8_t)inst->mtu,
+	        .channel = channel,
+	        .qpn = ep->qp->qp_num,
+	        .psn = ep->psn,
+	        .lid = inst->lid,
 	};
 	memcpy(a.gid, inst->gid.raw, 16);
 	verbs_addr_encode(&a, addr);
@@ -374,18 +372,17 @@ static int to_rtr_rts(lmt_endpoint *ep, const struct verbs_addr *peer)
 {
 	struct lmt_instance *inst = ep->inst;
 	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = peer->mtu < (uint8_t)inst->mtu ? (enum ibv_mtu)peer->mtu : inst->mtu,
-		.dest_qp_num = peer->qpn,
-		.rq_psn = peer->psn,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr = { .port_num = inst->port, .sl = 0 },
+	        .qp_state = IBV_QPS_RTR,
+	        .path_mtu = peer->mtu < (uint8_t)inst->mtu ? (enum ibv_mtu)peer->mtu : inst->mtu,
+	        .dest_qp_num = peer->qpn,
+	        .rq_psn = peer->psn,
+	        .max_dest_rd_atomic = 1,
+	        .min_rnr_timer = 12,
+	        .ah_attr = {.port_num = inst->port, .sl = 0},
 	};
 	/* RoCE always routes by GID; InfiniBand by LID unless the peer is in
 	 * another subnet. */
-	bool global =
-	        inst->link == VERBS_LINK_ETHERNET || memcmp(peer->gid, inst->gid.raw, 8) != 0;
+	bool global = inst->link == VERBS_LINK_ETHERNET || memcmp(peer->gid, inst->gid.raw, 8) != 0;
 	if (inst->link == VERBS_LINK_IB)
 		a.ah_attr.dlid = peer->lid;
 	if (global) {
@@ -399,9 +396,8 @@ static int to_rtr_rts(lmt_endpoint *ep, const struct verbs_addr *peer)
 	                               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
 	                               IBV_QP_MIN_RNR_TIMER);
 	if (rc)
-		return verbs_error(inst, LMT_EIO,
-		                   "verbs channel %u: queue pair to RTR failed (%s)", ep->channel,
-		                   strerror(rc));
+		return verbs_error(inst, LMT_EIO, "verbs channel %u: queue pair to RTR failed (%s)",
+		                   ep->channel, strerror(rc));
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = VERBS_ACK_TIMEOUT;
@@ -413,9 +409,8 @@ static int to_rtr_rts(lmt_endpoint *ep, const struct verbs_addr *peer)
 	                   IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 	                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 	if (rc)
-		return verbs_error(inst, LMT_EIO,
-		                   "verbs channel %u: queue pair to RTS failed (%s)", ep->channel,
-		                   strerror(rc));
+		return verbs_error(inst, LMT_EIO, "verbs channel %u: queue pair to RTS failed (%s)",
+		                   ep->channel, strerror(rc));
 	return 0;
 }
 
@@ -433,8 +428,8 @@ static int verbs_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		why = peer_mismatch(ep, &peer);
 	if (why)
 		return verbs_error(inst, LMT_EPROTO,
-		                   "verbs channel %u: bad peer address (%u bytes): %s",
-		                   ep->channel, peer_addr->len, why);
+		                   "verbs channel %u: bad peer address (%u bytes): %s", ep->channel,
+		                   peer_addr->len, why);
 	int rc = to_rtr_rts(ep, &peer);
 	if (rc)
 		return rc;
@@ -498,9 +493,9 @@ static int verbs_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_
 	inst->mrs = mr;
 	pthread_mutex_unlock(&inst->mr_lock);
 	if (remote)
-		verbs_key_encode(&(struct verbs_key){ .rkey = mr->mr->rkey,
-		                                      .addr = (uintptr_t)addr,
-		                                      .len = len },
+		verbs_key_encode(&(struct verbs_key){.rkey = mr->mr->rkey,
+		                                     .addr = (uintptr_t)addr,
+		                                     .len = len},
 		                 key);
 	else if (key)
 		key->len = 0;
@@ -534,8 +529,8 @@ static int verbs_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt
 	struct verbs_key k;
 	const char *why = verbs_key_decode(key, &k);
 	if (why)
-		return verbs_error(inst, LMT_EPROTO, "verbs: bad key blob (%u bytes): %s",
-		                   key->len, why);
+		return verbs_error(inst, LMT_EPROTO, "verbs: bad key blob (%u bytes): %s", key->len,
+		                   why);
 	struct lmt_rkey *rkey = calloc(1, sizeof(*rkey));
 	if (!rkey)
 		return verbs_error(inst, LMT_ENOMEM, "verbs: out of memory");
@@ -568,28 +563,29 @@ static void verbs_rkey_release(lmt_instance *inst, lmt_rkey *rkey)
 }
 
 static const struct lmt_plugin verbs_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "verbs",
-	.version = "0.1.0",
-	.description = "RDMA verbs (rdma-core): RC RDMA writes on InfiniBand and RoCE",
-	.caps = LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL,
-	.options = verbs_options,
-	.option_count = sizeof(verbs_options) / sizeof(verbs_options[0]),
-	.ops = {
-		.instance_open = verbs_instance_open,
-		.instance_close = verbs_instance_close,
-		.ep_open = verbs_ep_open,
-		.ep_connect = verbs_ep_connect,
-		.ep_close = verbs_ep_close,
-		.mr_register = verbs_mr_register,
-		.mr_deregister = verbs_mr_deregister,
-		.rkey_import = verbs_rkey_import,
-		.rkey_release = verbs_rkey_release,
-		.write = verbs_write,
-		.progress = verbs_progress,
-		.flush = verbs_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "verbs",
+        .version = "0.1.0",
+        .description = "RDMA verbs (rdma-core): RC RDMA writes on InfiniBand and RoCE",
+        .caps = LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL,
+        .options = verbs_options,
+        .option_count = sizeof(verbs_options) / sizeof(verbs_options[0]),
+        .ops =
+                {
+                        .instance_open = verbs_instance_open,
+                        .instance_close = verbs_instance_close,
+                        .ep_open = verbs_ep_open,
+                        .ep_connect = verbs_ep_connect,
+                        .ep_close = verbs_ep_close,
+                        .mr_register = verbs_mr_register,
+                        .mr_deregister = verbs_mr_deregister,
+                        .rkey_import = verbs_rkey_import,
+                        .rkey_release = verbs_rkey_release,
+                        .write = verbs_write,
+                        .progress = verbs_progress,
+                        .flush = verbs_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(verbs_plugin)

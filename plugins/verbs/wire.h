@@ -15,9 +15,10 @@ enum verbs_magic {
 };
 
 /* Blob lengths; a blob of any other length is refused. */
-#define VERBS_ADDR_LEN 44u /* magic, version, role, link, mtu, channel, qpn, psn, lid, pad, gid   \
+#define VERBS_ADDR_LEN                                                                             \
+	44u               /* magic, version, role, link, mtu, channel, qpn, psn, lid, pad, gid   \
 	                    */
-#define VERBS_KEY_LEN 32u  /* magic, version, pad, rkey, pad, addr, length */
+#define VERBS_KEY_LEN 32u /* magic, version, pad, rkey, pad, addr, length */
 
 enum verbs_link {
 	VERBS_LINK_IB = 1,

@@ -13,8 +13,7 @@
 
 static const char *out_dir;
 
-static void save(const char *harness, const char *name, uint8_t lead, const void *data,
-                 size_t len)
+static void save(const char *harness, const char *name, uint8_t lead, const void *data, size_t len)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/%s", out_dir, harness);
@@ -95,8 +94,8 @@ static void proto_and_destination(void)
 
 	uint8_t state[100];
 	memset(state, 0x42, sizeof(state));
-	struct lmt_msg_state ds = {.offset = 0, .total = sizeof(state), .length = sizeof(state),
-	                           .data = state};
+	struct lmt_msg_state ds = {
+	        .offset = 0, .total = sizeof(state), .length = sizeof(state), .data = state};
 	lmt__enc_state(&b, &ds);
 	save_msg("device-state", &b);
 	memcpy(stream.data + stream.len, b.data, b.len);
@@ -150,11 +149,11 @@ static void blobs(void)
 static void options(void)
 {
 	const char *seeds[] = {
-		"chunk-size=64M,channels=2,pin-all=on",
-		"downtime-limit=300ms,max-iterate-ms=50,verify=off",
-		"fz.mode=zerocopy,fz.label=x,fz.depth=16,fz.wait=2s",
-		"max-bandwidth=1G,queue-depth=64,auth-key=secret",
-		"18446744073709551615",
+	        "chunk-size=64M,channels=2,pin-all=on",
+	        "downtime-limit=300ms,max-iterate-ms=50,verify=off",
+	        "fz.mode=zerocopy,fz.label=x,fz.depth=16,fz.wait=2s",
+	        "max-bandwidth=1G,queue-depth=64,auth-key=secret",
+	        "18446744073709551615",
 	};
 	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
 		char name[16];

@@ -44,8 +44,7 @@ void census_check(struct census before)
 
 uint8_t *ram_map(uint64_t bytes)
 {
-	uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-	                  0);
+	uint8_t *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(p != MAP_FAILED);
 	return p;
 }
@@ -145,8 +144,8 @@ struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16
                                  const void *state, size_t state_len, pid_t kill_pid,
                                  uint64_t kill_after_ns, uint64_t *killed_at)
 {
-	return source_migrate_view(ram, ram, opts, port, state, state_len, kill_pid,
-	                           kill_after_ns, killed_at);
+	return source_migrate_view(ram, ram, opts, port, state, state_len, kill_pid, kill_after_ns,
+	                           killed_at);
 }
 
 struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *tracking,

@@ -40,8 +40,7 @@ static void *run_dest(void *arg)
 }
 
 /* Migrate a small guest between two sessions with the given options. */
-static void migrate(const char *src_opts, const char *dst_opts, struct side *src,
-                    struct side *dst)
+static void migrate(const char *src_opts, const char *dst_opts, struct side *src, struct side *dst)
 {
 	struct bench_ram sram, dram;
 	ram_fill(&sram, RAM_BYTES, 11);
@@ -135,7 +134,7 @@ static void test_key_and_key_file_together_are_refused(void **state)
 	struct bench_ram ram;
 	ram_fill(&ram, RAM_BYTES, 12);
 	lmt_session *s =
-	    session_with_blocks(LMT_ROLE_SOURCE, &ram, "auth-key=a,auth-key-file=/dev/null");
+	        session_with_blocks(LMT_ROLE_SOURCE, &ram, "auth-key=a,auth-key-file=/dev/null");
 	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, &ram), 0);
 	assert_int_equal(lmt_save_setup(s, "127.0.0.1:9"), -LMT_EINVAL);
 	assert_string_equal(lmt_session_error(s)->message,
@@ -149,7 +148,7 @@ static void test_unreadable_key_file_is_named(void **state)
 	struct bench_ram ram;
 	ram_fill(&ram, RAM_BYTES, 13);
 	lmt_session *s =
-	    session_with_blocks(LMT_ROLE_SOURCE, &ram, "auth-key-file=/nonexistent/lmt.key");
+	        session_with_blocks(LMT_ROLE_SOURCE, &ram, "auth-key-file=/nonexistent/lmt.key");
 	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, &ram), 0);
 	assert_int_equal(lmt_save_setup(s, "127.0.0.1:9"), -LMT_EINVAL);
 	assert_string_equal(lmt_session_error(s)->message,
@@ -161,13 +160,13 @@ static void test_unreadable_key_file_is_named(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_matching_keys_migrate),
-		cmocka_unit_test(test_key_file_matches_the_same_key_given_inline),
-		cmocka_unit_test(test_wrong_key_is_refused_on_both_sides),
-		cmocka_unit_test(test_source_without_key_is_refused),
-		cmocka_unit_test(test_destination_without_key_is_refused_by_the_source),
-		cmocka_unit_test(test_key_and_key_file_together_are_refused),
-		cmocka_unit_test(test_unreadable_key_file_is_named),
+	        cmocka_unit_test(test_matching_keys_migrate),
+	        cmocka_unit_test(test_key_file_matches_the_same_key_given_inline),
+	        cmocka_unit_test(test_wrong_key_is_refused_on_both_sides),
+	        cmocka_unit_test(test_source_without_key_is_refused),
+	        cmocka_unit_test(test_destination_without_key_is_refused_by_the_source),
+	        cmocka_unit_test(test_key_and_key_file_together_are_refused),
+	        cmocka_unit_test(test_unreadable_key_file_is_named),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

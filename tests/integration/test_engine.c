@@ -106,7 +106,7 @@ static void test_dirtying_guest_records_every_pass(void **state)
 	uint64_t none = 0;
 	/* A tight limit forces passes until the dirty set fits. */
 	struct source_run r =
-	    source_migrate(&ram, "downtime-limit=2ms", port, NULL, 0, 0, 0, &none);
+	        source_migrate(&ram, "downtime-limit=2ms", port, NULL, 0, 0, 0, &none);
 	bench_workload_stop(w);
 	assert_int_equal(r.rc, 0);
 	assert_int_equal(dest_wait(pid), 0);
@@ -125,17 +125,30 @@ static void test_dirtying_guest_records_every_pass(void **state)
 
 static void test_stats_json_carries_every_figure(void **state)
 {
-	struct lmt_stats st = {.status = LMT_STATUS_COMPLETED, .channels = 2,
-	                       .bytes_sent = 123, .channel_bytes = {100, 23}};
+	struct lmt_stats st = {.status = LMT_STATUS_COMPLETED,
+	                       .channels = 2,
+	                       .bytes_sent = 123,
+	                       .channel_bytes = {100, 23}};
 	char buf[2048];
 	int n = lmt_stats_json(&st, buf, sizeof(buf));
 	assert_true(n > 0 && (size_t)n < sizeof(buf));
-	const char *keys[] = {"\"status\":\"completed\"", "\"setup_ms\":", "\"total_ms\":",
-	                      "\"downtime_ms\":", "\"expected_downtime_ms\":", "\"ram_bytes\":",
-	                      "\"bytes_sent\":123", "\"remaining_bytes\":", "\"zero_pages\":",
-	                      "\"normal_pages\":", "\"writes\":", "\"passes\":",
-	                      "\"dirty_rate_bps\":", "\"throughput_bps\":", "\"bandwidth_bps\":",
-	                      "\"channels\":2", "\"channel_bytes\":[100,23]"};
+	const char *keys[] = {"\"status\":\"completed\"",
+	                      "\"setup_ms\":",
+	                      "\"total_ms\":",
+	                      "\"downtime_ms\":",
+	                      "\"expected_downtime_ms\":",
+	                      "\"ram_bytes\":",
+	                      "\"bytes_sent\":123",
+	                      "\"remaining_bytes\":",
+	                      "\"zero_pages\":",
+	                      "\"normal_pages\":",
+	                      "\"writes\":",
+	                      "\"passes\":",
+	                      "\"dirty_rate_bps\":",
+	                      "\"throughput_bps\":",
+	                      "\"bandwidth_bps\":",
+	                      "\"channels\":2",
+	                      "\"channel_bytes\":[100,23]"};
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
 		if (!strstr(buf, keys[i]))
 			fail_msg("%s lacks %s", buf, keys[i]);
@@ -153,8 +166,8 @@ static void test_verify_catches_a_destination_that_differs(void **state)
 	struct bench_ram ram;
 	bench_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
 	assert_int_equal(bench_ram_alloc_dirty(&ram), 0); /* all zero: every page skipped */
-	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = "verify=on",
-	                         .prepare = scribble};
+	struct dest_spec spec = {
+	        .ram_bytes = RAM_BYTES, .options = "verify=on", .prepare = scribble};
 	uint16_t port;
 	pid_t pid = dest_spawn(&spec, &port);
 	uint64_t none = 0;
@@ -178,13 +191,13 @@ static void test_device_state_arrives_intact(void **state)
 		big_state[i] = (uint8_t)(i * 131 + (i >> 12));
 	struct bench_ram ram;
 	ram_fill(&ram, RAM_BYTES, 4);
-	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = "",
-	                         .check_state = check_big_state};
+	struct dest_spec spec = {
+	        .ram_bytes = RAM_BYTES, .options = "", .check_state = check_big_state};
 	uint16_t port;
 	pid_t pid = dest_spawn(&spec, &port);
 	uint64_t none = 0;
 	struct source_run r =
-	    source_migrate(&ram, "", port, big_state, sizeof(big_state), 0, 0, &none);
+	        source_migrate(&ram, "", port, big_state, sizeof(big_state), 0, 0, &none);
 	assert_int_equal(r.rc, 0);
 	assert_int_equal(dest_wait(pid), 0);
 	ram_release(&ram);
@@ -276,18 +289,18 @@ static void test_bad_option_fails_session_creation(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_iterate_returns_within_its_budget),
-		cmocka_unit_test(test_bandwidth_limit_is_honoured),
-		cmocka_unit_test(test_idle_guest_is_ready_after_the_bulk_pass),
-		cmocka_unit_test(test_dirtying_guest_records_every_pass),
-		cmocka_unit_test(test_stats_json_carries_every_figure),
-		cmocka_unit_test(test_verify_catches_a_destination_that_differs),
-		cmocka_unit_test(test_device_state_arrives_intact),
-		cmocka_unit_test(test_block_size_mismatch_is_named_on_the_source),
-		cmocka_unit_test(test_option_mismatch_is_named_on_the_source),
-		cmocka_unit_test(test_calls_out_of_order_are_refused),
-		cmocka_unit_test(test_bad_blocks_are_refused_with_the_reason),
-		cmocka_unit_test(test_bad_option_fails_session_creation),
+	        cmocka_unit_test(test_iterate_returns_within_its_budget),
+	        cmocka_unit_test(test_bandwidth_limit_is_honoured),
+	        cmocka_unit_test(test_idle_guest_is_ready_after_the_bulk_pass),
+	        cmocka_unit_test(test_dirtying_guest_records_every_pass),
+	        cmocka_unit_test(test_stats_json_carries_every_figure),
+	        cmocka_unit_test(test_verify_catches_a_destination_that_differs),
+	        cmocka_unit_test(test_device_state_arrives_intact),
+	        cmocka_unit_test(test_block_size_mismatch_is_named_on_the_source),
+	        cmocka_unit_test(test_option_mismatch_is_named_on_the_source),
+	        cmocka_unit_test(test_calls_out_of_order_are_refused),
+	        cmocka_unit_test(test_bad_blocks_are_refused_with_the_reason),
+	        cmocka_unit_test(test_bad_option_fails_session_creation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,65 +36,65 @@ enum side { SOURCE, DESTINATION };
 
 enum action {
 	ACT_NONE,
-	ACT_CANCEL_AFTER,        /* cancel the in-process side `ms` after it starts */
-	ACT_KILL_CHILD_AFTER,    /* SIGKILL the child `ms` after the start */
-	ACT_STOP_CHILD_AFTER,    /* SIGSTOP the child `ms` after the start */
+	ACT_CANCEL_AFTER,     /* cancel the in-process side `ms` after it starts */
+	ACT_KILL_CHILD_AFTER, /* SIGKILL the child `ms` after the start */
+	ACT_STOP_CHILD_AFTER, /* SIGSTOP the child `ms` after the start */
 };
 
 struct cell {
 	const char *name;
-	enum side child;      /* which side runs in a child process */
+	enum side child;       /* which side runs in a child process */
 	const char *src_chaos; /* chaos options of the source, or NULL */
 	const char *dst_chaos;
 	enum action action;
 	uint64_t ms;
-	int child_exit;       /* how the child ends: 1 failed, 128+SIGKILL killed */
+	int child_exit; /* how the child ends: 1 failed, 128+SIGKILL killed */
 };
 
 static const struct cell cells[] = {
-	/* a process dies */
-	{"source killed in setup", SOURCE, "fault=kill,at=connect", NULL, 0, 0, 128 + SIGKILL},
-	{"source killed mid-pass", SOURCE, "fault=kill,at=write:20", NULL, 0, 0, 128 + SIGKILL},
-	{"source killed in complete", SOURCE, "fault=kill,at=flush", NULL, 0, 0, 128 + SIGKILL},
-	{"destination killed in setup", DESTINATION, NULL, "fault=kill,at=connect", 0, 0,
-	 128 + SIGKILL},
-	{"destination killed mid-pass", DESTINATION, NULL, "fault=kill,at=after-ms:300", 0, 0,
-	 128 + SIGKILL},
-	{"destination killed in complete", DESTINATION, "fault=stall,at=flush,stall=1s", NULL,
-	 ACT_KILL_CHILD_AFTER, 0, 128 + SIGKILL},
-	/* a process stops answering (SIGSTOP): the other side's idle-timeout */
-	{"source stopped in setup", SOURCE, "fault=stop,at=connect", NULL, 0, 0, 128 + SIGKILL},
-	{"source stopped mid-pass", SOURCE, "fault=stop,at=write:20", NULL, 0, 0, 128 + SIGKILL},
-	{"source stopped in complete", SOURCE, "fault=stop,at=flush", NULL, 0, 0, 128 + SIGKILL},
-	{"destination stopped in setup", DESTINATION, NULL, "fault=stop,at=connect", 0, 0,
-	 128 + SIGKILL},
-	{"destination stopped mid-pass", DESTINATION, NULL, "fault=stop,at=after-ms:300", 0, 0,
-	 128 + SIGKILL},
-	{"destination stopped in complete", DESTINATION, "fault=stall,at=flush,stall=1s", NULL,
-	 ACT_STOP_CHILD_AFTER, 0, 128 + SIGKILL},
-	/* the control connection drops */
-	{"control dropped in setup", DESTINATION, "fault=drop-control,at=connect", NULL, 0, 0, 1},
-	{"control dropped mid-pass", DESTINATION, "fault=drop-control,at=write:20", NULL, 0, 0, 1},
-	{"control dropped in complete", DESTINATION, "fault=drop-control,at=flush", NULL, 0, 0, 1},
-	{"control dropped by the destination", SOURCE, NULL,
-	 "fault=drop-control,at=after-ms:300", 0, 0, 1},
-	/* a data channel drops */
-	{"channel dropped in setup", DESTINATION, "fault=drop-channel,at=connect", NULL, 0, 0, 1},
-	{"channel dropped mid-pass", DESTINATION, "fault=drop-channel,at=write:20", NULL, 0, 0, 1},
-	{"channel dropped in complete", DESTINATION, "fault=drop-channel,at=flush", NULL, 0, 0, 1},
-	{"channel dropped by the destination", SOURCE, NULL,
-	 "fault=drop-channel,at=after-ms:300", 0, 0, 1},
-	/* a cancel from another thread */
-	{"source cancelled in setup", DESTINATION, "fault=stall,at=connect,stall=5s", NULL,
-	 ACT_CANCEL_AFTER, 200, 1},
-	{"source cancelled mid-pass", DESTINATION, NULL, NULL, ACT_CANCEL_AFTER, 300, 1},
-	{"source cancelled in complete", DESTINATION, "fault=stall,at=flush,stall=5s", NULL,
-	 ACT_CANCEL_AFTER, 0, 1},
-	{"destination cancelled in setup", SOURCE, NULL, "fault=stall,at=connect,stall=5s",
-	 ACT_CANCEL_AFTER, 200, 1},
-	{"destination cancelled mid-pass", SOURCE, NULL, NULL, ACT_CANCEL_AFTER, 300, 1},
-	{"destination cancelled in complete", SOURCE, "fault=stall,at=flush,stall=5s", NULL,
-	 ACT_CANCEL_AFTER, 0, 1},
+        /* a process dies */
+        {"source killed in setup", SOURCE, "fault=kill,at=connect", NULL, 0, 0, 128 + SIGKILL},
+        {"source killed mid-pass", SOURCE, "fault=kill,at=write:20", NULL, 0, 0, 128 + SIGKILL},
+        {"source killed in complete", SOURCE, "fault=kill,at=flush", NULL, 0, 0, 128 + SIGKILL},
+        {"destination killed in setup", DESTINATION, NULL, "fault=kill,at=connect", 0, 0,
+         128 + SIGKILL},
+        {"destination killed mid-pass", DESTINATION, NULL, "fault=kill,at=after-ms:300", 0, 0,
+         128 + SIGKILL},
+        {"destination killed in complete", DESTINATION, "fault=stall,at=flush,stall=1s", NULL,
+         ACT_KILL_CHILD_AFTER, 0, 128 + SIGKILL},
+        /* a process stops answering (SIGSTOP): the other side's idle-timeout */
+        {"source stopped in setup", SOURCE, "fault=stop,at=connect", NULL, 0, 0, 128 + SIGKILL},
+        {"source stopped mid-pass", SOURCE, "fault=stop,at=write:20", NULL, 0, 0, 128 + SIGKILL},
+        {"source stopped in complete", SOURCE, "fault=stop,at=flush", NULL, 0, 0, 128 + SIGKILL},
+        {"destination stopped in setup", DESTINATION, NULL, "fault=stop,at=connect", 0, 0,
+         128 + SIGKILL},
+        {"destination stopped mid-pass", DESTINATION, NULL, "fault=stop,at=after-ms:300", 0, 0,
+         128 + SIGKILL},
+        {"destination stopped in complete", DESTINATION, "fault=stall,at=flush,stall=1s", NULL,
+         ACT_STOP_CHILD_AFTER, 0, 128 + SIGKILL},
+        /* the control connection drops */
+        {"control dropped in setup", DESTINATION, "fault=drop-control,at=connect", NULL, 0, 0, 1},
+        {"control dropped mid-pass", DESTINATION, "fault=drop-control,at=write:20", NULL, 0, 0, 1},
+        {"control dropped in complete", DESTINATION, "fault=drop-control,at=flush", NULL, 0, 0, 1},
+        {"control dropped by the destination", SOURCE, NULL, "fault=drop-control,at=after-ms:300",
+         0, 0, 1},
+        /* a data channel drops */
+        {"channel dropped in setup", DESTINATION, "fault=drop-channel,at=connect", NULL, 0, 0, 1},
+        {"channel dropped mid-pass", DESTINATION, "fault=drop-channel,at=write:20", NULL, 0, 0, 1},
+        {"channel dropped in complete", DESTINATION, "fault=drop-channel,at=flush", NULL, 0, 0, 1},
+        {"channel dropped by the destination", SOURCE, NULL, "fault=drop-channel,at=after-ms:300",
+         0, 0, 1},
+        /* a cancel from another thread */
+        {"source cancelled in setup", DESTINATION, "fault=stall,at=connect,stall=5s", NULL,
+         ACT_CANCEL_AFTER, 200, 1},
+        {"source cancelled mid-pass", DESTINATION, NULL, NULL, ACT_CANCEL_AFTER, 300, 1},
+        {"source cancelled in complete", DESTINATION, "fault=stall,at=flush,stall=5s", NULL,
+         ACT_CANCEL_AFTER, 0, 1},
+        {"destination cancelled in setup", SOURCE, NULL, "fault=stall,at=connect,stall=5s",
+         ACT_CANCEL_AFTER, 200, 1},
+        {"destination cancelled mid-pass", SOURCE, NULL, NULL, ACT_CANCEL_AFTER, 300, 1},
+        {"destination cancelled in complete", SOURCE, "fault=stall,at=flush,stall=5s", NULL,
+         ACT_CANCEL_AFTER, 0, 1},
 };
 
 /* The source guest: lmt sees a read-only view; the workload writes
@@ -343,8 +343,7 @@ static void clean_migration(struct guest *g)
 	pid_t pid = dest_spawn(&spec, &port);
 	bench_workload_pause(g->workload);
 	uint64_t none = 0;
-	struct source_run r =
-	    source_migrate_view(&g->ro, &g->rw, "", port, "cpu", 3, 0, 0, &none);
+	struct source_run r = source_migrate_view(&g->ro, &g->rw, "", port, "cpu", 3, 0, 0, &none);
 	if (r.rc)
 		fail_msg("a fresh migration after the fault failed: %s", r.error);
 	assert_int_equal(dest_wait(pid), 0);
@@ -416,7 +415,7 @@ static void test_every_cell_fails_cleanly_and_a_fresh_migration_follows(void **s
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_every_cell_fails_cleanly_and_a_fresh_migration_follows),
+	        cmocka_unit_test(test_every_cell_fails_cleanly_and_a_fresh_migration_follows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,7 +51,7 @@ static void test_destination_killed_mid_migration_fails_the_source(void **state)
 	pid_t pid = dest_spawn(&slow_dest, &port);
 	uint64_t killed_at = 0;
 	struct source_run r =
-	    source_migrate(&ram, SLOW, port, "state", 5, pid, 300000000ull, &killed_at);
+	        source_migrate(&ram, SLOW, port, "state", 5, pid, 300000000ull, &killed_at);
 	assert_true(killed_at != 0);
 	assert_true(r.rc < 0);
 	assert_true(r.failed_at_ns - killed_at < FAIL_WITHIN_NS);
@@ -194,7 +194,7 @@ static void test_unreachable_destination_fails_within_connect_timeout(void **sta
 	lmt_session_free(probe);
 	uint64_t none = 0, t0 = bench_now_ns();
 	struct source_run r =
-	    source_migrate(&ram, "connect-timeout=500ms", port, NULL, 0, 0, 0, &none);
+	        source_migrate(&ram, "connect-timeout=500ms", port, NULL, 0, 0, 0, &none);
 	assert_int_equal(r.rc, -LMT_ECONN);
 	assert_true(r.failed_at_ns - t0 < 2000000000ull);
 	assert_non_null(strstr(r.error, "connect to 127.0.0.1:"));
@@ -206,11 +206,11 @@ static void test_unreachable_destination_fails_within_connect_timeout(void **sta
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_destination_killed_mid_migration_fails_the_source),
-		cmocka_unit_test(test_source_killed_mid_migration_fails_the_destination),
-		cmocka_unit_test(test_cancel_from_another_thread_ends_both_sides),
-		cmocka_unit_test(test_cancel_while_destination_waits_returns_promptly),
-		cmocka_unit_test(test_unreachable_destination_fails_within_connect_timeout),
+	        cmocka_unit_test(test_destination_killed_mid_migration_fails_the_source),
+	        cmocka_unit_test(test_source_killed_mid_migration_fails_the_destination),
+	        cmocka_unit_test(test_cancel_from_another_thread_ends_both_sides),
+	        cmocka_unit_test(test_cancel_while_destination_waits_returns_promptly),
+	        cmocka_unit_test(test_unreachable_destination_fails_within_connect_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

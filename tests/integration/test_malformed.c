@@ -118,8 +118,8 @@ static uint16_t read_reply(int fd, struct lmt_msg_status *st, uint8_t *payload)
 	return hdr.type;
 }
 
-static void encode_hello(struct lmt_buf *b, uint32_t magic, uint16_t version,
-                         const char *plugin, const char *channels)
+static void encode_hello(struct lmt_buf *b, uint32_t magic, uint16_t version, const char *plugin,
+                         const char *channels)
 {
 	struct lmt_msg_hello *m = calloc(1, sizeof(*m));
 	m->magic = magic;
@@ -349,9 +349,13 @@ static int h_cancelled(void *c)
 }
 
 static const struct lmt_host host = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION, .struct_size = sizeof(struct lmt_host),
-	.log = h_log, .error = h_error, .now_ns = h_now, .option = h_option,
-	.cancelled = h_cancelled,
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = h_log,
+        .error = h_error,
+        .now_ns = h_now,
+        .option = h_option,
+        .cancelled = h_cancelled,
 };
 
 /* Handshake with blocks and one connected channel; the destination then
@@ -369,9 +373,11 @@ static struct fake *fake_connected(struct abi_source *src)
 	memcpy(&entry, &sym, sizeof(entry));
 	assert_int_equal(entry(LMT_PLUGIN_ABI_VERSION, &src->p), 0);
 	struct lmt_instance_params params = {.struct_size = sizeof(params),
-	                                     .role = LMT_ROLE_SOURCE, .channels = 1,
+	                                     .role = LMT_ROLE_SOURCE,
+	                                     .channels = 1,
 	                                     .timeout_ns = 5000000000ull,
-	                                     .local_host = "127.0.0.1", .peer_host = "127.0.0.1"};
+	                                     .local_host = "127.0.0.1",
+	                                     .peer_host = "127.0.0.1"};
 	assert_int_equal(src->p->ops.instance_open(&host, NULL, &params, &src->inst), 0);
 	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
 	a->count = 1;
@@ -519,25 +525,25 @@ static void test_fake_source_can_complete_a_load(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_truncated_header_then_close),
-		cmocka_unit_test(test_unknown_message_type),
-		cmocka_unit_test(test_huge_length),
-		cmocka_unit_test(test_bad_magic),
-		cmocka_unit_test(test_wrong_protocol_version),
-		cmocka_unit_test(test_other_plugin),
-		cmocka_unit_test(test_option_mismatch_names_both_values),
-		cmocka_unit_test(test_block_size_mismatch_names_block_and_sizes),
-		cmocka_unit_test(test_block_name_mismatch),
-		cmocka_unit_test(test_message_out_of_order),
-		cmocka_unit_test(test_garbage_address_blob),
-		cmocka_unit_test(test_wrong_channel_count),
-		cmocka_unit_test(test_registration_beyond_the_block_is_refused),
-		cmocka_unit_test(test_registration_of_an_unknown_block_is_refused),
-		cmocka_unit_test(test_registration_with_a_huge_length_is_refused),
-		cmocka_unit_test(test_registering_a_window_twice_is_refused),
-		cmocka_unit_test(test_device_state_out_of_order_is_refused),
-		cmocka_unit_test(test_complete_without_the_announced_state_is_refused),
-		cmocka_unit_test(test_fake_source_can_complete_a_load),
+	        cmocka_unit_test(test_truncated_header_then_close),
+	        cmocka_unit_test(test_unknown_message_type),
+	        cmocka_unit_test(test_huge_length),
+	        cmocka_unit_test(test_bad_magic),
+	        cmocka_unit_test(test_wrong_protocol_version),
+	        cmocka_unit_test(test_other_plugin),
+	        cmocka_unit_test(test_option_mismatch_names_both_values),
+	        cmocka_unit_test(test_block_size_mismatch_names_block_and_sizes),
+	        cmocka_unit_test(test_block_name_mismatch),
+	        cmocka_unit_test(test_message_out_of_order),
+	        cmocka_unit_test(test_garbage_address_blob),
+	        cmocka_unit_test(test_wrong_channel_count),
+	        cmocka_unit_test(test_registration_beyond_the_block_is_refused),
+	        cmocka_unit_test(test_registration_of_an_unknown_block_is_refused),
+	        cmocka_unit_test(test_registration_with_a_huge_length_is_refused),
+	        cmocka_unit_test(test_registering_a_window_twice_is_refused),
+	        cmocka_unit_test(test_device_state_out_of_order_is_refused),
+	        cmocka_unit_test(test_complete_without_the_announced_state_is_refused),
+	        cmocka_unit_test(test_fake_source_can_complete_a_load),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,9 +82,10 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 		if (memcmp(src.base + off, dst.base + off, BENCH_PAGE_SIZE) != 0)
 			fail_msg("%u channels: page at %llu differs after %llu passes", channels,
 			         (unsigned long long)off, (unsigned long long)st.passes);
-	print_message("    %u channels, round %u: %llu passes, %llu writes, %llu bytes, bit-exact\n",
-	              channels, round, (unsigned long long)st.passes,
-	              (unsigned long long)st.writes, (unsigned long long)st.bytes_sent);
+	print_message(
+	        "    %u channels, round %u: %llu passes, %llu writes, %llu bytes, bit-exact\n",
+	        channels, round, (unsigned long long)st.passes, (unsigned long long)st.writes,
+	        (unsigned long long)st.bytes_sent);
 	assert_true(st.passes >= 3);
 	lmt_session_free(s);
 	lmt_session_free(d.s);
@@ -115,9 +116,9 @@ static void test_four_channels_are_bit_exact(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_one_channel_is_bit_exact),
-		cmocka_unit_test(test_two_channels_are_bit_exact),
-		cmocka_unit_test(test_four_channels_are_bit_exact),
+	        cmocka_unit_test(test_one_channel_is_bit_exact),
+	        cmocka_unit_test(test_two_channels_are_bit_exact),
+	        cmocka_unit_test(test_four_channels_are_bit_exact),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

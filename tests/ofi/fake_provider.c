@@ -27,13 +27,13 @@
  *   LMT_FAKE_NO_WAIT      1: completion queues have no wait objects
  *   LMT_FAKE_HOLD         1: writes that succeed never complete
  */
-#define FAKE_NAME     "lmtfake"
+#define FAKE_NAME "lmtfake"
 #define FAKE_NAME_LEN 16 /* "LMTFAKE\0" and an endpoint id */
-#define FAKE_RAW_LEN  24 /* domain id, key, and a check word */
-#define FAKE_CQ_SIZE  4096
-#define FAKE_TX_SIZE  256
-#define FAKE_AV_SIZE  256
-#define FAKE_LATE_NS  50000000ull /* deferred writes land after this */
+#define FAKE_RAW_LEN 24  /* domain id, key, and a check word */
+#define FAKE_CQ_SIZE 4096
+#define FAKE_TX_SIZE 256
+#define FAKE_AV_SIZE 256
+#define FAKE_LATE_NS 50000000ull /* deferred writes land after this */
 #define FAKE_MR_MAGIC 0x4d52464bu
 
 enum fake_prov_errno {
@@ -166,8 +166,7 @@ static int no_control(struct fid *fid, int command, void *arg)
 	return -FI_ENOSYS;
 }
 
-static int no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
-                       void *context)
+static int no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops, void *context)
 {
 	return -FI_ENOSYS;
 }
@@ -386,22 +385,22 @@ static int cq_close(struct fid *fid)
 }
 
 static struct fi_ops cq_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = cq_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
+        .size = sizeof(struct fi_ops),
+        .close = cq_close,
+        .bind = no_bind,
+        .control = no_control,
+        .ops_open = no_ops_open,
 };
 
 static struct fi_ops_cq cq_ops = {
-	.size = sizeof(struct fi_ops_cq),
-	.read = cq_read,
-	.readfrom = cq_readfrom,
-	.readerr = cq_readerr,
-	.sread = cq_sread,
-	.sreadfrom = cq_sreadfrom,
-	.signal = cq_signal,
-	.strerror = cq_strerror,
+        .size = sizeof(struct fi_ops_cq),
+        .read = cq_read,
+        .readfrom = cq_readfrom,
+        .readerr = cq_readerr,
+        .sread = cq_sread,
+        .sreadfrom = cq_sreadfrom,
+        .signal = cq_signal,
+        .strerror = cq_strerror,
 };
 
 static int cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **out,
@@ -457,11 +456,11 @@ static int av_close(struct fid *fid)
 }
 
 static struct fi_ops av_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = av_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
+        .size = sizeof(struct fi_ops),
+        .close = av_close,
+        .bind = no_bind,
+        .control = no_control,
+        .ops_open = no_ops_open,
 };
 
 static struct fi_ops_av av_ops = {.size = sizeof(struct fi_ops_av), .insert = av_insert};
@@ -534,11 +533,11 @@ static int mr_control(struct fid *fid, int command, void *arg)
 }
 
 static struct fi_ops mr_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = mr_close,
-	.bind = mr_bind,
-	.control = mr_control,
-	.ops_open = no_ops_open,
+        .size = sizeof(struct fi_ops),
+        .close = mr_close,
+        .bind = mr_bind,
+        .control = mr_control,
+        .ops_open = no_ops_open,
 };
 
 static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset,
@@ -598,10 +597,10 @@ static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t f
 }
 
 static struct fi_ops_mr mr_ops = {
-	.size = sizeof(struct fi_ops_mr),
-	.reg = mr_reg,
-	.regv = mr_regv,
-	.regattr = mr_regattr,
+        .size = sizeof(struct fi_ops_mr),
+        .reg = mr_reg,
+        .regv = mr_regv,
+        .regattr = mr_regattr,
 };
 
 /* The target of a key an initiator in `d` uses: mapped with FI_MR_RAW,
@@ -769,13 +768,12 @@ static ssize_t ep_readmsg(struct fid_ep *fid, const struct fi_msg_rma *msg, uint
 	uint64_t domain_id = 0, key = 0;
 	char text[160] = FAKE_NAME ": the target endpoint is gone";
 	int perr = FAKE_ERR_NO_PEER;
-	if (target &&
-	    target_key(ep->dom, target->dom->id, msg->rma_iov[0].key, &domain_id, &key)) {
+	if (target && target_key(ep->dom, target->dom->id, msg->rma_iov[0].key, &domain_id, &key)) {
 		/* Reads are ordered behind earlier writes (FI_ORDER_RAW). */
 		land(target, ep->id);
-		uint8_t *src = resolve(target, domain_id, key, msg->rma_iov[0].addr,
-		                       msg->msg_iov[0].iov_len, FI_REMOTE_READ, &perr, text,
-		                       sizeof(text));
+		uint8_t *src =
+		        resolve(target, domain_id, key, msg->rma_iov[0].addr,
+		                msg->msg_iov[0].iov_len, FI_REMOTE_READ, &perr, text, sizeof(text));
 		if (src) {
 			memcpy(msg->msg_iov[0].iov_base, src, msg->msg_iov[0].iov_len);
 			perr = 0;
@@ -848,18 +846,18 @@ static int ep_getname(fid_t fid, void *addr, size_t *len)
 }
 
 static struct fi_ops ep_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = ep_close,
-	.bind = ep_bind,
-	.control = ep_control,
-	.ops_open = no_ops_open,
+        .size = sizeof(struct fi_ops),
+        .close = ep_close,
+        .bind = ep_bind,
+        .control = ep_control,
+        .ops_open = no_ops_open,
 };
 static struct fi_ops_ep ep_ops = {.size = sizeof(struct fi_ops_ep)};
 static struct fi_ops_cm ep_cm = {.size = sizeof(struct fi_ops_cm), .getname = ep_getname};
 static struct fi_ops_rma ep_rma = {
-	.size = sizeof(struct fi_ops_rma),
-	.readmsg = ep_readmsg,
-	.writemsg = ep_writemsg,
+        .size = sizeof(struct fi_ops_rma),
+        .readmsg = ep_readmsg,
+        .writemsg = ep_writemsg,
 };
 
 static int endpoint(struct fid_domain *domain, struct fi_info *info, struct fid_ep **out,
@@ -903,17 +901,17 @@ static int domain_close(struct fid *fid)
 }
 
 static struct fi_ops domain_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = domain_close,
-	.bind = no_bind,
-	.control = domain_control,
-	.ops_open = no_ops_open,
+        .size = sizeof(struct fi_ops),
+        .close = domain_close,
+        .bind = no_bind,
+        .control = domain_control,
+        .ops_open = no_ops_open,
 };
 static struct fi_ops_domain domain_ops = {
-	.size = sizeof(struct fi_ops_domain),
-	.av_open = av_open,
-	.cq_open = cq_open,
-	.endpoint = endpoint,
+        .size = sizeof(struct fi_ops_domain),
+        .av_open = av_open,
+        .cq_open = cq_open,
+        .endpoint = endpoint,
 };
 
 static int domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **out,
@@ -922,8 +920,8 @@ static int domain_open(struct fid_fabric *fabric, struct fi_info *info, struct f
 	struct fake_domain *d = calloc(1, sizeof(*d));
 	if (!d)
 		return -FI_ENOMEM;
-	d->domain.fid = (struct fid){
-	        .fclass = FI_CLASS_DOMAIN, .context = context, .ops = &domain_fid_ops};
+	d->domain.fid =
+	        (struct fid){.fclass = FI_CLASS_DOMAIN, .context = context, .ops = &domain_fid_ops};
 	d->domain.ops = &domain_ops;
 	d->domain.mr = &mr_ops;
 	d->cfg = fake_config();
@@ -943,11 +941,11 @@ static int fabric_close(struct fid *fid)
 }
 
 static struct fi_ops fabric_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = fabric_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
+        .size = sizeof(struct fi_ops),
+        .close = fabric_close,
+        .bind = no_bind,
+        .control = no_control,
+        .ops_open = no_ops_open,
 };
 static struct fi_ops_fabric fabric_ops = {.size = sizeof(struct fi_ops_fabric),
                                           .domain = domain_open};
@@ -957,8 +955,8 @@ static int fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **out, voi
 	struct fid_fabric *f = calloc(1, sizeof(*f));
 	if (!f)
 		return -FI_ENOMEM;
-	f->fid = (struct fid){
-	        .fclass = FI_CLASS_FABRIC, .context = context, .ops = &fabric_fid_ops};
+	f->fid =
+	        (struct fid){.fclass = FI_CLASS_FABRIC, .context = context, .ops = &fabric_fid_ops};
 	f->ops = &fabric_ops;
 	*out = f;
 	return 0;
@@ -1020,12 +1018,12 @@ static void cleanup(void)
 }
 
 static struct fi_provider fake_provider = {
-	.version = FI_VERSION(0, 1),
-	.fi_version = FI_VERSION(1, 17),
-	.name = FAKE_NAME,
-	.getinfo = getinfo,
-	.fabric = fabric_open,
-	.cleanup = cleanup,
+        .version = FI_VERSION(0, 1),
+        .fi_version = FI_VERSION(1, 17),
+        .name = FAKE_NAME,
+        .getinfo = getinfo,
+        .fabric = fabric_open,
+        .cleanup = cleanup,
 };
 
 __attribute__((visibility("default"))) struct fi_provider *fi_prov_ini(void);

@@ -27,11 +27,11 @@
 #include "wire.h"
 
 #define MAX_CHANNELS 4
-#define GUARD        4096
-#define SECOND       1000000000ull
+#define GUARD 4096
+#define SECOND 1000000000ull
 
-#define MR_ALL                                                                                    \
-	(FI_MR_LOCAL | FI_MR_RAW | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |           \
+#define MR_ALL                                                                                     \
+	(FI_MR_LOCAL | FI_MR_RAW | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |            \
 	 FI_MR_ENDPOINT)
 
 static const char *module_path;
@@ -58,8 +58,7 @@ static const struct variant shm_offsets = {.provider = "shm", .mr_mode = "local+
 static const struct variant fake = {.provider = "lmtfake"};
 static const struct variant fake_local = {.provider = "lmtfake", .fake_mr_mode = FI_MR_LOCAL};
 static const struct variant fake_virt = {.provider = "lmtfake", .fake_mr_mode = FI_MR_VIRT_ADDR};
-static const struct variant fake_prov_key = {.provider = "lmtfake",
-                                             .fake_mr_mode = FI_MR_PROV_KEY};
+static const struct variant fake_prov_key = {.provider = "lmtfake", .fake_mr_mode = FI_MR_PROV_KEY};
 static const struct variant fake_endpoint = {.provider = "lmtfake",
                                              .fake_mr_mode = FI_MR_ENDPOINT | FI_MR_LOCAL};
 static const struct variant fake_raw = {.provider = "lmtfake", .fake_mr_mode = FI_MR_RAW};
@@ -68,9 +67,9 @@ static const struct variant fake_raw_virt = {.provider = "lmtfake",
 static const struct variant fake_all = {.provider = "lmtfake", .fake_mr_mode = MR_ALL};
 static const struct variant fake_fence = {.provider = "lmtfake", .fake_no_delivery = 1};
 static const struct variant fake_fence_all = {
-	.provider = "lmtfake", .fake_mr_mode = MR_ALL, .fake_no_delivery = 1};
+        .provider = "lmtfake", .fake_mr_mode = MR_ALL, .fake_no_delivery = 1};
 static const struct variant fake_polled = {
-	.provider = "lmtfake", .fake_mr_mode = MR_ALL, .fake_no_wait = 1};
+        .provider = "lmtfake", .fake_mr_mode = MR_ALL, .fake_no_wait = 1};
 static const struct variant fake_held = {.provider = "lmtfake", .fake_hold = 1};
 
 static void use_variant(const struct variant *v)
@@ -177,13 +176,13 @@ static int fake_cancelled(void *ctx)
 }
 
 static const struct lmt_host host_services = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_host),
-	.log = fake_log,
-	.error = fake_error,
-	.now_ns = fake_now,
-	.option = fake_option,
-	.cancelled = fake_cancelled,
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = fake_log,
+        .error = fake_error,
+        .now_ns = fake_now,
+        .option = fake_option,
+        .cancelled = fake_cancelled,
 };
 
 static void fake_host_init(struct fake_host *h, const struct variant *v)
@@ -207,8 +206,7 @@ static int error_count(struct fake_host *h)
 
 /* ---- Instances, endpoints, regions --------------------------------------- */
 
-static int try_open(struct fake_host *h, enum lmt_role role, uint32_t channels,
-                    lmt_instance **inst)
+static int try_open(struct fake_host *h, enum lmt_role role, uint32_t channels, lmt_instance **inst)
 {
 	struct lmt_instance_params params = {.struct_size = sizeof(params),
 	                                     .role = role,
@@ -249,11 +247,9 @@ static struct pair *pair_open(const struct variant *v, uint32_t channels)
 	p->dst = open_instance(&p->dst_host, LMT_ROLE_DESTINATION, channels);
 	p->src = open_instance(&p->src_host, LMT_ROLE_SOURCE, channels);
 	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]),
-		                 0);
+		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]), 0);
 	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]),
-		                 0);
+		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]), 0);
 	for (uint32_t c = 0; c < channels; c++)
 		assert_int_equal(plugin->ops.ep_connect(p->dst_ep[c], &p->src_addr[c]), 0);
 	for (uint32_t c = 0; c < channels; c++)
@@ -316,8 +312,8 @@ static void region_open(struct region *r, struct pair *p, size_t len, uint64_t s
 	r->src = map(len);
 	pattern_fill(r->src, len, seed);
 	struct lmt_blob unused;
-	assert_int_equal(plugin->ops.mr_register(p->src, r->src, len, LMT_MR_LOCAL_READ,
-	                                         &r->src_mr, &unused),
+	assert_int_equal(plugin->ops.mr_register(p->src, r->src, len, LMT_MR_LOCAL_READ, &r->src_mr,
+	                                         &unused),
 	                 0);
 	assert_int_equal(unused.len, 0);
 }
@@ -400,9 +396,9 @@ static void harvest_all(lmt_instance *src, struct tally *t, uint64_t expected)
 }
 
 static const size_t piece_sizes[] = {
-	1,       7,     0,          512,     4096,          4099,
-	65536,   65537, 262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
-	8 << 20, 100,   4095,       2 << 20,
+        1,       7,     0,          512,     4096,          4099,
+        65536,   65537, 262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
+        8 << 20, 100,   4095,       2 << 20,
 };
 #define PIECES (sizeof(piece_sizes) / sizeof(piece_sizes[0]))
 
@@ -553,10 +549,7 @@ static void test_two_channels_land_bit_for_bit(void **state)
 
 static void test_every_cookie_completes_exactly_once(void **state)
 {
-	enum {
-		WRITES = 5000,
-		SIZE = 512
-	};
+	enum { WRITES = 5000, SIZE = 512 };
 	struct pair *p = pair_open(*state, 2);
 	struct region r;
 	region_open(&r, p, (size_t)WRITES * SIZE, 7);
@@ -591,8 +584,7 @@ static void test_full_queue_answers_eagain(void **state)
 		assert_true(++posted < 100000);
 	assert_int_equal(rc, -LMT_EAGAIN);
 	assert_true(harvest(p->src, &t, SECOND) > 0);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 8, r.src_mr, r.rkey, 0, posted),
-	                 0);
+	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 8, r.src_mr, r.rkey, 0, posted), 0);
 	assert_int_equal(plugin->ops.flush(p->src, 5 * SECOND), 0);
 	harvest_all(p->src, &t, posted + 1);
 	assert_int_equal(t.failed, 0);
@@ -654,9 +646,8 @@ static void test_unregistered_source_is_refused_when_the_provider_needs_it(void 
 	                 -LMT_EINVAL);
 	assert_non_null(strstr(p->src_host.error, "FI_MR_LOCAL"));
 	/* Inside the registration, but running past its end. */
-	assert_int_equal(
-	        plugin->ops.write(p->src_ep[0], r.src + 8000, 193, r.src_mr, r.rkey, 0, 2),
-	        -LMT_EINVAL);
+	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src + 8000, 193, r.src_mr, r.rkey, 0, 2),
+	                 -LMT_EINVAL);
 	region_close(&r, p);
 	pair_close(p);
 }
@@ -692,11 +683,11 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	struct region r;
 	region_open(&r, p, 4096, 5);
 	struct lmt_blob b;
-#define BAD_KEY(edit)                                                                             \
-	do {                                                                                      \
-		b = r.key;                                                                        \
-		edit;                                                                             \
-		expect_bad_key(p, &b, LMT_EPROTO);                                                \
+#define BAD_KEY(edit)                                                                              \
+	do {                                                                                       \
+		b = r.key;                                                                         \
+		edit;                                                                              \
+		expect_bad_key(p, &b, LMT_EPROTO);                                                 \
 	} while (0)
 	BAD_KEY(b.len--);                     /* short */
 	BAD_KEY(b.len = 8);                   /* shorter than a header */
@@ -757,11 +748,11 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	struct ofi_addr a;
 	assert_null(ofi_addr_decode(&daddr, &a));
 	size_t name_at = OFI_ADDR_HEADER_LEN + strlen(a.prov_name);
-#define BAD_ADDR(edit)                                                                            \
-	do {                                                                                      \
-		b = daddr;                                                                        \
-		edit;                                                                             \
-		assert_int_equal(plugin->ops.ep_connect(sep, &b), -LMT_EPROTO);                   \
+#define BAD_ADDR(edit)                                                                             \
+	do {                                                                                       \
+		b = daddr;                                                                         \
+		edit;                                                                              \
+		assert_int_equal(plugin->ops.ep_connect(sep, &b), -LMT_EPROTO);                    \
 	} while (0)
 	BAD_ADDR(b.len--);                           /* short */
 	BAD_ADDR(b.len = 12);                        /* shorter than a header */
@@ -858,9 +849,7 @@ static void test_remote_error_carries_the_provider_text(void **state)
 static void test_failure_reports_every_outstanding_write(void **state)
 {
 	(void)state;
-	enum {
-		HELD = 200
-	};
+	enum { HELD = 200 };
 	/* lmtfake holds successful writes; one that fails ends the session,
 	 * and the held ones must be reported failed too, each once. */
 	struct pair *p = pair_open(&fake_held, 2);

@@ -3,11 +3,11 @@
 #include <lmt/plugin.h>
 
 static const struct lmt_plugin descriptor = {
-	.abi_version = TEST_ABI,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = TEST_NAME,
-	.version = "0",
-	.description = "loader test: speaks ABI " TEST_NAME,
+        .abi_version = TEST_ABI,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = TEST_NAME,
+        .version = "0",
+        .description = "loader test: speaks ABI " TEST_NAME,
 };
 
 LMT_PLUGIN_EXPORT int lmt_plugin_entry(uint32_t core_abi, const struct lmt_plugin **out);

@@ -89,8 +89,7 @@ static void null_mr_deregister(struct lmt_instance *i, lmt_mr *mr)
 	free(mr);
 }
 
-static int null_rkey_import(struct lmt_instance *i, const struct lmt_blob *key,
-                            lmt_rkey **rkey)
+static int null_rkey_import(struct lmt_instance *i, const struct lmt_blob *key, lmt_rkey **rkey)
 {
 	if (key->len != sizeof(uint32_t))
 		return i->host->error(i->ctx, LMT_EPROTO, "null: a key is 4 bytes, got %u",
@@ -126,26 +125,27 @@ static int null_flush(struct lmt_instance *i, uint64_t timeout_ns)
 }
 
 static const struct lmt_plugin null_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "null",
-	.version = "0",
-	.description = "test transport that carries no data",
-	.caps = LMT_CAP_MULTI_CHANNEL,
-	.ops = {
-		.instance_open = null_open,
-		.instance_close = null_close,
-		.ep_open = null_ep_open,
-		.ep_connect = null_ep_connect,
-		.ep_close = null_ep_close,
-		.mr_register = null_mr_register,
-		.mr_deregister = null_mr_deregister,
-		.rkey_import = null_rkey_import,
-		.rkey_release = null_rkey_release,
-		.write = null_write,
-		.progress = null_progress,
-		.flush = null_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "null",
+        .version = "0",
+        .description = "test transport that carries no data",
+        .caps = LMT_CAP_MULTI_CHANNEL,
+        .ops =
+                {
+                        .instance_open = null_open,
+                        .instance_close = null_close,
+                        .ep_open = null_ep_open,
+                        .ep_connect = null_ep_connect,
+                        .ep_close = null_ep_close,
+                        .mr_register = null_mr_register,
+                        .mr_deregister = null_mr_deregister,
+                        .rkey_import = null_rkey_import,
+                        .rkey_release = null_rkey_release,
+                        .write = null_write,
+                        .progress = null_progress,
+                        .flush = null_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(null_plugin)

@@ -228,19 +228,19 @@ int main(int argc, char **argv)
 	}
 	unsetenv("LMT_PLUGIN_PATH");
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_absent_plugin_lists_searched_dirs_and_available),
-		cmocka_unit_test(test_build_tree_plugin_loads_by_name),
-		cmocka_unit_test(test_path_is_used_as_given),
-		cmocka_unit_test(test_missing_path_says_so),
-		cmocka_unit_test(test_file_that_is_not_a_plugin_is_named),
-		cmocka_unit_test(test_garbage_file_reports_dlerror),
-		cmocka_unit_test(test_too_new_abi_names_both_versions),
-		cmocka_unit_test(test_too_old_abi_names_both_versions),
-		cmocka_unit_test(test_entry_symbol_from_a_dependency_is_refused),
-		cmocka_unit_test(test_invalid_name_is_refused),
-		cmocka_unit_test(test_duplicate_names_first_wins_and_the_other_is_reported),
-		cmocka_unit_test(test_file_name_must_match_declared_name),
-		cmocka_unit_test(test_search_path_lists_env_dirs_first),
+	        cmocka_unit_test(test_absent_plugin_lists_searched_dirs_and_available),
+	        cmocka_unit_test(test_build_tree_plugin_loads_by_name),
+	        cmocka_unit_test(test_path_is_used_as_given),
+	        cmocka_unit_test(test_missing_path_says_so),
+	        cmocka_unit_test(test_file_that_is_not_a_plugin_is_named),
+	        cmocka_unit_test(test_garbage_file_reports_dlerror),
+	        cmocka_unit_test(test_too_new_abi_names_both_versions),
+	        cmocka_unit_test(test_too_old_abi_names_both_versions),
+	        cmocka_unit_test(test_entry_symbol_from_a_dependency_is_refused),
+	        cmocka_unit_test(test_invalid_name_is_refused),
+	        cmocka_unit_test(test_duplicate_names_first_wins_and_the_other_is_reported),
+	        cmocka_unit_test(test_file_name_must_match_declared_name),
+	        cmocka_unit_test(test_search_path_lists_env_dirs_first),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

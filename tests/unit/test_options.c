@@ -20,22 +20,42 @@ static const char *const tcp_modes[] = {"stream", "zerocopy", NULL};
 
 /* A small plugin schema with every type. */
 static const struct lmt_option_desc tcp_options[] = {
-	{.name = "nodelay", .type = LMT_OPT_BOOL, .default_value = "on", .doc = "no Nagle"},
-	{.name = "mode", .type = LMT_OPT_ENUM, .default_value = "stream",
-	 .enum_values = tcp_modes, .doc = "how writes are sent"},
-	{.name = "bind-device", .type = LMT_OPT_STRING, .default_value = "",
-	 .doc = "interface to bind to"},
-	{.name = "token", .type = LMT_OPT_STRING, .default_value = "hunter2",
-	 .flags = LMT_OPTF_SECRET, .doc = "shared secret"},
-	{.name = "key-slot", .type = LMT_OPT_INT, .default_value = "0", .min = 0, .max = 7,
-	 .flags = LMT_OPTF_SECRET, .doc = "secret slot"},
-	{.name = "retries", .type = LMT_OPT_INT, .default_value = "3", .min = -10, .max = 10,
-	 .doc = "retries; negative counts down"},
-	{.name = "batch", .type = LMT_OPT_INT, .default_value = "8", .flags = LMT_OPTF_POW2,
-	 .doc = "writes per batch"},
-	{.name = "offset", .type = LMT_OPT_INT, .default_value = "0", .doc = "unbounded int"},
-	{.name = "sndbuf", .type = LMT_OPT_SIZE, .default_value = "0", .doc = "socket buffer"},
-	{.name = "linger", .type = LMT_OPT_DURATION, .default_value = "0", .doc = "linger"},
+        {.name = "nodelay", .type = LMT_OPT_BOOL, .default_value = "on", .doc = "no Nagle"},
+        {.name = "mode",
+         .type = LMT_OPT_ENUM,
+         .default_value = "stream",
+         .enum_values = tcp_modes,
+         .doc = "how writes are sent"},
+        {.name = "bind-device",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "interface to bind to"},
+        {.name = "token",
+         .type = LMT_OPT_STRING,
+         .default_value = "hunter2",
+         .flags = LMT_OPTF_SECRET,
+         .doc = "shared secret"},
+        {.name = "key-slot",
+         .type = LMT_OPT_INT,
+         .default_value = "0",
+         .min = 0,
+         .max = 7,
+         .flags = LMT_OPTF_SECRET,
+         .doc = "secret slot"},
+        {.name = "retries",
+         .type = LMT_OPT_INT,
+         .default_value = "3",
+         .min = -10,
+         .max = 10,
+         .doc = "retries; negative counts down"},
+        {.name = "batch",
+         .type = LMT_OPT_INT,
+         .default_value = "8",
+         .flags = LMT_OPTF_POW2,
+         .doc = "writes per batch"},
+        {.name = "offset", .type = LMT_OPT_INT, .default_value = "0", .doc = "unbounded int"},
+        {.name = "sndbuf", .type = LMT_OPT_SIZE, .default_value = "0", .doc = "socket buffer"},
+        {.name = "linger", .type = LMT_OPT_DURATION, .default_value = "0", .doc = "linger"},
 };
 
 #define TCP_OPTION_COUNT (sizeof(tcp_options) / sizeof(tcp_options[0]))
@@ -43,12 +63,27 @@ static const struct lmt_option_desc tcp_options[] = {
 /* Every variable the tests may set; cleared around each test so that the
  * developer's environment cannot change the results. */
 static const char *const env_names[] = {
-	"LMT_CHUNK_SIZE", "LMT_PIN_ALL", "LMT_CHANNELS", "LMT_MAX_BANDWIDTH",
-	"LMT_DOWNTIME_LIMIT", "LMT_MAX_ITERATE_MS", "LMT_ZERO_PAGE_DETECTION", "LMT_VERIFY",
-	"LMT_CONNECT_TIMEOUT", "LMT_IDLE_TIMEOUT", "LMT_QUEUE_DEPTH", "LMT_TCP_NODELAY",
-	"LMT_TCP_MODE", "LMT_TCP_BIND_DEVICE", "LMT_TCP_TOKEN", "LMT_TCP_KEY_SLOT",
-	"LMT_TCP_RETRIES", "LMT_TCP_BATCH", "LMT_TCP_OFFSET", "LMT_TCP_SNDBUF",
-	"LMT_TCP_LINGER",
+        "LMT_CHUNK_SIZE",
+        "LMT_PIN_ALL",
+        "LMT_CHANNELS",
+        "LMT_MAX_BANDWIDTH",
+        "LMT_DOWNTIME_LIMIT",
+        "LMT_MAX_ITERATE_MS",
+        "LMT_ZERO_PAGE_DETECTION",
+        "LMT_VERIFY",
+        "LMT_CONNECT_TIMEOUT",
+        "LMT_IDLE_TIMEOUT",
+        "LMT_QUEUE_DEPTH",
+        "LMT_TCP_NODELAY",
+        "LMT_TCP_MODE",
+        "LMT_TCP_BIND_DEVICE",
+        "LMT_TCP_TOKEN",
+        "LMT_TCP_KEY_SLOT",
+        "LMT_TCP_RETRIES",
+        "LMT_TCP_BATCH",
+        "LMT_TCP_OFFSET",
+        "LMT_TCP_SNDBUF",
+        "LMT_TCP_LINGER",
 };
 
 static void clear_env(void)
@@ -117,8 +152,8 @@ static const struct lmt_option_desc *tcp_desc(const char *name)
 }
 
 /* Set `name` explicitly and expect failure with `code` and `message`. */
-static void assert_set_fails(struct lmt_optset *set, const char *name, const char *value,
-                             int code, const char *message)
+static void assert_set_fails(struct lmt_optset *set, const char *name, const char *value, int code,
+                             const char *message)
 {
 	struct lmt_error err = {0};
 
@@ -137,8 +172,7 @@ static void assert_set_ok(struct lmt_optset *set, const char *name, const char *
 		fail_msg("%s=%s: %s", name, value, err.message);
 }
 
-static void assert_option_rejected(const struct lmt_option_desc *desc, const char *text,
-                                   int code)
+static void assert_option_rejected(const struct lmt_option_desc *desc, const char *text, int code)
 {
 	struct lmt_option_value value;
 	char *storage = NULL;
@@ -549,9 +583,9 @@ static void test_parse_without_value_is_an_error(void **state)
 	char *storage = NULL;
 	struct lmt_error err = {0};
 
-	assert_int_equal(lmt__option_parse(core_desc("channels"), NULL, NULL, &value, &storage,
-	                                   &err),
-	                 -LMT_EINVAL);
+	assert_int_equal(
+	        lmt__option_parse(core_desc("channels"), NULL, NULL, &value, &storage, &err),
+	        -LMT_EINVAL);
 	assert_string_equal(err.message, "channels: no value given");
 }
 
@@ -572,8 +606,8 @@ static void test_parse_uses_the_given_name_in_messages(void **state)
 static void assert_formats(const struct lmt_option_desc *desc, int64_t integer,
                            const char *expected)
 {
-	struct lmt_option_value value = {.type = desc->type, .integer = integer,
-	                                 .boolean = integer != 0};
+	struct lmt_option_value value = {
+	        .type = desc->type, .integer = integer, .boolean = integer != 0};
 	char buf[64];
 
 	assert_int_equal(lmt_option_format(desc, &value, buf, sizeof(buf)), 0);
@@ -624,11 +658,9 @@ static void test_format_enum_and_string(void **state)
 
 	assert_int_equal(lmt_option_format(tcp_desc("mode"), &by_index, buf, sizeof(buf)), 0);
 	assert_string_equal(buf, "zerocopy");
-	assert_int_equal(lmt_option_format(tcp_desc("bind-device"), &string, buf, sizeof(buf)),
-	                 0);
+	assert_int_equal(lmt_option_format(tcp_desc("bind-device"), &string, buf, sizeof(buf)), 0);
 	assert_string_equal(buf, "eth0");
-	assert_int_equal(lmt_option_format(tcp_desc("bind-device"), &empty, buf, sizeof(buf)),
-	                 0);
+	assert_int_equal(lmt_option_format(tcp_desc("bind-device"), &empty, buf, sizeof(buf)), 0);
 	assert_string_equal(buf, "");
 }
 
@@ -638,15 +670,23 @@ static void test_format_round_trips(void **state)
 		const char *option;
 		const char *text;
 	} cases[] = {
-		{"chunk-size", "64K"},          {"chunk-size", "1G"},
-		{"max-bandwidth", "0"},         {"max-bandwidth", "1536K"},
-		{"max-bandwidth", "1000"},      {"downtime-limit", "1ms"},
-		{"downtime-limit", "1500us"},   {"connect-timeout", "90s"},
-		{"idle-timeout", "2m"},         {"channels", "7"},
-		{"pin-all", "on"},              {"verify", "off"},
-		{"tcp.mode", "zerocopy"},       {"tcp.bind-device", "eth0"},
-		{"tcp.retries", "-4"},          {"tcp.linger", "0"},
-		{"tcp.linger", "7ns"},
+	        {"chunk-size", "64K"},
+	        {"chunk-size", "1G"},
+	        {"max-bandwidth", "0"},
+	        {"max-bandwidth", "1536K"},
+	        {"max-bandwidth", "1000"},
+	        {"downtime-limit", "1ms"},
+	        {"downtime-limit", "1500us"},
+	        {"connect-timeout", "90s"},
+	        {"idle-timeout", "2m"},
+	        {"channels", "7"},
+	        {"pin-all", "on"},
+	        {"verify", "off"},
+	        {"tcp.mode", "zerocopy"},
+	        {"tcp.bind-device", "eth0"},
+	        {"tcp.retries", "-4"},
+	        {"tcp.linger", "0"},
+	        {"tcp.linger", "7ns"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -694,9 +734,9 @@ static void test_format_rejects_bad_values(void **state)
 
 	assert_int_equal(lmt_option_format(core_desc("channels"), &wrong_type, buf, sizeof(buf)),
 	                 -LMT_EINVAL);
-	assert_int_equal(lmt_option_format(core_desc("max-bandwidth"), &negative_size, buf,
-	                                   sizeof(buf)),
-	                 -LMT_EINVAL);
+	assert_int_equal(
+	        lmt_option_format(core_desc("max-bandwidth"), &negative_size, buf, sizeof(buf)),
+	        -LMT_EINVAL);
 	assert_int_equal(lmt_option_format(tcp_desc("mode"), &bad_index, buf, sizeof(buf)),
 	                 -LMT_EINVAL);
 	assert_int_equal(lmt_option_format(core_desc("channels"), &wrong_type, NULL, 0),
@@ -865,8 +905,9 @@ static void test_parse_sets_several_options(void **state)
 {
 	struct lmt_error err = {0};
 
-	assert_int_equal(lmt__optset_parse(*state, "chunk-size=64M,channels=2,tcp.mode=zerocopy,"
-	                                           "tcp.bind-device=a=b",
+	assert_int_equal(lmt__optset_parse(*state,
+	                                   "chunk-size=64M,channels=2,tcp.mode=zerocopy,"
+	                                   "tcp.bind-device=a=b",
 	                                   &err),
 	                 0);
 	assert_int_equal(lmt__opt_int(*state, "chunk-size"), 64 << 20);
@@ -927,8 +968,7 @@ static void test_parse_is_all_or_nothing(void **state)
 {
 	struct lmt_error err = {0};
 
-	assert_int_equal(lmt__optset_parse(*state, "channels=2,chunk-size=3M", &err),
-	                 -LMT_EINVAL);
+	assert_int_equal(lmt__optset_parse(*state, "channels=2,chunk-size=3M", &err), -LMT_EINVAL);
 	assert_string_equal(err.message,
 	                    "chunk-size: expected a power of two from 4K to 1G, got '3M'");
 	assert_int_equal(lmt__opt_int(*state, "channels"), 1);
@@ -978,8 +1018,7 @@ static void test_duplicate_namespace_is_rejected(void **state)
 {
 	struct lmt_error err = {0};
 
-	assert_int_equal(lmt__optset_add_schema(*state, "tcp", tcp_options, TCP_OPTION_COUNT,
-	                                        &err),
+	assert_int_equal(lmt__optset_add_schema(*state, "tcp", tcp_options, TCP_OPTION_COUNT, &err),
 	                 -LMT_EINVAL);
 	assert_string_equal(err.message, "plugin 'tcp': options already added");
 }
@@ -997,8 +1036,8 @@ static void test_core_schema_added_twice_is_rejected(void **state)
 static void test_duplicate_option_name_is_rejected(void **state)
 {
 	static const struct lmt_option_desc twice[] = {
-		{.name = "depth", .type = LMT_OPT_INT, .default_value = "1"},
-		{.name = "depth", .type = LMT_OPT_INT, .default_value = "2"},
+	        {.name = "depth", .type = LMT_OPT_INT, .default_value = "1"},
+	        {.name = "depth", .type = LMT_OPT_INT, .default_value = "2"},
 	};
 	struct lmt_error err = {0};
 	struct lmt_option_value value;
@@ -1011,8 +1050,8 @@ static void test_duplicate_option_name_is_rejected(void **state)
 static void test_env_name_collision_is_rejected(void **state)
 {
 	static const struct lmt_option_desc clash[] = {
-		{.name = "no_delay", .type = LMT_OPT_BOOL, .default_value = "on"},
-		{.name = "no-delay", .type = LMT_OPT_BOOL, .default_value = "on"},
+	        {.name = "no_delay", .type = LMT_OPT_BOOL, .default_value = "on"},
+	        {.name = "no-delay", .type = LMT_OPT_BOOL, .default_value = "on"},
 	};
 	struct lmt_error err = {0};
 
@@ -1024,8 +1063,8 @@ static void test_env_name_collision_is_rejected(void **state)
 static void test_bad_plugin_default_is_an_error(void **state)
 {
 	static const struct lmt_option_desc broken[] = {
-		{.name = "fine", .type = LMT_OPT_INT, .default_value = "1"},
-		{.name = "nodelay", .type = LMT_OPT_BOOL, .default_value = "maybe"},
+	        {.name = "fine", .type = LMT_OPT_INT, .default_value = "1"},
+	        {.name = "nodelay", .type = LMT_OPT_BOOL, .default_value = "maybe"},
 	};
 	struct lmt_error err = {0};
 	struct lmt_option_value value;
@@ -1039,10 +1078,10 @@ static void test_bad_plugin_default_is_an_error(void **state)
 static void test_failed_schema_can_be_added_again_fixed(void **state)
 {
 	static const struct lmt_option_desc broken[] = {
-		{.name = "depth", .type = LMT_OPT_INT, .default_value = "0", .min = 1, .max = 8},
+	        {.name = "depth", .type = LMT_OPT_INT, .default_value = "0", .min = 1, .max = 8},
 	};
 	static const struct lmt_option_desc fixed[] = {
-		{.name = "depth", .type = LMT_OPT_INT, .default_value = "4", .min = 1, .max = 8},
+	        {.name = "depth", .type = LMT_OPT_INT, .default_value = "4", .min = 1, .max = 8},
 	};
 	struct lmt_error err = {0};
 
@@ -1054,13 +1093,12 @@ static void test_failed_schema_can_be_added_again_fixed(void **state)
 static void test_missing_default_is_an_error_except_for_strings(void **state)
 {
 	static const struct lmt_option_desc no_default[] = {
-		{.name = "label", .type = LMT_OPT_STRING},
-		{.name = "depth", .type = LMT_OPT_INT},
+	        {.name = "label", .type = LMT_OPT_STRING},
+	        {.name = "depth", .type = LMT_OPT_INT},
 	};
 	struct lmt_error err = {0};
 
-	assert_int_equal(lmt__optset_add_schema(*state, "ofi", no_default, 2, &err),
-	                 -LMT_EINVAL);
+	assert_int_equal(lmt__optset_add_schema(*state, "ofi", no_default, 2, &err), -LMT_EINVAL);
 	assert_string_equal(err.message, "plugin 'ofi': ofi.depth has no default");
 	assert_int_equal(lmt__optset_add_schema(*state, "ofi", no_default, 1, &err), 0);
 	assert_string_equal(lmt__opt_text(*state, "ofi.label"), "");
@@ -1069,16 +1107,16 @@ static void test_missing_default_is_an_error_except_for_strings(void **state)
 static void test_invalid_schema_is_rejected(void **state)
 {
 	static const struct lmt_option_desc upper[] = {
-		{.name = "NoDelay", .type = LMT_OPT_BOOL, .default_value = "on"},
+	        {.name = "NoDelay", .type = LMT_OPT_BOOL, .default_value = "on"},
 	};
 	static const struct lmt_option_desc dotted[] = {
-		{.name = "a.b", .type = LMT_OPT_BOOL, .default_value = "on"},
+	        {.name = "a.b", .type = LMT_OPT_BOOL, .default_value = "on"},
 	};
 	static const struct lmt_option_desc backwards[] = {
-		{.name = "depth", .type = LMT_OPT_INT, .default_value = "4", .min = 8, .max = 1},
+	        {.name = "depth", .type = LMT_OPT_INT, .default_value = "4", .min = 8, .max = 1},
 	};
 	static const struct lmt_option_desc no_values[] = {
-		{.name = "mode", .type = LMT_OPT_ENUM, .default_value = "a"},
+	        {.name = "mode", .type = LMT_OPT_ENUM, .default_value = "a"},
 	};
 	struct lmt_error err = {0};
 
@@ -1101,8 +1139,7 @@ static void test_schema_count_is_limited(void **state)
 	/* The core and tcp are in already: six more fit, the seventh does not. */
 	for (size_t i = 0; i < 6; i++)
 		assert_int_equal(lmt__optset_add_schema(*state, names[i], NULL, 0, &err), 0);
-	assert_int_equal(lmt__optset_add_schema(*state, names[6], NULL, 0, &err),
-	                 -LMT_EOVERFLOW);
+	assert_int_equal(lmt__optset_add_schema(*state, names[6], NULL, 0, &err), -LMT_EOVERFLOW);
 	assert_string_equal(err.message, "plugin 'p7': more than 8 option schemas");
 }
 
@@ -1165,8 +1202,7 @@ static void test_foreach_hides_secret_values(void **state)
 	assert_string_equal(lmt__opt_text(*state, "tcp.token"), "hunter2");
 }
 
-static int stop_at_channels(void *opaque, const char *name,
-                            const struct lmt_option_desc *desc,
+static int stop_at_channels(void *opaque, const char *name, const struct lmt_option_desc *desc,
                             const struct lmt_option_value *value, const char *text,
                             enum lmt_opt_source source)
 {
@@ -1253,92 +1289,92 @@ static void test_optset_free_accepts_null(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_size_accepts_plain_bytes),
-		cmocka_unit_test(test_size_accepts_binary_suffixes),
-		cmocka_unit_test(test_size_unit_is_case_insensitive),
-		cmocka_unit_test(test_negative_size_is_rejected),
-		cmocka_unit_test(test_trailing_junk_is_rejected),
-		cmocka_unit_test(test_whitespace_is_rejected),
-		cmocka_unit_test(test_size_without_digits_is_rejected),
-		cmocka_unit_test(test_overflow_is_rejected),
-		cmocka_unit_test(test_unit_multiplication_overflow_is_rejected),
-		cmocka_unit_test(test_junk_wins_over_overflow),
-		cmocka_unit_test(test_parsers_reject_null),
-		cmocka_unit_test(test_duration_accepts_units),
-		cmocka_unit_test(test_duration_bare_number_is_milliseconds),
-		cmocka_unit_test(test_duration_rejects_signs_and_junk),
-		SET_TEST(test_chunk_size_rejects_non_power_of_two),
-		SET_TEST(test_chunk_size_rejects_out_of_range),
-		cmocka_unit_test(test_chunk_size_accepts_bounds),
-		SET_TEST(test_size_syntax_error_gives_examples),
-		SET_TEST(test_size_option_overflowing_int64_is_rejected),
-		SET_TEST(test_bounded_overflow_message_gives_range),
-		SET_TEST(test_int_rejects_out_of_range),
-		cmocka_unit_test(test_int_accepts_signed_decimal),
-		SET_TEST(test_int_rejects_junk),
-		cmocka_unit_test(test_int_overflow_is_rejected),
-		SET_TEST(test_pow2_int_rejects_other_numbers),
-		SET_TEST(test_bool_accepts_all_spellings),
-		SET_TEST(test_bool_rejects_other_words),
-		SET_TEST(test_duration_option_message_gives_examples),
-		SET_TEST(test_duration_option_rejects_out_of_range),
-		SET_TEST(test_duration_option_is_nanoseconds),
-		SET_TEST(test_enum_accepts_listed_values),
-		SET_TEST(test_enum_rejects_other_values),
-		SET_TEST(test_string_accepts_any_text_without_comma),
-		SET_TEST(test_string_rejects_comma),
-		SET_TEST(test_empty_value_is_rejected_except_for_strings),
-		SET_TEST(test_secret_value_is_not_echoed_in_errors),
-		cmocka_unit_test(test_parse_without_value_is_an_error),
-		cmocka_unit_test(test_parse_uses_the_given_name_in_messages),
-		cmocka_unit_test(test_format_uses_largest_exact_size_suffix),
-		cmocka_unit_test(test_format_uses_largest_exact_duration_unit),
-		cmocka_unit_test(test_format_bool_and_int),
-		cmocka_unit_test(test_format_enum_and_string),
-		SET_TEST(test_format_round_trips),
-		SET_TEST(test_format_canonicalises_spellings),
-		cmocka_unit_test(test_format_reports_short_buffer),
-		cmocka_unit_test(test_format_rejects_bad_values),
-		SET_TEST(test_defaults_are_applied),
-		cmocka_unit_test(test_core_schema_is_complete),
-		SET_TEST(test_env_overrides_default),
-		SET_TEST(test_explicit_overrides_env_whatever_the_order),
-		SET_TEST(test_default_does_not_override_env),
-		SET_TEST(test_later_explicit_value_wins),
-		SET_TEST(test_lower_source_value_is_still_validated),
-		SET_TEST(test_bad_env_value_names_variable),
-		SET_TEST(test_bad_env_value_leaves_set_unchanged),
-		SET_TEST(test_empty_env_value_is_rejected),
-		SET_TEST(test_plugin_env_variable_is_namespaced),
-		SET_TEST(test_plugin_option_is_namespaced),
-		SET_TEST(test_get_unknown_returns_not_found),
-		SET_TEST(test_parse_sets_several_options),
-		SET_TEST(test_parse_is_explicit),
-		SET_TEST(test_parse_accepts_empty_and_null),
-		SET_TEST(test_parse_rejects_item_without_equals),
-		SET_TEST(test_parse_rejects_empty_key),
-		SET_TEST(test_parse_is_all_or_nothing),
-		SET_TEST(test_parse_value_may_be_empty_string),
-		SET_TEST(test_unknown_option_suggests_closest),
-		SET_TEST(test_unknown_option_without_close_name),
-		SET_TEST(test_unknown_option_in_list),
-		SET_TEST(test_duplicate_namespace_is_rejected),
-		SET_TEST(test_core_schema_added_twice_is_rejected),
-		SET_TEST(test_duplicate_option_name_is_rejected),
-		SET_TEST(test_env_name_collision_is_rejected),
-		SET_TEST(test_bad_plugin_default_is_an_error),
-		SET_TEST(test_failed_schema_can_be_added_again_fixed),
-		SET_TEST(test_missing_default_is_an_error_except_for_strings),
-		SET_TEST(test_invalid_schema_is_rejected),
-		SET_TEST(test_schema_count_is_limited),
-		SET_TEST(test_foreach_visits_every_option_with_source),
-		SET_TEST(test_foreach_hides_secret_values),
-		SET_TEST(test_foreach_stops_when_visitor_returns_non_zero),
-		SET_TEST(test_missing_name_gives_zero_values),
-		SET_TEST(test_text_stays_valid_after_option_changes),
-		SET_TEST(test_failed_set_keeps_previous_value),
-		SET_TEST(test_set_rejects_bad_arguments),
-		cmocka_unit_test(test_optset_free_accepts_null),
+	        cmocka_unit_test(test_size_accepts_plain_bytes),
+	        cmocka_unit_test(test_size_accepts_binary_suffixes),
+	        cmocka_unit_test(test_size_unit_is_case_insensitive),
+	        cmocka_unit_test(test_negative_size_is_rejected),
+	        cmocka_unit_test(test_trailing_junk_is_rejected),
+	        cmocka_unit_test(test_whitespace_is_rejected),
+	        cmocka_unit_test(test_size_without_digits_is_rejected),
+	        cmocka_unit_test(test_overflow_is_rejected),
+	        cmocka_unit_test(test_unit_multiplication_overflow_is_rejected),
+	        cmocka_unit_test(test_junk_wins_over_overflow),
+	        cmocka_unit_test(test_parsers_reject_null),
+	        cmocka_unit_test(test_duration_accepts_units),
+	        cmocka_unit_test(test_duration_bare_number_is_milliseconds),
+	        cmocka_unit_test(test_duration_rejects_signs_and_junk),
+	        SET_TEST(test_chunk_size_rejects_non_power_of_two),
+	        SET_TEST(test_chunk_size_rejects_out_of_range),
+	        cmocka_unit_test(test_chunk_size_accepts_bounds),
+	        SET_TEST(test_size_syntax_error_gives_examples),
+	        SET_TEST(test_size_option_overflowing_int64_is_rejected),
+	        SET_TEST(test_bounded_overflow_message_gives_range),
+	        SET_TEST(test_int_rejects_out_of_range),
+	        cmocka_unit_test(test_int_accepts_signed_decimal),
+	        SET_TEST(test_int_rejects_junk),
+	        cmocka_unit_test(test_int_overflow_is_rejected),
+	        SET_TEST(test_pow2_int_rejects_other_numbers),
+	        SET_TEST(test_bool_accepts_all_spellings),
+	        SET_TEST(test_bool_rejects_other_words),
+	        SET_TEST(test_duration_option_message_gives_examples),
+	        SET_TEST(test_duration_option_rejects_out_of_range),
+	        SET_TEST(test_duration_option_is_nanoseconds),
+	        SET_TEST(test_enum_accepts_listed_values),
+	        SET_TEST(test_enum_rejects_other_values),
+	        SET_TEST(test_string_accepts_any_text_without_comma),
+	        SET_TEST(test_string_rejects_comma),
+	        SET_TEST(test_empty_value_is_rejected_except_for_strings),
+	        SET_TEST(test_secret_value_is_not_echoed_in_errors),
+	        cmocka_unit_test(test_parse_without_value_is_an_error),
+	        cmocka_unit_test(test_parse_uses_the_given_name_in_messages),
+	        cmocka_unit_test(test_format_uses_largest_exact_size_suffix),
+	        cmocka_unit_test(test_format_uses_largest_exact_duration_unit),
+	        cmocka_unit_test(test_format_bool_and_int),
+	        cmocka_unit_test(test_format_enum_and_string),
+	        SET_TEST(test_format_round_trips),
+	        SET_TEST(test_format_canonicalises_spellings),
+	        cmocka_unit_test(test_format_reports_short_buffer),
+	        cmocka_unit_test(test_format_rejects_bad_values),
+	        SET_TEST(test_defaults_are_applied),
+	        cmocka_unit_test(test_core_schema_is_complete),
+	        SET_TEST(test_env_overrides_default),
+	        SET_TEST(test_explicit_overrides_env_whatever_the_order),
+	        SET_TEST(test_default_does_not_override_env),
+	        SET_TEST(test_later_explicit_value_wins),
+	        SET_TEST(test_lower_source_value_is_still_validated),
+	        SET_TEST(test_bad_env_value_names_variable),
+	        SET_TEST(test_bad_env_value_leaves_set_unchanged),
+	        SET_TEST(test_empty_env_value_is_rejected),
+	        SET_TEST(test_plugin_env_variable_is_namespaced),
+	        SET_TEST(test_plugin_option_is_namespaced),
+	        SET_TEST(test_get_unknown_returns_not_found),
+	        SET_TEST(test_parse_sets_several_options),
+	        SET_TEST(test_parse_is_explicit),
+	        SET_TEST(test_parse_accepts_empty_and_null),
+	        SET_TEST(test_parse_rejects_item_without_equals),
+	        SET_TEST(test_parse_rejects_empty_key),
+	        SET_TEST(test_parse_is_all_or_nothing),
+	        SET_TEST(test_parse_value_may_be_empty_string),
+	        SET_TEST(test_unknown_option_suggests_closest),
+	        SET_TEST(test_unknown_option_without_close_name),
+	        SET_TEST(test_unknown_option_in_list),
+	        SET_TEST(test_duplicate_namespace_is_rejected),
+	        SET_TEST(test_core_schema_added_twice_is_rejected),
+	        SET_TEST(test_duplicate_option_name_is_rejected),
+	        SET_TEST(test_env_name_collision_is_rejected),
+	        SET_TEST(test_bad_plugin_default_is_an_error),
+	        SET_TEST(test_failed_schema_can_be_added_again_fixed),
+	        SET_TEST(test_missing_default_is_an_error_except_for_strings),
+	        SET_TEST(test_invalid_schema_is_rejected),
+	        SET_TEST(test_schema_count_is_limited),
+	        SET_TEST(test_foreach_visits_every_option_with_source),
+	        SET_TEST(test_foreach_hides_secret_values),
+	        SET_TEST(test_foreach_stops_when_visitor_returns_non_zero),
+	        SET_TEST(test_missing_name_gives_zero_values),
+	        SET_TEST(test_text_stays_valid_after_option_changes),
+	        SET_TEST(test_failed_set_keeps_previous_value),
+	        SET_TEST(test_set_rejects_bad_arguments),
+	        cmocka_unit_test(test_optset_free_accepts_null),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

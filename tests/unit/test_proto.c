@@ -34,8 +34,8 @@ static const uint8_t *payload(uint16_t type, size_t *len)
 
 static void test_hello_round_trips(void **state)
 {
-	struct lmt_msg_hello in = {.magic = LMT_PROTO_MAGIC, .version = LMT_PROTO_VERSION,
-	                           .option_count = 2};
+	struct lmt_msg_hello in = {
+	        .magic = LMT_PROTO_MAGIC, .version = LMT_PROTO_VERSION, .option_count = 2};
 	strcpy(in.plugin, "tcp");
 	strcpy(in.options[0].name, "chunk-size");
 	strcpy(in.options[0].value, "1M");
@@ -274,8 +274,7 @@ static void test_hello_reply_carries_challenge_and_proof(void **state)
 	assert_int_equal(out.auth, 1);
 	assert_memory_equal(out.nonce, in.nonce, sizeof(in.nonce));
 	assert_memory_equal(out.proof, in.proof, sizeof(in.proof));
-	assert_int_equal(lmt__dec_status(p, len - 1, LMT_MSG_HELLO_REPLY, &out, &err),
-	                 -LMT_EPROTO);
+	assert_int_equal(lmt__dec_status(p, len - 1, LMT_MSG_HELLO_REPLY, &out, &err), -LMT_EPROTO);
 	assert_string_equal(err.message, "HELLO_REPLY message: truncated proof");
 }
 
@@ -310,29 +309,29 @@ static void test_auth_message_is_exactly_one_proof(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_hello_round_trips, teardown),
-		cmocka_unit_test_teardown(test_hello_with_bad_magic_is_refused, teardown),
-		cmocka_unit_test_teardown(test_hello_of_another_version_decodes_only_the_version,
-		                          teardown),
-		cmocka_unit_test_teardown(test_truncated_messages_are_refused_at_every_length,
-		                          teardown),
-		cmocka_unit_test_teardown(test_trailing_bytes_are_refused, teardown),
-		cmocka_unit_test_teardown(test_header_rejects_unknown_type, teardown),
-		cmocka_unit_test_teardown(test_header_rejects_huge_length, teardown),
-		cmocka_unit_test_teardown(test_header_rejects_flags_and_truncation, teardown),
-		cmocka_unit_test_teardown(test_block_count_over_the_limit_is_refused, teardown),
-		cmocka_unit_test_teardown(test_string_with_control_characters_is_refused, teardown),
-		cmocka_unit_test_teardown(test_regs_round_trip_with_keys, teardown),
-		cmocka_unit_test_teardown(test_empty_key_blob_is_refused, teardown),
-		cmocka_unit_test_teardown(test_device_state_piece_outside_the_total_is_refused,
-		                          teardown),
-		cmocka_unit_test_teardown(test_device_state_round_trips, teardown),
-		cmocka_unit_test_teardown(test_status_code_out_of_range_is_refused, teardown),
-		cmocka_unit_test_teardown(test_complete_round_trips_digests, teardown),
-		cmocka_unit_test_teardown(test_addresses_round_trip, teardown),
-		cmocka_unit_test_teardown(test_hello_reply_carries_challenge_and_proof, teardown),
-		cmocka_unit_test_teardown(test_auth_flag_other_than_0_or_1_is_refused, teardown),
-		cmocka_unit_test_teardown(test_auth_message_is_exactly_one_proof, teardown),
+	        cmocka_unit_test_teardown(test_hello_round_trips, teardown),
+	        cmocka_unit_test_teardown(test_hello_with_bad_magic_is_refused, teardown),
+	        cmocka_unit_test_teardown(test_hello_of_another_version_decodes_only_the_version,
+	                                  teardown),
+	        cmocka_unit_test_teardown(test_truncated_messages_are_refused_at_every_length,
+	                                  teardown),
+	        cmocka_unit_test_teardown(test_trailing_bytes_are_refused, teardown),
+	        cmocka_unit_test_teardown(test_header_rejects_unknown_type, teardown),
+	        cmocka_unit_test_teardown(test_header_rejects_huge_length, teardown),
+	        cmocka_unit_test_teardown(test_header_rejects_flags_and_truncation, teardown),
+	        cmocka_unit_test_teardown(test_block_count_over_the_limit_is_refused, teardown),
+	        cmocka_unit_test_teardown(test_string_with_control_characters_is_refused, teardown),
+	        cmocka_unit_test_teardown(test_regs_round_trip_with_keys, teardown),
+	        cmocka_unit_test_teardown(test_empty_key_blob_is_refused, teardown),
+	        cmocka_unit_test_teardown(test_device_state_piece_outside_the_total_is_refused,
+	                                  teardown),
+	        cmocka_unit_test_teardown(test_device_state_round_trips, teardown),
+	        cmocka_unit_test_teardown(test_status_code_out_of_range_is_refused, teardown),
+	        cmocka_unit_test_teardown(test_complete_round_trips_digests, teardown),
+	        cmocka_unit_test_teardown(test_addresses_round_trip, teardown),
+	        cmocka_unit_test_teardown(test_hello_reply_carries_challenge_and_proof, teardown),
+	        cmocka_unit_test_teardown(test_auth_flag_other_than_0_or_1_is_refused, teardown),
+	        cmocka_unit_test_teardown(test_auth_message_is_exactly_one_proof, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,8 +58,7 @@ struct fake_host {
 	int64_t buffer_size;
 };
 
-static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
-    LMT_PRINTF(3, 4);
+static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
 static int fake_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 
 static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
@@ -135,13 +134,13 @@ static int fake_cancelled(void *ctx)
 }
 
 static const struct lmt_host host_services = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_host),
-	.log = fake_log,
-	.error = fake_error,
-	.now_ns = fake_now,
-	.option = fake_option,
-	.cancelled = fake_cancelled,
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = fake_log,
+        .error = fake_error,
+        .now_ns = fake_now,
+        .option = fake_option,
+        .cancelled = fake_cancelled,
 };
 
 static void fake_host_init(struct fake_host *h)
@@ -165,8 +164,10 @@ static int error_count(struct fake_host *h)
 static int open_instance_at(struct fake_host *h, enum lmt_role role, uint32_t channels,
                             uint64_t timeout_ns, const char *local_host, lmt_instance **inst)
 {
-	struct lmt_instance_params params = {.struct_size = sizeof(params), .role = role,
-	                                     .channels = channels, .timeout_ns = timeout_ns};
+	struct lmt_instance_params params = {.struct_size = sizeof(params),
+	                                     .role = role,
+	                                     .channels = channels,
+	                                     .timeout_ns = timeout_ns};
 	snprintf(params.local_host, sizeof(params.local_host), "%s", local_host);
 	snprintf(params.peer_host, sizeof(params.peer_host), "%s", local_host);
 	*inst = NULL;
@@ -249,15 +250,14 @@ struct region {
 static void region_open(struct region *r, lmt_instance *dst, lmt_instance *src, size_t len)
 {
 	r->len = len;
-	r->block = mmap(NULL, len + 2 * GUARD, PROT_READ | PROT_WRITE,
-	                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	r->block = mmap(NULL, len + 2 * GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                -1, 0);
 	assert_true(r->block != MAP_FAILED);
 	memset(r->block, 0xa5, GUARD);
 	memset(r->block + GUARD + len, 0xa5, GUARD);
 	r->mem = r->block + GUARD;
-	assert_int_equal(plugin->ops.mr_register(dst, r->mem, len, LMT_MR_REMOTE_WRITE, &r->mr,
-	                                         &r->key),
-	                 0);
+	assert_int_equal(
+	        plugin->ops.mr_register(dst, r->mem, len, LMT_MR_REMOTE_WRITE, &r->mr, &r->key), 0);
 	r->rkey = NULL;
 	if (src)
 		assert_int_equal(plugin->ops.rkey_import(src, &r->key, &r->rkey), 0);
@@ -331,8 +331,8 @@ static void post(struct pair *p, uint32_t channel, const void *buf, size_t len, 
 {
 	uint64_t deadline = now_ns() + 10 * SECOND;
 	for (;;) {
-		int rc = plugin->ops.write(p->src_ep[channel], buf, len, NULL, rkey, offset,
-		                           cookie);
+		int rc =
+		        plugin->ops.write(p->src_ep[channel], buf, len, NULL, rkey, offset, cookie);
 		if (rc != -LMT_EAGAIN) {
 			assert_int_equal(rc, 0);
 			return;
@@ -354,8 +354,9 @@ static void harvest_all(lmt_instance *src, struct tally *t, uint64_t expected)
 /* Sizes that cross every interesting boundary: tiny, page, ack batch,
  * socket buffer, several MiB. */
 static const size_t piece_sizes[] = {
-	1, 7, 0, 512, 4096, 4099, 65536, 65537, 262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
-	8 << 20, 100, 4095, 2 << 20,
+        1,       7,     0,          512,     4096,          4099,
+        65536,   65537, 262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
+        8 << 20, 100,   4095,       2 << 20,
 };
 #define PIECES (sizeof(piece_sizes) / sizeof(piece_sizes[0]))
 
@@ -552,13 +553,13 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	struct lmt_blob bad[7];
 	for (int i = 0; i < 7; i++)
 		bad[i] = r.key;
-	bad[0].len--;           /* short */
-	bad[1].data[0] ^= 1;    /* magic */
-	bad[2].data[4] = 9;     /* version */
-	bad[3].data[8] = 0;     /* region id 0 (ids start at 1) */
+	bad[0].len--;                   /* short */
+	bad[1].data[0] ^= 1;            /* magic */
+	bad[2].data[4] = 9;             /* version */
+	bad[3].data[8] = 0;             /* region id 0 (ids start at 1) */
 	memset(bad[4].data + 16, 0, 8); /* zero length */
-	bad[5].len = LMT_BLOB_MAX; /* long */
-	bad[6].data[13] = 1;    /* reserved */
+	bad[5].len = LMT_BLOB_MAX;      /* long */
+	bad[6].data[13] = 1;            /* reserved */
 	for (int i = 0; i < 7; i++) {
 		lmt_rkey *rkey = NULL;
 		assert_int_equal(plugin->ops.rkey_import(src, &bad[i], &rkey), -LMT_EPROTO);
@@ -591,11 +592,11 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	struct lmt_blob bad[6];
 	for (int i = 0; i < 6; i++)
 		bad[i] = daddr;
-	bad[0].len = 3;        /* short */
-	bad[1].data[3] ^= 0x80; /* magic */
-	bad[2].data[5] = 1;    /* version */
-	bad[3].data[6] = 5;    /* family */
-	bad[4].data[36] = 1;   /* channel 1, for endpoint 0 */
+	bad[0].len = 3;                /* short */
+	bad[1].data[3] ^= 0x80;        /* magic */
+	bad[2].data[5] = 1;            /* version */
+	bad[3].data[6] = 5;            /* family */
+	bad[4].data[36] = 1;           /* channel 1, for endpoint 0 */
 	memset(bad[5].data + 8, 0, 2); /* port 0 */
 	for (int i = 0; i < 6; i++)
 		assert_int_equal(plugin->ops.ep_connect(sep, &bad[i]), -LMT_EPROTO);
@@ -715,8 +716,11 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 	assert_int_equal(plugin->ops.ep_connect(ep, &src_addr), 0);
 	uint8_t msg[TCP_HEADER_LEN + 256];
 	memset(msg, 0x5a, sizeof(msg));
-	struct tcp_header h = {.magic = magic, .region = key.region + region_delta,
-	                       .offset = offset, .len = len, .seq = 0};
+	struct tcp_header h = {.magic = magic,
+	                       .region = key.region + region_delta,
+	                       .offset = offset,
+	                       .len = len,
+	                       .seq = 0};
 	tcp_header_encode(&h, msg);
 	assert_true(payload <= 256);
 	assert_int_equal(send(fd, msg, TCP_HEADER_LEN + payload, MSG_NOSIGNAL),
@@ -916,9 +920,8 @@ static void one_write_over(const char *local_host, const char *address, int fami
 	fake_host_init(&sh);
 	dh.address = address;
 	struct pair p = {.channels = 1};
-	assert_int_equal(open_instance_at(&dh, LMT_ROLE_DESTINATION, 1, 5 * SECOND, local_host,
-	                                  &p.dst),
-	                 0);
+	assert_int_equal(
+	        open_instance_at(&dh, LMT_ROLE_DESTINATION, 1, 5 * SECOND, local_host, &p.dst), 0);
 	p.src = open_instance(&sh, LMT_ROLE_SOURCE, 1, 5 * SECOND);
 	assert_int_equal(plugin->ops.ep_open(p.src, 0, &p.src_ep[0], &p.src_addr[0]), 0);
 	assert_int_equal(plugin->ops.ep_open(p.dst, 0, &p.dst_ep[0], &p.dst_addr[0]), 0);
@@ -1105,32 +1108,32 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_entry_gives_descriptor_with_multi_channel_only),
-		cmocka_unit_test(test_entry_refuses_an_older_core),
-		cmocka_unit_test(test_one_channel_places_writes_bit_for_bit),
-		cmocka_unit_test(test_two_channels_place_writes_bit_for_bit),
-		cmocka_unit_test(test_every_cookie_completes_exactly_once),
-		cmocka_unit_test(test_full_queue_answers_eagain),
-		cmocka_unit_test(test_gigabyte_write_lands_whole),
-		cmocka_unit_test(test_write_past_key_length_is_rejected),
-		cmocka_unit_test(test_malformed_key_blob_is_rejected),
-		cmocka_unit_test(test_malformed_address_blob_is_rejected),
-		cmocka_unit_test(test_unknown_token_connection_is_ignored),
-		cmocka_unit_test(test_forged_header_past_region_end_is_rejected),
-		cmocka_unit_test(test_forged_header_with_wrapping_offset_is_rejected),
-		cmocka_unit_test(test_forged_header_for_unknown_region_is_rejected),
-		cmocka_unit_test(test_forged_header_with_bad_magic_is_rejected),
-		cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),
-		cmocka_unit_test(test_orderly_close_by_source_is_no_error),
-		cmocka_unit_test(test_orderly_close_by_destination_is_no_error),
-		cmocka_unit_test(test_accept_honours_cancel),
-		cmocka_unit_test(test_accept_times_out_without_source),
-		cmocka_unit_test(test_destination_progress_waits_and_reports_nothing),
-		cmocka_unit_test(test_address_option_overrides_local_host),
-		cmocka_unit_test(test_destination_without_any_address_is_refused),
-		cmocka_unit_test(test_ipv6_loopback_works),
-		cmocka_unit_test(test_deregister_cuts_off_a_stalled_write),
-		cmocka_unit_test(test_open_close_cycles_leave_no_fds_or_threads),
+	        cmocka_unit_test(test_entry_gives_descriptor_with_multi_channel_only),
+	        cmocka_unit_test(test_entry_refuses_an_older_core),
+	        cmocka_unit_test(test_one_channel_places_writes_bit_for_bit),
+	        cmocka_unit_test(test_two_channels_place_writes_bit_for_bit),
+	        cmocka_unit_test(test_every_cookie_completes_exactly_once),
+	        cmocka_unit_test(test_full_queue_answers_eagain),
+	        cmocka_unit_test(test_gigabyte_write_lands_whole),
+	        cmocka_unit_test(test_write_past_key_length_is_rejected),
+	        cmocka_unit_test(test_malformed_key_blob_is_rejected),
+	        cmocka_unit_test(test_malformed_address_blob_is_rejected),
+	        cmocka_unit_test(test_unknown_token_connection_is_ignored),
+	        cmocka_unit_test(test_forged_header_past_region_end_is_rejected),
+	        cmocka_unit_test(test_forged_header_with_wrapping_offset_is_rejected),
+	        cmocka_unit_test(test_forged_header_for_unknown_region_is_rejected),
+	        cmocka_unit_test(test_forged_header_with_bad_magic_is_rejected),
+	        cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),
+	        cmocka_unit_test(test_orderly_close_by_source_is_no_error),
+	        cmocka_unit_test(test_orderly_close_by_destination_is_no_error),
+	        cmocka_unit_test(test_accept_honours_cancel),
+	        cmocka_unit_test(test_accept_times_out_without_source),
+	        cmocka_unit_test(test_destination_progress_waits_and_reports_nothing),
+	        cmocka_unit_test(test_address_option_overrides_local_host),
+	        cmocka_unit_test(test_destination_without_any_address_is_refused),
+	        cmocka_unit_test(test_ipv6_loopback_works),
+	        cmocka_unit_test(test_deregister_cuts_off_a_stalled_write),
+	        cmocka_unit_test(test_open_close_cycles_leave_no_fds_or_threads),
 	};
 	return cmocka_run_group_tests(tests, load_plugin, unload_plugin);
 }

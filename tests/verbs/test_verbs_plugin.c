@@ -142,12 +142,12 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		assert_true(fake.nwrs < MAX_WRS);
 		assert_int_equal(wr->opcode, IBV_WR_RDMA_WRITE);
 		struct posted_wr *p = &fake.wrs[fake.nwrs++];
-		*p = (struct posted_wr){ .qp_num = qp->qp_num,
-			                 .wr_id = wr->wr_id,
-			                 .send_flags = wr->send_flags,
-			                 .num_sge = wr->num_sge,
-			                 .rkey = wr->wr.rdma.rkey,
-			                 .remote_addr = wr->wr.rdma.remote_addr };
+		*p = (struct posted_wr){.qp_num = qp->qp_num,
+		                        .wr_id = wr->wr_id,
+		                        .send_flags = wr->send_flags,
+		                        .num_sge = wr->num_sge,
+		                        .rkey = wr->wr.rdma.rkey,
+		                        .remote_addr = wr->wr.rdma.remote_addr};
 		if (wr->num_sge) {
 			p->length = wr->sg_list[0].length;
 			p->lkey = wr->sg_list[0].lkey;
@@ -623,13 +623,13 @@ static int fake_cancelled(void *ctx)
 }
 
 static const struct lmt_host host_services = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_host),
-	.log = fake_log,
-	.error = fake_error,
-	.now_ns = fake_now,
-	.option = fake_option,
-	.cancelled = fake_cancelled,
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = fake_log,
+        .error = fake_error,
+        .now_ns = fake_now,
+        .option = fake_option,
+        .cancelled = fake_cancelled,
 };
 
 static struct fake_host src_host, dst_host;
@@ -697,8 +697,7 @@ static int teardown(void **state)
 static struct lmt_instance_params params(enum lmt_role role, uint32_t channels, const char *local)
 {
 	struct lmt_instance_params p = {
-		.struct_size = sizeof(p), .role = role, .channels = channels, .timeout_ns = SECOND
-	};
+	        .struct_size = sizeof(p), .role = role, .channels = channels, .timeout_ns = SECOND};
 	snprintf(p.local_host, sizeof(p.local_host), "%s", local);
 	snprintf(p.peer_host, sizeof(p.peer_host), "%s", local);
 	return p;
@@ -738,13 +737,13 @@ static struct pair *pair_open(uint32_t channels)
 		assert_int_equal(ops->ep_connect(p->dst_ep[c], &src_addr[c]), 0);
 		assert_int_equal(ops->ep_connect(p->src_ep[c], &dst_addr[c]), 0);
 	}
-	struct lmt_blob key = { 0 };
+	struct lmt_blob key = {0};
 	assert_int_equal(ops->mr_register(p->dst, p->dst_ram, sizeof(p->dst_ram),
 	                                  LMT_MR_REMOTE_WRITE, &p->dst_mr, &key),
 	                 0);
 	assert_int_equal(ops->rkey_import(p->src, &key, &p->rkey), 0);
-	assert_int_equal(ops->mr_register(p->src, p->src_ram, sizeof(p->src_ram),
-	                                  LMT_MR_LOCAL_READ, &p->src_mr, NULL),
+	assert_int_equal(ops->mr_register(p->src, p->src_ram, sizeof(p->src_ram), LMT_MR_LOCAL_READ,
+	                                  &p->src_mr, NULL),
 	                 0);
 	return p;
 }
@@ -931,16 +930,16 @@ static void test_infiniband_port_without_lid_is_refused(void **state)
 /* ---- Teardown after a failure at each setup step ------------------------- */
 
 static const char *const fail_names[] = {
-	[FAIL_OPEN_DEVICE] = "no active RDMA port: rxe0 cannot be opened",
-	[FAIL_QUERY_DEVICE] = "no active RDMA port: rxe0 cannot be queried",
-	[FAIL_ALLOC_PD] = "ibv_alloc_pd failed",
-	[FAIL_COMP_CHANNEL] = "ibv_create_comp_channel failed",
-	[FAIL_CREATE_CQ] = "ibv_create_cq of 65 entries failed",
-	[FAIL_CREATE_QP] = "ibv_create_qp with 65 send requests failed",
-	[FAIL_MODIFY_INIT] = "queue pair to INIT failed",
-	[FAIL_MODIFY_RTR] = "queue pair to RTR failed",
-	[FAIL_MODIFY_RTS] = "queue pair to RTS failed",
-	[FAIL_REG_MR] = "ibv_reg_mr of 65536 bytes",
+        [FAIL_OPEN_DEVICE] = "no active RDMA port: rxe0 cannot be opened",
+        [FAIL_QUERY_DEVICE] = "no active RDMA port: rxe0 cannot be queried",
+        [FAIL_ALLOC_PD] = "ibv_alloc_pd failed",
+        [FAIL_COMP_CHANNEL] = "ibv_create_comp_channel failed",
+        [FAIL_CREATE_CQ] = "ibv_create_cq of 65 entries failed",
+        [FAIL_CREATE_QP] = "ibv_create_qp with 65 send requests failed",
+        [FAIL_MODIFY_INIT] = "queue pair to INIT failed",
+        [FAIL_MODIFY_RTR] = "queue pair to RTR failed",
+        [FAIL_MODIFY_RTS] = "queue pair to RTS failed",
+        [FAIL_REG_MR] = "ibv_reg_mr of 65536 bytes",
 };
 
 /* Runs setup up to the step that fails, checks the message and that
@@ -949,7 +948,7 @@ static void fail_setup_at(enum fail_point step)
 {
 	lmt_instance *src = NULL, *dst = NULL;
 	lmt_endpoint *src_ep = NULL, *dst_ep = NULL;
-	struct lmt_blob src_addr, dst_addr, key = { 0 };
+	struct lmt_blob src_addr, dst_addr, key = {0};
 	static uint8_t ram[1 << 16];
 	lmt_mr *mr = NULL;
 	assert_int_equal(open_instance(LMT_ROLE_DESTINATION, 1, &dst), 0);
@@ -978,11 +977,11 @@ static void fail_setup_at(enum fail_point step)
 	assert_nothing_left();
 }
 
-#define FAIL_TEST(name, step)                                                                     \
-	static void test_teardown_after_##name##_fails(void **state)                              \
-	{                                                                                         \
-		(void)state;                                                                      \
-		fail_setup_at(step);                                                              \
+#define FAIL_TEST(name, step)                                                                      \
+	static void test_teardown_after_##name##_fails(void **state)                               \
+	{                                                                                          \
+		(void)state;                                                                       \
+		fail_setup_at(step);                                                               \
 	}
 FAIL_TEST(open_device, FAIL_OPEN_DEVICE)
 FAIL_TEST(query_device, FAIL_QUERY_DEVICE)
@@ -1074,16 +1073,16 @@ static void test_malformed_peer_addresses_are_refused(void **state)
 		uint8_t value;
 		const char *why;
 	} cases[] = {
-		{ 0, 'X', "bad magic" },
-		{ 4, 9, "unsupported version" },
-		{ 6, LMT_ROLE_SOURCE, "same role" },
-		{ 7, 7, "unknown link layer" },
-		{ 8, 0, "MTU out of range" },
-		{ 8, 6, "MTU out of range" },
-		{ 9, 1, "reserved field not zero" },
-		{ 12, 1, "another channel" },
-		{ 19, 1, "queue pair number out of range" },
-		{ 23, 1, "packet sequence number out of range" },
+	        {0, 'X', "bad magic"},
+	        {4, 9, "unsupported version"},
+	        {6, LMT_ROLE_SOURCE, "same role"},
+	        {7, 7, "unknown link layer"},
+	        {8, 0, "MTU out of range"},
+	        {8, 6, "MTU out of range"},
+	        {9, 1, "reserved field not zero"},
+	        {12, 1, "another channel"},
+	        {19, 1, "queue pair number out of range"},
+	        {23, 1, "packet sequence number out of range"},
 	};
 	int modified = fake.nmodify;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1120,7 +1119,7 @@ static void test_destination_key_lets_the_peer_write_the_whole_range(void **stat
 	lmt_instance *dst;
 	static uint8_t ram[8192];
 	lmt_mr *mr;
-	struct lmt_blob key = { 0 };
+	struct lmt_blob key = {0};
 	assert_int_equal(open_instance(LMT_ROLE_DESTINATION, 1, &dst), 0);
 	assert_int_equal(ops->mr_register(dst, ram, sizeof(ram), LMT_MR_REMOTE_WRITE, &mr, &key),
 	                 0);
@@ -1156,7 +1155,7 @@ static void test_odp_registers_on_demand_where_supported(void **state)
 	lmt_instance *dst;
 	static uint8_t ram[8192];
 	lmt_mr *mr;
-	struct lmt_blob key = { 0 };
+	struct lmt_blob key = {0};
 	assert_int_equal(open_instance(LMT_ROLE_DESTINATION, 1, &dst), 0);
 	assert_int_equal(ops->mr_register(dst, ram, sizeof(ram), LMT_MR_REMOTE_WRITE, &mr, &key),
 	                 0);
@@ -1199,7 +1198,7 @@ static void test_bad_key_blobs_are_refused(void **state)
 	lmt_rkey *rkey = NULL;
 	assert_int_equal(open_instance(LMT_ROLE_SOURCE, 1, &src), 0);
 	struct lmt_blob good;
-	verbs_key_encode(&(struct verbs_key){ .rkey = 7, .addr = 4096, .len = 4096 }, &good);
+	verbs_key_encode(&(struct verbs_key){.rkey = 7, .addr = 4096, .len = 4096}, &good);
 	assert_int_equal(ops->rkey_import(src, &good, &rkey), 0);
 	ops->rkey_release(src, rkey);
 	struct lmt_blob bad = good;
@@ -1208,9 +1207,9 @@ static void test_bad_key_blobs_are_refused(void **state)
 	bad = good;
 	bad.data[0] ^= 1;
 	assert_int_equal(ops->rkey_import(src, &bad, &rkey), -LMT_EPROTO);
-	verbs_key_encode(&(struct verbs_key){ .rkey = 7, .addr = 4096, .len = 0 }, &bad);
+	verbs_key_encode(&(struct verbs_key){.rkey = 7, .addr = 4096, .len = 0}, &bad);
 	assert_int_equal(ops->rkey_import(src, &bad, &rkey), -LMT_EPROTO);
-	verbs_key_encode(&(struct verbs_key){ .rkey = 7, .addr = UINT64_MAX - 10, .len = 4096 },
+	verbs_key_encode(&(struct verbs_key){.rkey = 7, .addr = UINT64_MAX - 10, .len = 4096},
 	                 &bad);
 	src_host.errors = 0;
 	assert_int_equal(ops->rkey_import(src, &bad, &rkey), -LMT_EPROTO);
@@ -1503,7 +1502,7 @@ static void test_queue_pair_fatal_event_fails_the_source(void **state)
 	(void)state;
 	struct pair *p = pair_open(1);
 	assert_int_equal(write_page(p, 0, 0, 5), 0);
-	struct ibv_qp fake_qp = { .qp_num = fake.wrs[0].qp_num };
+	struct ibv_qp fake_qp = {.qp_num = fake.wrs[0].qp_num};
 	queue_event(IBV_EVENT_QP_FATAL, &fake_qp);
 	struct lmt_completion out[4];
 	assert_int_equal(ops->progress(p->src, out, 4, 0), 1);
@@ -1542,13 +1541,13 @@ static void test_harmless_events_are_only_logged(void **state)
 static void test_address_blob_round_trips(void **state)
 {
 	(void)state;
-	struct verbs_addr a = { .role = LMT_ROLE_DESTINATION,
-		                .link = VERBS_LINK_IB,
-		                .mtu = 5,
-		                .channel = 3,
-		                .qpn = 0xabcdef,
-		                .psn = 0x123456,
-		                .lid = 7 };
+	struct verbs_addr a = {.role = LMT_ROLE_DESTINATION,
+	                       .link = VERBS_LINK_IB,
+	                       .mtu = 5,
+	                       .channel = 3,
+	                       .qpn = 0xabcdef,
+	                       .psn = 0x123456,
+	                       .lid = 7};
 	memset(a.gid, 0xfe, 16);
 	struct lmt_blob b;
 	verbs_addr_encode(&a, &b);
@@ -1575,56 +1574,56 @@ int main(void)
 	ops = &plugin->ops;
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
-		T(test_no_device_says_the_list_was_empty),
-		T(test_unknown_device_lists_the_devices_found),
-		T(test_first_device_with_an_active_port_is_chosen),
-		T(test_named_device_is_used_even_when_not_first),
-		T(test_no_active_port_names_each_port_state),
-		T(test_port_beyond_the_device_is_refused),
-		T(test_roce_gid_matches_the_control_connection_address),
-		T(test_roce_gid_defaults_to_the_first_v2_ipv4_one),
-		T(test_gid_index_option_overrides_the_choice),
-		T(test_empty_gid_index_is_refused),
-		T(test_no_roce_v2_gid_lists_what_was_found),
-		T(test_infiniband_port_without_lid_is_refused),
-		T(test_teardown_after_open_device_fails),
-		T(test_teardown_after_query_device_fails),
-		T(test_teardown_after_alloc_pd_fails),
-		T(test_teardown_after_comp_channel_fails),
-		T(test_teardown_after_create_cq_fails),
-		T(test_teardown_after_create_qp_fails),
-		T(test_teardown_after_qp_to_init_fails),
-		T(test_teardown_after_qp_to_rtr_fails),
-		T(test_teardown_after_qp_to_rts_fails),
-		T(test_teardown_after_reg_mr_fails),
-		T(test_close_releases_what_the_core_left_behind),
-		T(test_queue_pairs_connect_with_the_peer_qpn_psn_and_gid),
-		T(test_path_mtu_is_the_smaller_of_both_sides),
-		T(test_malformed_peer_addresses_are_refused),
-		T(test_destination_key_lets_the_peer_write_the_whole_range),
-		T(test_source_registration_asks_for_no_write_access),
-		T(test_odp_registers_on_demand_where_supported),
-		T(test_odp_is_refused_where_the_device_lacks_it),
-		T(test_registration_failure_points_at_the_memlock_limit),
-		T(test_bad_key_blobs_are_refused),
-		T(test_each_write_has_its_own_wr_id_and_one_in_n_is_signalled),
-		T(test_signalled_completion_retires_exactly_the_writes_before_it),
-		T(test_completions_on_two_channels_are_kept_apart),
-		T(test_full_queue_answers_eagain_until_a_completion_frees_it),
-		T(test_unsignalled_tail_is_retired_by_a_marker_when_progress_waits),
-		T(test_flush_drains_every_outstanding_write),
-		T(test_flush_times_out_naming_what_is_outstanding),
-		T(test_cancel_ends_a_waiting_progress),
-		T(test_writes_outside_either_region_are_refused),
-		T(test_completion_error_reports_every_outstanding_cookie_once),
-		T(test_retry_exceeded_means_the_peer_is_gone),
-		T(test_completion_for_an_unknown_request_fails_the_instance),
-		T(test_poll_cq_failure_fails_the_instance),
-		T(test_post_send_failure_fails_the_instance),
-		T(test_queue_pair_fatal_event_fails_the_source),
-		T(test_device_fatal_event_fails_the_destination),
-		T(test_harmless_events_are_only_logged),
-		T(test_address_blob_round_trips),
+	        T(test_no_device_says_the_list_was_empty),
+	        T(test_unknown_device_lists_the_devices_found),
+	        T(test_first_device_with_an_active_port_is_chosen),
+	        T(test_named_device_is_used_even_when_not_first),
+	        T(test_no_active_port_names_each_port_state),
+	        T(test_port_beyond_the_device_is_refused),
+	        T(test_roce_gid_matches_the_control_connection_address),
+	        T(test_roce_gid_defaults_to_the_first_v2_ipv4_one),
+	        T(test_gid_index_option_overrides_the_choice),
+	        T(test_empty_gid_index_is_refused),
+	        T(test_no_roce_v2_gid_lists_what_was_found),
+	        T(test_infiniband_port_without_lid_is_refused),
+	        T(test_teardown_after_open_device_fails),
+	        T(test_teardown_after_query_device_fails),
+	        T(test_teardown_after_alloc_pd_fails),
+	        T(test_teardown_after_comp_channel_fails),
+	        T(test_teardown_after_create_cq_fails),
+	        T(test_teardown_after_create_qp_fails),
+	        T(test_teardown_after_qp_to_init_fails),
+	        T(test_teardown_after_qp_to_rtr_fails),
+	        T(test_teardown_after_qp_to_rts_fails),
+	        T(test_teardown_after_reg_mr_fails),
+	        T(test_close_releases_what_the_core_left_behind),
+	        T(test_queue_pairs_connect_with_the_peer_qpn_psn_and_gid),
+	        T(test_path_mtu_is_the_smaller_of_both_sides),
+	        T(test_malformed_peer_addresses_are_refused),
+	        T(test_destination_key_lets_the_peer_write_the_whole_range),
+	        T(test_source_registration_asks_for_no_write_access),
+	        T(test_odp_registers_on_demand_where_supported),
+	        T(test_odp_is_refused_where_the_device_lacks_it),
+	        T(test_registration_failure_points_at_the_memlock_limit),
+	        T(test_bad_key_blobs_are_refused),
+	        T(test_each_write_has_its_own_wr_id_and_one_in_n_is_signalled),
+	        T(test_signalled_completion_retires_exactly_the_writes_before_it),
+	        T(test_completions_on_two_channels_are_kept_apart),
+	        T(test_full_queue_answers_eagain_until_a_completion_frees_it),
+	        T(test_unsignalled_tail_is_retired_by_a_marker_when_progress_waits),
+	        T(test_flush_drains_every_outstanding_write),
+	        T(test_flush_times_out_naming_what_is_outstanding),
+	        T(test_cancel_ends_a_waiting_progress),
+	        T(test_writes_outside_either_region_are_refused),
+	        T(test_completion_error_reports_every_outstanding_cookie_once),
+	        T(test_retry_exceeded_means_the_peer_is_gone),
+	        T(test_completion_for_an_unknown_request_fails_the_instance),
+	        T(test_poll_cq_failure_fails_the_instance),
+	        T(test_post_send_failure_fails_the_instance),
+	        T(test_queue_pair_fatal_event_fails_the_source),
+	        T(test_device_fatal_event_fails_the_destination),
+	        T(test_harmless_events_are_only_logged),
+	        T(test_address_blob_round_trips),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

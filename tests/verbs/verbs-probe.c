@@ -45,8 +45,7 @@ static int probe_device(struct ibv_device *dev)
 				continue;
 			printf("%s port %u: %s, %s, MTU %d\n", name, p,
 			       ibv_port_state_str(pa.state),
-			       pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet"
-			                                                : "InfiniBand",
+			       pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
 			       128 << pa.active_mtu);
 			print_gids(ctx, p, pa.gid_tbl_len);
 			active += pa.state == IBV_PORT_ACTIVE;

@@ -19,8 +19,8 @@
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
-#define ALL_CAPS                                                                          \
-	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |      \
+#define ALL_CAPS                                                                                   \
+	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |              \
 	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR)
 #define PROMPT_NS (2 * PC_SECOND) /* a cancelled or timed-out call returns this soon */
 
@@ -79,9 +79,12 @@ static void format_caps(uint64_t caps, char *buf, size_t size)
 		uint64_t bit;
 		const char *name;
 	} names[] = {
-		{LMT_CAP_ONE_SIDED, "one-sided"},       {LMT_CAP_LOCAL_MR, "local-mr"},
-		{LMT_CAP_PIN, "pin"},                   {LMT_CAP_MULTI_CHANNEL, "multi-channel"},
-		{LMT_CAP_TARGET_PROGRESS, "target-progress"}, {LMT_CAP_DECORATOR, "decorator"},
+	        {LMT_CAP_ONE_SIDED, "one-sided"},
+	        {LMT_CAP_LOCAL_MR, "local-mr"},
+	        {LMT_CAP_PIN, "pin"},
+	        {LMT_CAP_MULTI_CHANNEL, "multi-channel"},
+	        {LMT_CAP_TARGET_PROGRESS, "target-progress"},
+	        {LMT_CAP_DECORATOR, "decorator"},
 	};
 	size_t used = 0;
 	buf[0] = 0;
@@ -97,8 +100,7 @@ static void check_descriptor(struct pc_run *run)
 {
 	const struct lmt_plugin *d = run->cfg->plugin;
 	if (d->abi_version < 1 || d->abi_version > LMT_PLUGIN_ABI_VERSION) {
-		pc_fail(run, "ABI v%u, expected v1 to v%u", d->abi_version,
-		        LMT_PLUGIN_ABI_VERSION);
+		pc_fail(run, "ABI v%u, expected v1 to v%u", d->abi_version, LMT_PLUGIN_ABI_VERSION);
 		return;
 	}
 	if (d->abi_version == LMT_PLUGIN_ABI_VERSION && d->struct_size < sizeof(*d)) {
@@ -128,13 +130,13 @@ static void check_descriptor(struct pc_run *run)
 		return;
 	}
 	const struct lmt_plugin_ops *o = &d->ops;
-	const void *ops[] = {o->instance_open, o->instance_close, o->ep_open, o->ep_connect,
-	                     o->ep_close, o->mr_register, o->mr_deregister, o->rkey_import,
-	                     o->rkey_release, o->write, o->progress, o->flush};
-	static const char *const op_names[] = {
-		"instance_open", "instance_close", "ep_open", "ep_connect", "ep_close",
-		"mr_register", "mr_deregister", "rkey_import", "rkey_release", "write",
-		"progress", "flush"};
+	const void *ops[] = {o->instance_open, o->instance_close, o->ep_open,       o->ep_connect,
+	                     o->ep_close,      o->mr_register,    o->mr_deregister, o->rkey_import,
+	                     o->rkey_release,  o->write,          o->progress,      o->flush};
+	static const char *const op_names[] = {"instance_open", "instance_close", "ep_open",
+	                                       "ep_connect",    "ep_close",       "mr_register",
+	                                       "mr_deregister", "rkey_import",    "rkey_release",
+	                                       "write",         "progress",       "flush"};
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		if (!ops[i]) {
 			pc_fail(run, "ops.%s is NULL", op_names[i]);
@@ -173,9 +175,10 @@ static bool answers_newer(struct pc_run *run, lmt_plugin_entry_fn entry, uint32_
 	const struct lmt_plugin *d;
 	int rc = offer(entry, core_abi, &d);
 	if (rc || !d)
-		return pc_fail(run, "an offer of ABI v%u (newer than it speaks) got %s; it should "
-		               "answer with the newest it speaks", core_abi,
-		               rc ? lmt_err_name(rc) : "no descriptor");
+		return pc_fail(run,
+		               "an offer of ABI v%u (newer than it speaks) got %s; it should "
+		               "answer with the newest it speaks",
+		               core_abi, rc ? lmt_err_name(rc) : "no descriptor");
 	if (d->abi_version > core_abi || d->abi_version < current)
 		return pc_fail(run, "an offer of ABI v%u got v%u, but v%u for v%u", core_abi,
 		               d->abi_version, current, LMT_PLUGIN_ABI_VERSION);
@@ -197,8 +200,7 @@ static void negotiate(struct pc_run *run, lmt_plugin_entry_fn entry)
 		return;
 	}
 	if (offer(entry, LMT_PLUGIN_ABI_VERSION, &again) != 0 || again != d) {
-		pc_fail(run, "two offers of ABI v%u got different answers",
-		        LMT_PLUGIN_ABI_VERSION);
+		pc_fail(run, "two offers of ABI v%u got different answers", LMT_PLUGIN_ABI_VERSION);
 		return;
 	}
 	static const uint32_t newer[] = {LMT_PLUGIN_ABI_VERSION + 1, 1000, UINT32_MAX};
@@ -254,15 +256,14 @@ static void check_negotiation(struct pc_run *run)
 
 /* ---- Options -------------------------------------------------------------- */
 
-static bool check_value(struct pc_run *run, const char *qualified,
-                        const struct lmt_option_desc *o, const struct lmt_option_value *v,
-                        const char *what)
+static bool check_value(struct pc_run *run, const char *qualified, const struct lmt_option_desc *o,
+                        const struct lmt_option_value *v, const char *what)
 {
 	if (v->type != o->type)
 		return pc_fail(run, "%s: the %s has type %d, the descriptor says %d", qualified,
 		               what, (int)v->type, (int)o->type);
-	bool numeric = o->type == LMT_OPT_INT || o->type == LMT_OPT_SIZE ||
-	               o->type == LMT_OPT_DURATION;
+	bool numeric =
+	        o->type == LMT_OPT_INT || o->type == LMT_OPT_SIZE || o->type == LMT_OPT_DURATION;
 	if (numeric && (o->min || o->max) && (v->integer < o->min || v->integer > o->max))
 		return pc_fail(run, "%s: the %s %lld is outside %lld to %lld", qualified, what,
 		               (long long)v->integer, (long long)o->min, (long long)o->max);
@@ -276,8 +277,7 @@ static bool check_value(struct pc_run *run, const char *qualified,
 			count++;
 		if (v->integer < 0 || v->integer >= count || !v->text ||
 		    strcmp(v->text, o->enum_values[v->integer]) != 0)
-			return pc_fail(run, "%s: the %s is not one of its values", qualified,
-			               what);
+			return pc_fail(run, "%s: the %s is not one of its values", qualified, what);
 	}
 	if (o->type == LMT_OPT_STRING && !v->text)
 		return pc_fail(run, "%s: the %s has no text", qualified, what);
@@ -313,8 +313,7 @@ static bool round_trip(struct pc_run *run, lmt_session *s, const char *qualified
 	return true;
 }
 
-static bool check_option(struct pc_run *run, lmt_session *defaults,
-                         const struct lmt_option_desc *o)
+static bool check_option(struct pc_run *run, lmt_session *defaults, const struct lmt_option_desc *o)
 {
 	const char *plugin = run->cfg->plugin->name;
 	char qualified[128];
@@ -407,8 +406,7 @@ static void check_idle(struct pc_run *run)
 			pc_fail(run, "source progress with nothing posted: %s",
 			        pc_describe(&pair.src.host, n, d, sizeof(d)));
 		else if (n > 0)
-			pc_fail(run, "source progress reported %d completions before any write",
-			        n);
+			pc_fail(run, "source progress reported %d completions before any write", n);
 		else if (took > PC_SECOND / 20 + PROMPT_NS)
 			pc_fail(run, "progress(50 ms) took %.1f s", seconds(took));
 		start = pc_now();
@@ -449,8 +447,8 @@ static bool write_ends(struct pc_run *run, struct pc_pair *pair, struct pc_sourc
 		struct pc_region *r = &regions[i];
 		uint64_t last = r->len - PC_PAGE;
 		ok = pc_same(run, "first page", r->mem, source->mem + i * PC_PAGE, PC_PAGE, 0) &&
-		     pc_same(run, "last page", r->mem + last,
-		             source->mem + (i + count) * PC_PAGE, PC_PAGE, last) &&
+		     pc_same(run, "last page", r->mem + last, source->mem + (i + count) * PC_PAGE,
+		             PC_PAGE, last) &&
 		     all_zero(run, "between the pages", r->mem + PC_PAGE, last - PC_PAGE,
 		              PC_PAGE) &&
 		     pc_region_guards_intact(run, r);
@@ -484,8 +482,7 @@ static void check_registration(struct pc_run *run)
 	}
 	if (ok)
 		pc_note(run, "%u regions of 8 KiB to 2 MiB, key blobs of %u bytes%s", COUNT,
-		        regions[0].key.len,
-		        source.mr ? ", source memory registered" : "");
+		        regions[0].key.len, source.mr ? ", source memory registered" : "");
 	finish(run, &pair, NULL, &source, regions, COUNT);
 }
 
@@ -499,9 +496,11 @@ struct span {
 static size_t plan_sizes(uint64_t chunk, struct span *spans, size_t max, uint64_t *region_len)
 {
 	static const size_t sizes[] = {
-		PC_PAGE, 2 * PC_PAGE, 3 * PC_PAGE, 15 * PC_PAGE, 16 * PC_PAGE, 17 * PC_PAGE,
-		64 * KIB, 252 * KIB, 256 * KIB, MIB - PC_PAGE, MIB, MIB + PC_PAGE, 2 * MIB,
-		3 * MIB + 5 * PC_PAGE, 4 * MIB, 8 * MIB, 5 * PC_PAGE,
+	        PC_PAGE,      2 * PC_PAGE,           3 * PC_PAGE, 15 * PC_PAGE,
+	        16 * PC_PAGE, 17 * PC_PAGE,          64 * KIB,    252 * KIB,
+	        256 * KIB,    MIB - PC_PAGE,         MIB,         MIB + PC_PAGE,
+	        2 * MIB,      3 * MIB + 5 * PC_PAGE, 4 * MIB,     8 * MIB,
+	        5 * PC_PAGE,
 	};
 	size_t n = 0;
 	uint64_t at = PC_PAGE;
@@ -518,8 +517,8 @@ static size_t plan_sizes(uint64_t chunk, struct span *spans, size_t max, uint64_
 }
 
 static bool post_spans(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
-                       struct pc_source *source, struct pc_region *region,
-                       const struct span *spans, size_t n, bool reverse)
+                       struct pc_source *source, struct pc_region *region, const struct span *spans,
+                       size_t n, bool reverse)
 {
 	for (size_t k = 0; k < n; k++) {
 		const struct span *s = &spans[reverse ? n - 1 - k : k];
@@ -558,8 +557,7 @@ static void check_sizes(struct pc_run *run)
 	struct pc_tally tally = {0};
 	char d[640];
 	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
-	          pc_source_open(run, &pair, &source, len, 3) &&
-	          pc_tally_init(run, &tally, 2 * n);
+	          pc_source_open(run, &pair, &source, len, 3) && pc_tally_init(run, &tally, 2 * n);
 	/* Twice: the second round re-sends every page with new bytes. */
 	for (int round = 0; round < 2 && ok; round++) {
 		if (round)
@@ -592,8 +590,7 @@ static void check_cookies(struct pc_run *run)
 	struct pc_tally tally = {0};
 	size_t len = (size_t)WRITES * PC_PAGE;
 	bool ok = pc_pair_ready(run, &pair) && pc_region_open(run, &pair, &region, len) &&
-	          pc_source_open(run, &pair, &source, len, 5) &&
-	          pc_tally_init(run, &tally, WRITES);
+	          pc_source_open(run, &pair, &source, len, 5) && pc_tally_init(run, &tally, WRITES);
 	for (uint64_t i = 0; i < WRITES && ok; i++) {
 		/* Pages in a shuffled order, spread over the channels. */
 		uint64_t page = (i * 1031) % WRITES;
@@ -666,15 +663,16 @@ static bool retry(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tal
 	for (;;) {
 		if (pc_harvest(run, pair, tally, 64, PC_SECOND / 100) < 0)
 			return false;
-		int rc = pc_post_once(run, pair, tally, channel, source,
-		                      source->mem + page * PC_PAGE, region, page * PC_PAGE,
-		                      PC_PAGE);
+		int rc =
+		        pc_post_once(run, pair, tally, channel, source,
+		                     source->mem + page * PC_PAGE, region, page * PC_PAGE, PC_PAGE);
 		if (rc == 0)
 			return true;
 		if (rc != -LMT_EAGAIN)
 			return false;
 		if (pc_now() > deadline)
-			return pc_fail(run, "write answered LMT_EAGAIN for 10 s with %llu writes "
+			return pc_fail(run,
+			               "write answered LMT_EAGAIN for 10 s with %llu writes "
 			               "outstanding, while progress ran",
 			               (unsigned long long)(tally->posted - tally->done));
 	}
@@ -691,9 +689,9 @@ static bool fill_queue(struct pc_run *run, struct pc_pair *pair, struct pc_tally
 	while (tally->posted < pages && !*full_at) {
 		uint64_t page = tally->posted;
 		uint32_t channel = (uint32_t)(page % pair->channels);
-		int rc = pc_post_once(run, pair, tally, channel, source,
-		                      source->mem + page * PC_PAGE, region, page * PC_PAGE,
-		                      PC_PAGE);
+		int rc =
+		        pc_post_once(run, pair, tally, channel, source,
+		                     source->mem + page * PC_PAGE, region, page * PC_PAGE, PC_PAGE);
 		if (rc == 0)
 			continue;
 		if (rc != -LMT_EAGAIN)
@@ -768,8 +766,8 @@ static size_t malformed(const struct lmt_blob *good, struct variant *out)
 	return n;
 }
 
-static bool refuses(struct pc_run *run, struct pc_host *host, const char *what, int before,
-                    int rc, int expected)
+static bool refuses(struct pc_run *run, struct pc_host *host, const char *what, int before, int rc,
+                    int expected)
 {
 	if (rc == 0)
 		return pc_fail(run, "%s: accepted", what);
@@ -849,8 +847,12 @@ static void check_beyond(struct pc_run *run)
 		uint64_t offset;
 		size_t len;
 	} bad[] = {
-		{len, 1}, {len - PC_PAGE, 2 * PC_PAGE}, {0, len + 1}, {len + PC_PAGE, PC_PAGE},
-		{UINT64_MAX - PC_PAGE + 1, PC_PAGE}, {UINT64_MAX, 2},
+	        {len, 1},
+	        {len - PC_PAGE, 2 * PC_PAGE},
+	        {0, len + 1},
+	        {len + PC_PAGE, PC_PAGE},
+	        {UINT64_MAX - PC_PAGE + 1, PC_PAGE},
+	        {UINT64_MAX, 2},
 	};
 	struct pc_pair pair;
 	struct pc_region region = {0};
@@ -871,8 +873,8 @@ static void check_beyond(struct pc_run *run)
 	}
 	ok = ok && all_zero(run, "the region after refused writes", region.mem, len, 0);
 	/* The last page and the last byte are still writable. */
-	ok = ok && pc_post(run, &pair, &tally, 0, &source, source.mem, &region, len - PC_PAGE,
-	                   PC_PAGE) &&
+	ok = ok &&
+	     pc_post(run, &pair, &tally, 0, &source, source.mem, &region, len - PC_PAGE, PC_PAGE) &&
 	     pc_harvest_all(run, &pair, &tally) &&
 	     pc_post(run, &pair, &tally, 0, &source, source.mem + 2 * PC_PAGE, &region, len - 1,
 	             1) &&
@@ -894,8 +896,8 @@ static void check_beyond(struct pc_run *run)
 
 /* A blocking call that gave up must return promptly with `expected`, or 0
  * from a plugin that had nothing to wait for. */
-static bool prompt(struct pc_run *run, struct pc_host *host, const char *what, int before,
-                   int rc, uint64_t took, uint64_t limit, int expected)
+static bool prompt(struct pc_run *run, struct pc_host *host, const char *what, int before, int rc,
+                   uint64_t took, uint64_t limit, int expected)
 {
 	if (took > limit)
 		return pc_fail(run, "%s took %.1f s", what, seconds(took));
@@ -923,8 +925,8 @@ static bool cancelled_calls(struct pc_run *run)
 		int before = pc_host_errors(&pair.dst.host);
 		uint64_t start = pc_now();
 		int rc = pair.plugin->ops.progress(pair.dst.inst, c, 4, 30 * PC_SECOND);
-		ok = prompt(run, &pair.dst.host, "a cancelled destination's progress(30 s)",
-		            before, rc, pc_now() - start, PROMPT_NS, -LMT_ECANCELED);
+		ok = prompt(run, &pair.dst.host, "a cancelled destination's progress(30 s)", before,
+		            rc, pc_now() - start, PROMPT_NS, -LMT_ECANCELED);
 	}
 	if (ok) {
 		atomic_store(&pair.src.host.cancelled, 1);
@@ -947,9 +949,10 @@ static void check_cancel(struct pc_run *run)
 		int before = pc_host_errors(&pair.dst.host);
 		uint64_t start = pc_now();
 		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
-		prompt(run, &pair.dst.host, "a destination's ep_connect(timeout 500 ms), with no "
-		       "source", before, rc, pc_now() - start, PC_SECOND / 2 + PROMPT_NS,
-		       -LMT_ETIMEDOUT);
+		prompt(run, &pair.dst.host,
+		       "a destination's ep_connect(timeout 500 ms), with no "
+		       "source",
+		       before, rc, pc_now() - start, PC_SECOND / 2 + PROMPT_NS, -LMT_ETIMEDOUT);
 	}
 	pc_pair_close(&pair);
 }
@@ -990,8 +993,8 @@ struct cycles {
 
 static struct cycles cycles_plan(const struct pc_run *run, unsigned planned)
 {
-	return (struct cycles){.planned = planned, .start_ns = pc_now(),
-	                       .budget_ns = run->cfg->cycle_budget_ns};
+	return (struct cycles){
+	        .planned = planned, .start_ns = pc_now(), .budget_ns = run->cfg->cycle_budget_ns};
 }
 
 static bool cycles_left(const struct cycles *c)
@@ -1032,9 +1035,9 @@ static bool instance_cycle(struct pc_run *run)
 	for (int role = 0; role < 2; role++) {
 		struct pc_side side = {0};
 		pc_host_init(&side.host, run->cfg, role ? "destination" : "source");
-		bool ok = pc_instance_open(run, &side,
-		                           role ? LMT_ROLE_DESTINATION : LMT_ROLE_SOURCE,
-		                           run->cfg->channels, run->cfg->op_timeout_ns);
+		bool ok =
+		        pc_instance_open(run, &side, role ? LMT_ROLE_DESTINATION : LMT_ROLE_SOURCE,
+		                         run->cfg->channels, run->cfg->op_timeout_ns);
 		if (ok)
 			run->cfg->plugin->ops.instance_close(side.inst);
 		pc_host_fini(&side.host);
@@ -1055,9 +1058,11 @@ static void check_instance_cycles(struct pc_run *run)
 			return;
 	char text[96];
 	if (same_usage(run, before, &c))
-		pc_note(run, "%s of a source and a destination, %d fds and %d thread%s before "
-		        "and after", cycles_text(&c, text, sizeof(text)), before.fds,
-		        before.threads, before.threads == 1 ? "" : "s");
+		pc_note(run,
+		        "%s of a source and a destination, %d fds and %d thread%s before "
+		        "and after",
+		        cycles_text(&c, text, sizeof(text)), before.fds, before.threads,
+		        before.threads == 1 ? "" : "s");
 }
 
 static bool endpoint_cycle(struct pc_run *run, struct pc_pair *pair)
@@ -1148,8 +1153,7 @@ int pc_unload_probe(const char *spec, const char *options, bool verbose)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct usage before = usage_now();
-	struct pc_config cfg = {.channels = 1, .verbose = verbose,
-	                        .op_timeout_ns = 10 * PC_SECOND};
+	struct pc_config cfg = {.channels = 1, .verbose = verbose, .op_timeout_ns = 10 * PC_SECOND};
 	struct lmt_error err = {0};
 	lmt_plugin_handle *outer = NULL, *inner = NULL;
 	int rc = pc_load(&cfg, spec, options, &outer, &inner, &err);
@@ -1179,9 +1183,12 @@ static void check_unload(struct pc_run *run)
 		pc_fail(run, "pipe: %s", strerror(errno));
 		return;
 	}
-	char *argv[] = {"lmt-plugin-check", "--unload-probe", "-o",
+	char *argv[] = {"lmt-plugin-check",
+	                "--unload-probe",
+	                "-o",
 	                (char *)(run->cfg->option_text ? run->cfg->option_text : ""),
-	                (char *)run->cfg->spec, NULL};
+	                (char *)run->cfg->spec,
+	                NULL};
 	posix_spawn_file_actions_t actions;
 	posix_spawn_file_actions_init(&actions);
 	posix_spawn_file_actions_adddup2(&actions, p[1], STDERR_FILENO);
@@ -1218,31 +1225,32 @@ static void check_unload(struct pc_run *run)
 		                                    "dlopen, never freed at dlclose)"
 		                                  : "");
 	else
-		pc_fail(run, "the unload probe ended with %s %d", WIFSIGNALED(status) ? "signal"
-		        : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		pc_fail(run, "the unload probe ended with %s %d",
+		        WIFSIGNALED(status) ? "signal" : "status",
+		        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
 const struct pc_check pc_checks[] = {
-	{"descriptor", check_descriptor},
-	{"exported symbols", check_exports},
-	{"version negotiation", check_negotiation},
-	{"option defaults", check_options},
-	{"instance open/close", check_instances},
-	{"endpoint open/connect", check_connect},
-	{"idle progress and flush", check_idle},
-	{"registration", check_registration},
-	{"writes of many sizes", check_sizes},
-	{"every cookie exactly once", check_cookies},
-	{"flush visibility", check_flush},
-	{"queue full (EAGAIN)", check_queue_full},
-	{"malformed address blob", check_bad_address},
-	{"malformed key blob", check_bad_key},
-	{"write beyond the key's length", check_beyond},
-	{"cancel and timeout", check_cancel},
-	{"instance open/close cycles", check_instance_cycles},
-	{"endpoint open/close cycles", check_endpoint_cycles},
-	{"connected open/close cycles", check_connected_cycles},
-	{"unload", check_unload},
+        {"descriptor", check_descriptor},
+        {"exported symbols", check_exports},
+        {"version negotiation", check_negotiation},
+        {"option defaults", check_options},
+        {"instance open/close", check_instances},
+        {"endpoint open/connect", check_connect},
+        {"idle progress and flush", check_idle},
+        {"registration", check_registration},
+        {"writes of many sizes", check_sizes},
+        {"every cookie exactly once", check_cookies},
+        {"flush visibility", check_flush},
+        {"queue full (EAGAIN)", check_queue_full},
+        {"malformed address blob", check_bad_address},
+        {"malformed key blob", check_bad_key},
+        {"write beyond the key's length", check_beyond},
+        {"cancel and timeout", check_cancel},
+        {"instance open/close cycles", check_instance_cycles},
+        {"endpoint open/close cycles", check_endpoint_cycles},
+        {"connected open/close cycles", check_connected_cycles},
+        {"unload", check_unload},
 };
 
 const size_t pc_check_count = sizeof(pc_checks) / sizeof(pc_checks[0]);

@@ -15,8 +15,8 @@
 /* Symbols every linker defines in a shared object. */
 static bool expected(const char *name)
 {
-	static const char *const names[] = {LMT_PLUGIN_ENTRY_SYMBOL, "_init", "_fini",
-	                                    "__bss_start", "_edata", "_end"};
+	static const char *const names[] = {LMT_PLUGIN_ENTRY_SYMBOL, "_init",  "_fini",
+	                                    "__bss_start",           "_edata", "_end"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(name, names[i]) == 0)
 			return true;

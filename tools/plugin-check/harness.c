@@ -57,18 +57,20 @@ static int load_inner(struct pc_config *cfg, const char *target, lmt_plugin_hand
 	bool decorator = cfg->plugin->caps & LMT_CAP_DECORATOR;
 	if (!colon && decorator) {
 		err->code = -LMT_EINVAL;
-		snprintf(err->message, sizeof(err->message), "plugin '%s' is a decorator: name "
-		         "the plugin it wraps, as in '%s:tcp'", cfg->plugin->name,
-		         cfg->plugin->name);
+		snprintf(err->message, sizeof(err->message),
+		         "plugin '%s' is a decorator: name "
+		         "the plugin it wraps, as in '%s:tcp'",
+		         cfg->plugin->name, cfg->plugin->name);
 		return err->code;
 	}
 	if (!colon)
 		return 0;
 	if (!decorator) {
 		err->code = -LMT_EINVAL;
-		snprintf(err->message, sizeof(err->message), "plugin '%s': '%s' is not a "
-		         "decorator, so it cannot wrap '%s'", target, cfg->plugin->name,
-		         colon + 1);
+		snprintf(err->message, sizeof(err->message),
+		         "plugin '%s': '%s' is not a "
+		         "decorator, so it cannot wrap '%s'",
+		         target, cfg->plugin->name, colon + 1);
 		return err->code;
 	}
 	int rc = lmt_plugin_open(colon + 1, inner, err);
@@ -108,8 +110,7 @@ int pc_load(struct pc_config *cfg, const char *target, const char *options,
 /* Option values live in one session shared by every instance. */
 static pthread_mutex_t option_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
-    LMT_PRINTF(3, 4);
+static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
 static int host_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 
 static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
@@ -191,15 +192,15 @@ static void host_inject(void *ctx, enum lmt_fault fault)
 }
 
 const struct lmt_host pc_host_services = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_host),
-	.log = host_log,
-	.error = host_error,
-	.now_ns = host_now,
-	.option = host_option,
-	.cancelled = host_cancelled,
-	.inner = host_inner,
-	.inject = host_inject,
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = host_log,
+        .error = host_error,
+        .now_ns = host_now,
+        .option = host_option,
+        .cancelled = host_cancelled,
+        .inner = host_inner,
+        .inject = host_inject,
 };
 
 void pc_host_init(struct pc_host *host, const struct pc_config *cfg, const char *role)
@@ -243,8 +244,10 @@ bool pc_error_recorded(struct pc_run *run, struct pc_host *host, int before, int
 	int bad_code = host->bad_code;
 	pthread_mutex_unlock(&host->lock);
 	if (misused)
-		return pc_fail(run, "%s: host->error was given code %d, not a positive LMT_E* "
-		               "value", what, bad_code);
+		return pc_fail(run,
+		               "%s: host->error was given code %d, not a positive LMT_E* "
+		               "value",
+		               what, bad_code);
 	if (errors == before)
 		return pc_fail(run, "%s returned %s without a message through host->error", what,
 		               lmt_err_name(rc));
@@ -260,8 +263,10 @@ bool pc_instance_open(struct pc_run *run, struct pc_side *side, enum lmt_role ro
                       uint32_t channels, uint64_t timeout_ns)
 {
 	const struct lmt_plugin *plugin = run->cfg->plugin;
-	struct lmt_instance_params params = {.struct_size = sizeof(params), .role = role,
-	                                     .channels = channels, .timeout_ns = timeout_ns};
+	struct lmt_instance_params params = {.struct_size = sizeof(params),
+	                                     .role = role,
+	                                     .channels = channels,
+	                                     .timeout_ns = timeout_ns};
 	snprintf(params.local_host, sizeof(params.local_host), "127.0.0.1");
 	snprintf(params.peer_host, sizeof(params.peer_host), "127.0.0.1");
 	side->inst = NULL;
@@ -287,8 +292,7 @@ bool pc_pair_open(struct pc_run *run, struct pc_pair *pair, uint64_t timeout_ns)
 	pc_host_init(&pair->src.host, run->cfg, "source");
 	pc_host_init(&pair->dst.host, run->cfg, "destination");
 	return pc_instance_open(run, &pair->src, LMT_ROLE_SOURCE, pair->channels, timeout_ns) &&
-	       pc_instance_open(run, &pair->dst, LMT_ROLE_DESTINATION, pair->channels,
-	                        timeout_ns);
+	       pc_instance_open(run, &pair->dst, LMT_ROLE_DESTINATION, pair->channels, timeout_ns);
 }
 
 static bool open_side(struct pc_run *run, struct pc_pair *pair, struct pc_side *side)
@@ -306,9 +310,10 @@ static bool open_side(struct pc_run *run, struct pc_pair *pair, struct pc_side *
 			return pc_fail(run, "%s ep_open channel %u returned no endpoint",
 			               side->host.role, c);
 		if (side->addr[c].len == 0 || side->addr[c].len > LMT_BLOB_MAX)
-			return pc_fail(run, "%s ep_open channel %u: an address blob of %u bytes, "
-			               "expected 1 to %u", side->host.role, c, side->addr[c].len,
-			               LMT_BLOB_MAX);
+			return pc_fail(run,
+			               "%s ep_open channel %u: an address blob of %u bytes, "
+			               "expected 1 to %u",
+			               side->host.role, c, side->addr[c].len, LMT_BLOB_MAX);
 	}
 	return true;
 }
@@ -408,7 +413,8 @@ bool pc_pair_stop_progress(struct pc_run *run, struct pc_pair *pair)
 		return pc_fail(run, "destination progress: %s",
 		               pc_describe(&pair->dst.host, pair->progress_rc, d, sizeof(d)));
 	if (pair->progress_bogus)
-		return pc_fail(run, "destination progress reported %llu completions, but the "
+		return pc_fail(run,
+		               "destination progress reported %llu completions, but the "
 		               "destination posts no writes",
 		               (unsigned long long)pair->progress_bogus);
 	return true;
@@ -447,9 +453,10 @@ static bool side_quiet(struct pc_run *run, struct pc_side *side)
 	pthread_mutex_unlock(&side->host.lock);
 	if (!errors)
 		return true;
-	return pc_fail(run, "the %s recorded %d error%s while every call succeeded, the last "
-	               "%s: %s", side->host.role, errors, errors == 1 ? "" : "s",
-	               lmt_err_name(-code), last);
+	return pc_fail(run,
+	               "the %s recorded %d error%s while every call succeeded, the last "
+	               "%s: %s",
+	               side->host.role, errors, errors == 1 ? "" : "s", lmt_err_name(-code), last);
 }
 
 bool pc_pair_quiet(struct pc_run *run, struct pc_pair *pair)
@@ -484,8 +491,7 @@ bool pc_same(struct pc_run *run, const char *what, const uint8_t *got, const uin
 	               (unsigned long long)(base + first));
 }
 
-bool pc_region_open(struct pc_run *run, struct pc_pair *pair, struct pc_region *region,
-                    size_t len)
+bool pc_region_open(struct pc_run *run, struct pc_pair *pair, struct pc_region *region, size_t len)
 {
 	memset(region, 0, sizeof(*region));
 	region->map = mmap(NULL, len + 2 * GUARD, PROT_READ | PROT_WRITE,
@@ -508,8 +514,10 @@ bool pc_region_open(struct pc_run *run, struct pc_pair *pair, struct pc_region *
 		               pc_describe(&pair->dst.host, rc, d, sizeof(d)));
 	}
 	if (region->key.len == 0 || region->key.len > LMT_BLOB_MAX)
-		return pc_fail(run, "destination mr_register of %zu bytes: a key blob of %u "
-		               "bytes, expected 1 to %u", len, region->key.len, LMT_BLOB_MAX);
+		return pc_fail(run,
+		               "destination mr_register of %zu bytes: a key blob of %u "
+		               "bytes, expected 1 to %u",
+		               len, region->key.len, LMT_BLOB_MAX);
 	rc = pair->plugin->ops.rkey_import(pair->src.inst, &region->key, &region->rkey);
 	if (rc) {
 		region->rkey = NULL;
@@ -537,14 +545,16 @@ bool pc_region_guards_intact(struct pc_run *run, const struct pc_region *region)
 			return pc_fail(run, "a byte %zu before a %zu-byte region was overwritten",
 			               i + 1, region->len);
 		if (region->mem[region->len + i] != GUARD_BYTE)
-			return pc_fail(run, "a byte %zu after the end of a %zu-byte region was "
-			               "overwritten", i, region->len);
+			return pc_fail(run,
+			               "a byte %zu after the end of a %zu-byte region was "
+			               "overwritten",
+			               i, region->len);
 	}
 	return true;
 }
 
-bool pc_source_open(struct pc_run *run, struct pc_pair *pair, struct pc_source *source,
-                    size_t len, uint64_t seed)
+bool pc_source_open(struct pc_run *run, struct pc_pair *pair, struct pc_source *source, size_t len,
+                    uint64_t seed)
 {
 	memset(source, 0, sizeof(*source));
 	source->mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -558,8 +568,8 @@ bool pc_source_open(struct pc_run *run, struct pc_pair *pair, struct pc_source *
 		return true;
 	struct lmt_blob unused = {0};
 	char d[640];
-	int rc = pair->plugin->ops.mr_register(pair->src.inst, source->mem, len,
-	                                       LMT_MR_LOCAL_READ, &source->mr, &unused);
+	int rc = pair->plugin->ops.mr_register(pair->src.inst, source->mem, len, LMT_MR_LOCAL_READ,
+	                                       &source->mr, &unused);
 	if (rc) {
 		source->mr = NULL;
 		return pc_fail(run, "source mr_register of %zu bytes: %s", len,
@@ -596,9 +606,9 @@ void pc_tally_fini(struct pc_tally *tally)
 	memset(tally, 0, sizeof(*tally));
 }
 
-int pc_post_once(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
-                 uint32_t channel, struct pc_source *source, const uint8_t *local,
-                 struct pc_region *region, uint64_t offset, size_t len)
+int pc_post_once(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally, uint32_t channel,
+                 struct pc_source *source, const uint8_t *local, struct pc_region *region,
+                 uint64_t offset, size_t len)
 {
 	if (tally->posted == tally->cap) {
 		pc_fail(run, "internal: more writes than planned");
@@ -610,7 +620,7 @@ int pc_post_once(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tall
 	                                 COOKIE_BASE + tally->posted);
 	if (rc == 0) {
 		tally->writes[tally->posted++] = (struct pc_write){
-			.local = local, .region = region, .offset = offset, .len = len};
+		        .local = local, .region = region, .offset = offset, .len = len};
 		return 0;
 	}
 	char d[640];
@@ -622,26 +632,27 @@ int pc_post_once(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tall
 		        pc_describe(&pair->src.host, rc, d, sizeof(d)));
 		return -1;
 	}
-	pc_fail(run, "write of %zu bytes at offset %llu of a %zu-byte region, channel %u: %s",
-	        len, (unsigned long long)offset, region->len, channel,
+	pc_fail(run, "write of %zu bytes at offset %llu of a %zu-byte region, channel %u: %s", len,
+	        (unsigned long long)offset, region->len, channel,
 	        pc_describe(&pair->src.host, rc, d, sizeof(d)));
 	return -1;
 }
 
-bool pc_post(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
-             uint32_t channel, struct pc_source *source, const uint8_t *local,
-             struct pc_region *region, uint64_t offset, size_t len)
+bool pc_post(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally, uint32_t channel,
+             struct pc_source *source, const uint8_t *local, struct pc_region *region,
+             uint64_t offset, size_t len)
 {
 	uint64_t deadline = pc_now() + PATIENCE_NS;
 	for (;;) {
-		int rc = pc_post_once(run, pair, tally, channel, source, local, region, offset,
-		                      len);
+		int rc =
+		        pc_post_once(run, pair, tally, channel, source, local, region, offset, len);
 		if (rc != -LMT_EAGAIN)
 			return rc == 0;
 		if (pc_harvest(run, pair, tally, HARVEST_MAX, PC_SECOND / 100) < 0)
 			return false;
 		if (pc_now() > deadline)
-			return pc_fail(run, "write answered LMT_EAGAIN for %llu s while progress "
+			return pc_fail(run,
+			               "write answered LMT_EAGAIN for %llu s while progress "
 			               "harvested what it had (%llu of %llu writes completed)",
 			               PATIENCE_NS / PC_SECOND, (unsigned long long)tally->done,
 			               (unsigned long long)tally->posted);
@@ -653,9 +664,10 @@ static bool account(struct pc_run *run, struct pc_pair *pair, struct pc_tally *t
 {
 	uint64_t index = c->cookie - COOKIE_BASE;
 	if (c->cookie < COOKIE_BASE || index >= tally->posted)
-		return pc_fail(run, "progress reported cookie 0x%llx, which was never posted "
-		               "(%llu posted)", (unsigned long long)c->cookie,
-		               (unsigned long long)tally->posted);
+		return pc_fail(run,
+		               "progress reported cookie 0x%llx, which was never posted "
+		               "(%llu posted)",
+		               (unsigned long long)c->cookie, (unsigned long long)tally->posted);
 	struct pc_write *w = &tally->writes[index];
 	if (w->seen)
 		return pc_fail(run, "write %llu (cookie 0x%llx) completed twice",

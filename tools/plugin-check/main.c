@@ -125,24 +125,33 @@ static bool selected(const struct args *a, const char *name)
 
 static void parse_args(int argc, char **argv, struct args *a)
 {
-	enum { OPT_CYCLES = 256, OPT_CYCLE_TIME, OPT_LIMIT, OPT_CHECK, OPT_LIST, OPT_NO_FORK,
-	       OPT_UNLOAD_PROBE };
-	static const struct option longs[] = {
-		{"options", required_argument, NULL, 'o'},
-		{"channels", required_argument, NULL, 'c'},
-		{"cycles", required_argument, NULL, OPT_CYCLES},
-		{"cycle-time", required_argument, NULL, OPT_CYCLE_TIME},
-		{"limit", required_argument, NULL, OPT_LIMIT},
-		{"check", required_argument, NULL, OPT_CHECK},
-		{"list", no_argument, NULL, OPT_LIST},
-		{"no-fork", no_argument, NULL, OPT_NO_FORK},
-		{"unload-probe", no_argument, NULL, OPT_UNLOAD_PROBE},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	enum {
+		OPT_CYCLES = 256,
+		OPT_CYCLE_TIME,
+		OPT_LIMIT,
+		OPT_CHECK,
+		OPT_LIST,
+		OPT_NO_FORK,
+		OPT_UNLOAD_PROBE
 	};
-	*a = (struct args){.cycles = DEFAULT_CYCLES, .cycle_time_s = DEFAULT_CYCLE_TIME_S,
-	                   .limit_s = DEFAULT_LIMIT_S, .fork = true};
+	static const struct option longs[] = {
+	        {"options", required_argument, NULL, 'o'},
+	        {"channels", required_argument, NULL, 'c'},
+	        {"cycles", required_argument, NULL, OPT_CYCLES},
+	        {"cycle-time", required_argument, NULL, OPT_CYCLE_TIME},
+	        {"limit", required_argument, NULL, OPT_LIMIT},
+	        {"check", required_argument, NULL, OPT_CHECK},
+	        {"list", no_argument, NULL, OPT_LIST},
+	        {"no-fork", no_argument, NULL, OPT_NO_FORK},
+	        {"unload-probe", no_argument, NULL, OPT_UNLOAD_PROBE},
+	        {"verbose", no_argument, NULL, 'v'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	*a = (struct args){.cycles = DEFAULT_CYCLES,
+	                   .cycle_time_s = DEFAULT_CYCLE_TIME_S,
+	                   .limit_s = DEFAULT_LIMIT_S,
+	                   .fork = true};
 	int c;
 	while ((c = getopt_long(argc, argv, "o:c:vh", longs, NULL)) != -1) {
 		switch (c) {
@@ -203,8 +212,7 @@ static void parse_args(int argc, char **argv, struct args *a)
 
 static void report(const char *name, const struct outcome *o)
 {
-	printf("%s  %s%s%s\n", o->passed ? "PASS" : "FAIL", name, o->text[0] ? ": " : "",
-	       o->text);
+	printf("%s  %s%s%s\n", o->passed ? "PASS" : "FAIL", name, o->text[0] ? ": " : "", o->text);
 	fflush(stdout);
 }
 
@@ -235,8 +243,10 @@ static void run_child(const struct pc_config *cfg, const struct pc_check *check,
 		ssize_t n = pread(STDOUT_FILENO, first, sizeof(first) - 1, 0);
 		first[n > 0 ? n : 0] = 0;
 		first[strcspn(first, "\n")] = 0;
-		pc_fail(&run, "the plugin printed %lld bytes to stdout, which a plugin never "
-		        "does: \"%s\"", (long long)printed, first);
+		pc_fail(&run,
+		        "the plugin printed %lld bytes to stdout, which a plugin never "
+		        "does: \"%s\"",
+		        (long long)printed, first);
 	}
 	char msg[sizeof(run.why) + 2];
 	int len = snprintf(msg, sizeof(msg), "%c%s", run.failed ? 'F' : 'P',
@@ -278,8 +288,8 @@ static size_t read_outcome(int fd, char *buf, size_t size, uint64_t limit_ns, bo
 	}
 }
 
-static void run_forked(const struct pc_config *cfg, const struct pc_check *check,
-                       unsigned limit_s, struct outcome *out)
+static void run_forked(const struct pc_config *cfg, const struct pc_check *check, unsigned limit_s,
+                       struct outcome *out)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0) {
@@ -297,8 +307,8 @@ static void run_forked(const struct pc_config *cfg, const struct pc_check *check
 	close(p[1]);
 	char buf[sizeof(out->text) + 1];
 	bool late = false;
-	size_t have = pid > 0 ? read_outcome(p[0], buf, sizeof(buf), limit_s * PC_SECOND, &late)
-	                      : 0;
+	size_t have =
+	        pid > 0 ? read_outcome(p[0], buf, sizeof(buf), limit_s * PC_SECOND, &late) : 0;
 	close(p[0]);
 	buf[have] = 0;
 	int status = 0;
@@ -308,8 +318,8 @@ static void run_forked(const struct pc_config *cfg, const struct pc_check *check
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
 	}
-	out->passed = have > 0 && buf[0] == 'P' && !late && WIFEXITED(status) &&
-	              WEXITSTATUS(status) == 0;
+	out->passed =
+	        have > 0 && buf[0] == 'P' && !late && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 	const char *text = have > 0 ? buf + 1 : "";
 	if (pid < 0)
 		snprintf(out->text, sizeof(out->text), "fork: %s", strerror(errno));
@@ -322,9 +332,10 @@ static void run_forked(const struct pc_config *cfg, const struct pc_check *check
 		snprintf(out->text, sizeof(out->text), "exited with status %d without a result",
 		         WEXITSTATUS(status));
 	else if (!out->passed && buf[0] == 'P')
-		snprintf(out->text, sizeof(out->text), "%.*s; then, at exit, %s %d (a sanitizer "
-		         "report on stderr?)", 1000, text,
-		         WIFSIGNALED(status) ? "signal" : "status",
+		snprintf(out->text, sizeof(out->text),
+		         "%.*s; then, at exit, %s %d (a sanitizer "
+		         "report on stderr?)",
+		         1000, text, WIFSIGNALED(status) ? "signal" : "status",
 		         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 	else
 		snprintf(out->text, sizeof(out->text), "%s", text);
@@ -361,7 +372,8 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	struct pc_config cfg = {.option_text = a.options,
-	                        .cycles = a.cycles, .verbose = a.verbose,
+	                        .cycles = a.cycles,
+	                        .verbose = a.verbose,
 	                        .cycle_budget_ns = a.cycle_time_s * PC_SECOND};
 	struct outcome load = {.passed = false};
 	struct lmt_error err = {0};
@@ -380,8 +392,10 @@ int main(int argc, char **argv)
 		bool multi = cfg.caps & LMT_CAP_MULTI_CHANNEL;
 		cfg.channels = a.channels ? a.channels : multi ? 2 : 1;
 		if (cfg.channels > 1 && !multi) {
-			fprintf(stderr, "lmt-plugin-check: --channels: %s has no "
-			        "LMT_CAP_MULTI_CHANNEL, so 1 channel only\n", cfg.plugin->name);
+			fprintf(stderr,
+			        "lmt-plugin-check: --channels: %s has no "
+			        "LMT_CAP_MULTI_CHANNEL, so 1 channel only\n",
+			        cfg.plugin->name);
 			return 2;
 		}
 	}

@@ -27,8 +27,8 @@ struct pc_config {
 	uint32_t channels;
 	unsigned cycles;
 	uint64_t cycle_budget_ns; /* time after which the cycle checks may stop */
-	uint64_t op_timeout_ns; /* instance timeout: any single blocking call */
-	uint64_t chunk_size;    /* largest write */
+	uint64_t op_timeout_ns;   /* instance timeout: any single blocking call */
+	uint64_t chunk_size;      /* largest write */
 	bool verbose;
 };
 
@@ -132,8 +132,7 @@ struct pc_region {
 	lmt_rkey *rkey;
 };
 
-bool pc_region_open(struct pc_run *run, struct pc_pair *pair, struct pc_region *region,
-                    size_t len);
+bool pc_region_open(struct pc_run *run, struct pc_pair *pair, struct pc_region *region, size_t len);
 void pc_region_close(struct pc_pair *pair, struct pc_region *region);
 bool pc_region_guards_intact(struct pc_run *run, const struct pc_region *region);
 
@@ -144,8 +143,8 @@ struct pc_source {
 	lmt_mr *mr;
 };
 
-bool pc_source_open(struct pc_run *run, struct pc_pair *pair, struct pc_source *source,
-                    size_t len, uint64_t seed);
+bool pc_source_open(struct pc_run *run, struct pc_pair *pair, struct pc_source *source, size_t len,
+                    uint64_t seed);
 void pc_source_close(struct pc_pair *pair, struct pc_source *source);
 /* Refill with another pattern (the memory stays registered). */
 void pc_fill(uint8_t *mem, size_t len, uint64_t seed);
@@ -177,13 +176,13 @@ struct pc_tally {
 bool pc_tally_init(struct pc_run *run, struct pc_tally *tally, uint64_t cap);
 void pc_tally_fini(struct pc_tally *tally);
 /* Post one write, harvesting while the plugin answers EAGAIN. */
-bool pc_post(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
-             uint32_t channel, struct pc_source *source, const uint8_t *local,
-             struct pc_region *region, uint64_t offset, size_t len);
+bool pc_post(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally, uint32_t channel,
+             struct pc_source *source, const uint8_t *local, struct pc_region *region,
+             uint64_t offset, size_t len);
 /* Post one write once: 0, -LMT_EAGAIN, or fails the run (returns -1). */
-int pc_post_once(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally,
-                 uint32_t channel, struct pc_source *source, const uint8_t *local,
-                 struct pc_region *region, uint64_t offset, size_t len);
+int pc_post_once(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally, uint32_t channel,
+                 struct pc_source *source, const uint8_t *local, struct pc_region *region,
+                 uint64_t offset, size_t len);
 /* One progress call; the number harvested, or -1 after failing the run. */
 int pc_harvest(struct pc_run *run, struct pc_pair *pair, struct pc_tally *tally, uint32_t max,
                uint64_t timeout_ns);

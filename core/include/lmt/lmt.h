@@ -62,8 +62,7 @@ const char *lmt_plugin_path(const lmt_plugin_handle *plugin);
  * that loads (with its handle, valid during the call) and once per file
  * that fails (handle NULL, err set). Returns the number of plugins that
  * loaded. */
-typedef void (*lmt_plugin_visit_fn)(void *opaque, const char *path,
-                                    const lmt_plugin_handle *plugin,
+typedef void (*lmt_plugin_visit_fn)(void *opaque, const char *path, const lmt_plugin_handle *plugin,
                                     const struct lmt_error *err);
 int lmt_plugin_list(lmt_plugin_visit_fn fn, void *opaque);
 
@@ -74,8 +73,8 @@ int lmt_plugin_search_path(char *buf, size_t size);
 const struct lmt_option_desc *lmt_core_options(uint32_t *count);
 
 /* Turn an option value into its canonical text ("1M", "300ms", "on"). */
-int lmt_option_format(const struct lmt_option_desc *desc,
-                      const struct lmt_option_value *value, char *buf, size_t size);
+int lmt_option_format(const struct lmt_option_desc *desc, const struct lmt_option_value *value,
+                      char *buf, size_t size);
 
 /* ---- Sessions ---------------------------------------------------------- */
 
@@ -87,16 +86,15 @@ typedef struct lmt_session lmt_session;
  * from the thread that calls lmt_save_*. Returns 0 or a negative code,
  * which fails the migration. KVM_GET_DIRTY_LOG fills exactly this layout on
  * 64-bit little-endian hosts. */
-typedef int (*lmt_dirty_sync_fn)(void *opaque, uint32_t block, uint64_t *bitmap,
-                                 uint64_t npages);
+typedef int (*lmt_dirty_sync_fn)(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t npages);
 
 /* Create a session for `role` over the plugin `plugin` (name or path),
  * with `options` ("chunk-size=64M,channels=2", may be NULL) applied on top
  * of defaults and LMT_* environment variables. Free with
  * lmt_session_free(), which also cancels and releases whatever the session
  * still holds. On failure *out is NULL and err says why. */
-int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin,
-                    const char *options, struct lmt_error *err);
+int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, const char *options,
+                    struct lmt_error *err);
 void lmt_session_free(lmt_session *session);
 
 /* The last failure of the session (code 0 when none). Thread-safe. */
@@ -106,20 +104,18 @@ const struct lmt_error *lmt_session_error(const lmt_session *session);
 int lmt_session_set_options(lmt_session *session, const char *options);
 int lmt_session_set_option(lmt_session *session, const char *name, const char *value);
 /* Read an option's current value (text lives as long as the session). */
-int lmt_session_get_option(lmt_session *session, const char *name,
-                           struct lmt_option_value *out);
+int lmt_session_get_option(lmt_session *session, const char *name, struct lmt_option_value *out);
 
 /* Add a RAM block before setup/listen. Both sides must add the same names
  * with the same lengths and page sizes, in the same order. `page_size` is a
  * power of two from 4K; `length` a multiple of it. The memory stays the
  * caller's: the source only reads it, the destination's must be zero-filled
  * when lmt_load_run starts (as fresh anonymous or memfd memory is). */
-int lmt_session_add_block(lmt_session *session, const char *name, void *host,
-                          uint64_t length, uint32_t page_size);
+int lmt_session_add_block(lmt_session *session, const char *name, void *host, uint64_t length,
+                          uint32_t page_size);
 
 /* Source: the dirty-page callback (required before lmt_save_setup). */
-int lmt_session_set_dirty_sync(lmt_session *session, lmt_dirty_sync_fn fn,
-                               void *opaque);
+int lmt_session_set_dirty_sync(lmt_session *session, lmt_dirty_sync_fn fn, void *opaque);
 
 /* Cancel whatever the session is doing, from any thread (also from a
  * signal-free context of another thread). The blocked call returns
@@ -134,11 +130,11 @@ void lmt_cancel(lmt_session *session);
 int lmt_save_setup(lmt_session *session, const char *uri);
 
 struct lmt_iterate_result {
-	uint32_t pass;                  /* 1-based; 1 is the bulk copy */
-	uint64_t remaining_bytes;       /* dirty plus in flight */
-	uint64_t bandwidth_bps;         /* measured, bytes per second */
-	uint64_t expected_downtime_ns;  /* remaining / bandwidth */
-	int ready;                      /* expected downtime <= downtime-limit */
+	uint32_t pass;                 /* 1-based; 1 is the bulk copy */
+	uint64_t remaining_bytes;      /* dirty plus in flight */
+	uint64_t bandwidth_bps;        /* measured, bytes per second */
+	uint64_t expected_downtime_ns; /* remaining / bandwidth */
+	int ready;                     /* expected downtime <= downtime-limit */
 };
 
 /* Send what is dirty for at most max-iterate-ms (the guest runs). Returns 0
@@ -180,20 +176,20 @@ enum lmt_status {
 
 struct lmt_stats {
 	enum lmt_status status;
-	uint64_t setup_ns;             /* setup/listen-accept to channels ready */
-	uint64_t total_ns;             /* setup start to acknowledged completion */
-	uint64_t downtime_ns;          /* complete start to acknowledgement */
+	uint64_t setup_ns;    /* setup/listen-accept to channels ready */
+	uint64_t total_ns;    /* setup start to acknowledged completion */
+	uint64_t downtime_ns; /* complete start to acknowledgement */
 	uint64_t expected_downtime_ns;
-	uint64_t ram_bytes;            /* sum of block lengths */
-	uint64_t bytes_sent;           /* payload bytes written over channels */
+	uint64_t ram_bytes;  /* sum of block lengths */
+	uint64_t bytes_sent; /* payload bytes written over channels */
 	uint64_t remaining_bytes;
-	uint64_t zero_pages;           /* skipped as all-zero in the bulk pass */
-	uint64_t normal_pages;         /* pages written */
-	uint64_t writes;               /* writes posted */
+	uint64_t zero_pages;   /* skipped as all-zero in the bulk pass */
+	uint64_t normal_pages; /* pages written */
+	uint64_t writes;       /* writes posted */
 	uint64_t passes;
-	uint64_t dirty_rate_bps;       /* bytes dirtied per second, last pass */
-	uint64_t throughput_bps;       /* bytes_sent / (total time) */
-	uint64_t bandwidth_bps;        /* measured over the last pass */
+	uint64_t dirty_rate_bps; /* bytes dirtied per second, last pass */
+	uint64_t throughput_bps; /* bytes_sent / (total time) */
+	uint64_t bandwidth_bps;  /* measured over the last pass */
 	uint32_t channels;
 	uint64_t channel_bytes[LMT_MAX_CHANNELS];
 };
@@ -203,12 +199,12 @@ int lmt_session_stats(lmt_session *session, struct lmt_stats *out);
 
 /* One pass over the dirty pages, as recorded when it ended. */
 struct lmt_pass_stats {
-	uint32_t pass;                 /* 1-based */
-	int final;                     /* the stop-and-copy pass */
-	uint64_t start_ns;             /* since setup began */
+	uint32_t pass;     /* 1-based */
+	int final;         /* the stop-and-copy pass */
+	uint64_t start_ns; /* since setup began */
 	uint64_t duration_ns;
-	uint64_t bytes;                /* written during the pass */
-	uint64_t dirtied_bytes;        /* newly dirty when it ended */
+	uint64_t bytes;         /* written during the pass */
+	uint64_t dirtied_bytes; /* newly dirty when it ended */
 	uint64_t dirty_rate_bps;
 	uint64_t bandwidth_bps;
 	uint64_t expected_downtime_ns; /* after the sync that ended it */

@@ -45,13 +45,18 @@ enum cma_ptracer { CMA_PTRACER_PEER, CMA_PTRACER_ANY, CMA_PTRACER_NONE };
 static const char *const cma_ptracer_values[] = {"peer", "any", "none", NULL};
 
 static const struct lmt_option_desc cma_options[] = {
-	{.name = "cq-depth", .type = LMT_OPT_INT, .default_value = "256", .min = 1,
-	 .max = CMA_MAX_CQ,
-	 .doc = "completions held for progress before write answers EAGAIN"},
-	{.name = "ptracer", .type = LMT_OPT_ENUM, .default_value = "peer",
-	 .enum_values = cma_ptracer_values,
-	 .doc = "destination, under Yama ptrace_scope=1: let the source (peer), any "
-	        "process (any) or nobody new (none) write into this process"},
+        {.name = "cq-depth",
+         .type = LMT_OPT_INT,
+         .default_value = "256",
+         .min = 1,
+         .max = CMA_MAX_CQ,
+         .doc = "completions held for progress before write answers EAGAIN"},
+        {.name = "ptracer",
+         .type = LMT_OPT_ENUM,
+         .default_value = "peer",
+         .enum_values = cma_ptracer_values,
+         .doc = "destination, under Yama ptrace_scope=1: let the source (peer), any "
+                "process (any) or nobody new (none) write into this process"},
 };
 
 /* Registrations and imported keys sit on a list of their instance, so that
@@ -155,8 +160,8 @@ static void addr_encode(const struct lmt_instance *inst, uint32_t channel, struc
 }
 
 /* NULL, or why `b` is not the address of the peer's endpoint `channel`. */
-static const char *addr_decode(const struct lmt_blob *b, enum lmt_role peer_role,
-                               uint32_t channel, uint32_t *pid, uint64_t *token)
+static const char *addr_decode(const struct lmt_blob *b, enum lmt_role peer_role, uint32_t channel,
+                               uint32_t *pid, uint64_t *token)
 {
 	if (b->len != CMA_ADDR_LEN)
 		return "wrong length";
@@ -178,8 +183,7 @@ static const char *addr_decode(const struct lmt_blob *b, enum lmt_role peer_role
 	return NULL;
 }
 
-static void key_encode(const struct lmt_instance *inst, const struct lmt_mr *mr,
-                       struct lmt_blob *b)
+static void key_encode(const struct lmt_instance *inst, const struct lmt_mr *mr, struct lmt_blob *b)
 {
 	memset(b->data, 0, CMA_KEY_LEN);
 	put32(b->data, CMA_KEY_MAGIC);
@@ -292,8 +296,8 @@ static int read_options(struct lmt_instance *inst)
 	if (inst->host->option(inst->host_ctx, "cma.cq-depth", &v) == 0) {
 		if (v.type != LMT_OPT_INT || v.integer < 1 || v.integer > CMA_MAX_CQ)
 			return cma_error(inst, LMT_EINVAL,
-			                 "cma.cq-depth: expected 1 to %d, got %" PRId64,
-			                 CMA_MAX_CQ, v.integer);
+			                 "cma.cq-depth: expected 1 to %d, got %" PRId64, CMA_MAX_CQ,
+			                 v.integer);
 		inst->ring_cap = (uint32_t)v.integer;
 	}
 	if (inst->host->option(inst->host_ctx, "cma.ptracer", &v) == 0) {
@@ -324,8 +328,7 @@ static int cma_instance_open(const struct lmt_host *host, void *host_ctx,
 	if (!params || params->struct_size < offsetof(struct lmt_instance_params, timeout_ns))
 		return host->error(host_ctx, LMT_EABI, "cma: instance parameters too old");
 	if (params->role != LMT_ROLE_SOURCE && params->role != LMT_ROLE_DESTINATION)
-		return host->error(host_ctx, LMT_EINVAL, "cma: unknown role %d",
-		                   (int)params->role);
+		return host->error(host_ctx, LMT_EINVAL, "cma: unknown role %d", (int)params->role);
 	if (params->channels == 0 || params->channels > CMA_MAX_CHANNELS)
 		return host->error(host_ctx, LMT_EINVAL, "cma: %u channels, expected 1 to %u",
 		                   params->channels, CMA_MAX_CHANNELS);
@@ -545,15 +548,14 @@ static int copy_out(lmt_endpoint *ep, const uint8_t *local, size_t len, uint64_t
 		if (n < 0 && errno == EINTR)
 			continue;
 		int err = n < 0 ? errno : EFAULT;
-		return cma_error(inst, err == ESRCH ? LMT_ECONN : LMT_EIO,
-		                 "cma channel %u: writing %zu bytes into process %u at 0x%" PRIx64
-		                 ": %s%s",
-		                 ep->channel, len - done, inst->peer_pid, remote + done,
-		                 strerror(err),
-		                 err == EPERM ? " (the destination must run as the same user, be "
-		                                "dumpable, and under Yama ptrace_scope=1 set "
-		                                "cma.ptracer=peer or any)"
-		                              : "");
+		return cma_error(
+		        inst, err == ESRCH ? LMT_ECONN : LMT_EIO,
+		        "cma channel %u: writing %zu bytes into process %u at 0x%" PRIx64 ": %s%s",
+		        ep->channel, len - done, inst->peer_pid, remote + done, strerror(err),
+		        err == EPERM ? " (the destination must run as the same user, be "
+		                       "dumpable, and under Yama ptrace_scope=1 set "
+		                       "cma.ptracer=peer or any)"
+		                     : "");
 	}
 	return 0;
 }
@@ -630,8 +632,8 @@ static int cma_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 		uint64_t waited = inst->host->now_ns(inst->host_ctx) - start;
 		if (waited >= timeout_ns)
 			return 0;
-		uint64_t slice = timeout_ns - waited < CMA_SLICE_NS ? timeout_ns - waited
-		                                                    : CMA_SLICE_NS;
+		uint64_t slice =
+		        timeout_ns - waited < CMA_SLICE_NS ? timeout_ns - waited : CMA_SLICE_NS;
 		if (peer_exited(inst, (int)((slice + 999999) / 1000000)))
 			return cma_error(inst, LMT_ECONN, "cma: the destination process exited");
 	}
@@ -645,28 +647,29 @@ static int cma_flush(lmt_instance *inst, uint64_t timeout_ns)
 }
 
 static const struct lmt_plugin cma_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "cma",
-	.version = "0.1.0",
-	.description = "same-host copies with process_vm_writev (Cross Memory Attach)",
-	.caps = LMT_CAP_ONE_SIDED | LMT_CAP_MULTI_CHANNEL,
-	.options = cma_options,
-	.option_count = sizeof(cma_options) / sizeof(cma_options[0]),
-	.ops = {
-		.instance_open = cma_instance_open,
-		.instance_close = cma_instance_close,
-		.ep_open = cma_ep_open,
-		.ep_connect = cma_ep_connect,
-		.ep_close = cma_ep_close,
-		.mr_register = cma_mr_register,
-		.mr_deregister = cma_mr_deregister,
-		.rkey_import = cma_rkey_import,
-		.rkey_release = cma_rkey_release,
-		.write = cma_write,
-		.progress = cma_progress,
-		.flush = cma_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "cma",
+        .version = "0.1.0",
+        .description = "same-host copies with process_vm_writev (Cross Memory Attach)",
+        .caps = LMT_CAP_ONE_SIDED | LMT_CAP_MULTI_CHANNEL,
+        .options = cma_options,
+        .option_count = sizeof(cma_options) / sizeof(cma_options[0]),
+        .ops =
+                {
+                        .instance_open = cma_instance_open,
+                        .instance_close = cma_instance_close,
+                        .ep_open = cma_ep_open,
+                        .ep_connect = cma_ep_connect,
+                        .ep_close = cma_ep_close,
+                        .mr_register = cma_mr_register,
+                        .mr_deregister = cma_mr_deregister,
+                        .rkey_import = cma_rkey_import,
+                        .rkey_release = cma_rkey_release,
+                        .write = cma_write,
+                        .progress = cma_progress,
+                        .flush = cma_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(cma_plugin)
