@@ -626,7 +626,8 @@ int lmt__abort(struct lmt_session *s, int code)
 	code = s->error.code;
 	struct lmt_msg_status st = {.code = code};
 	lmt__copy(st.text, sizeof(st.text), s->error.message);
-	s->stats.status = code == -LMT_ECANCELED ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED;
+	/* Cancelled means lmt_cancel was called, whatever code a plugin chose. */
+	s->stats.status = lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED;
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_FAILED);
 	if (s->ctrl_fd >= 0 && lmt__enc_status(&s->out, LMT_MSG_ERROR, &st) == 0) {
