@@ -16,6 +16,7 @@
 
 #define CHAOS_HELD_MAX 4096u
 #define CHAOS_SLICE_NS 10000000ull
+#define CHAOS_RETIRED 256u
 
 enum chaos_fault {
 	CHAOS_NONE,
@@ -139,6 +140,8 @@ struct lmt_instance {
 	struct bounce *bounces;
 	uint32_t nbounces;
 	uint32_t bounces_cap;
+	struct bounce retired[CHAOS_RETIRED];
+	uint32_t retired_next;
 };
 
 struct lmt_endpoint {
@@ -303,12 +306,29 @@ static int chaos_instance_open(const struct lmt_host *host, void *ctx,
 	return 0;
 }
 
-static void bounce_free(struct lmt_instance *i, uint32_t k)
+static void bounce_release(struct lmt_instance *i, struct bounce *b)
 {
-	struct bounce *b = &i->bounces[k];
 	if (b->mr)
 		i->inner->ops.mr_deregister(i->in, b->mr);
 	free(b->data);
+	b->data = NULL;
+	b->mr = NULL;
+}
+
+static void bounce_free(struct lmt_instance *i, uint32_t k)
+{
+	bounce_release(i, &i->bounces[k]);
+	i->bounces[k] = i->bounces[--i->nbounces];
+}
+
+/* A completed write's buffer is released only CHAOS_RETIRED completions
+ * later: a sender thread may still be returning from the system call that
+ * copied it (and a sanitizer checks the buffer after that call). */
+static void bounce_retire(struct lmt_instance *i, uint32_t k)
+{
+	struct bounce *slot = &i->retired[i->retired_next++ % CHAOS_RETIRED];
+	bounce_release(i, slot);
+	*slot = i->bounces[k];
 	i->bounces[k] = i->bounces[--i->nbounces];
 }
 
@@ -318,6 +338,8 @@ static void chaos_instance_close(struct lmt_instance *i)
 		return;
 	while (i->nbounces)
 		bounce_free(i, i->nbounces - 1);
+	for (uint32_t k = 0; k < CHAOS_RETIRED; k++)
+		bounce_release(i, &i->retired[k]);
 	free(i->bounces);
 	for (uint32_t c = 0; c < i->channels; c++)
 		free(i->eps[c]);
@@ -503,7 +525,7 @@ static int gather(struct lmt_instance *i, uint64_t timeout_ns)
 	for (int k = 0; k < n; k++) {
 		for (uint32_t b = 0; b < i->nbounces; b++)
 			if (i->bounces[b].posted && i->bounces[b].cookie == c[k].cookie) {
-				bounce_free(i, b);
+				bounce_retire(i, b);
 				break;
 			}
 		uint64_t delay = i->delay_ns ? next_random(i) % (i->delay_ns + 1) : 0;
