@@ -315,12 +315,6 @@ static void bounce_release(struct lmt_instance *i, struct bounce *b)
 	b->mr = NULL;
 }
 
-static void bounce_free(struct lmt_instance *i, uint32_t k)
-{
-	bounce_release(i, &i->bounces[k]);
-	i->bounces[k] = i->bounces[--i->nbounces];
-}
-
 /* A completed write's buffer is released only CHAOS_RETIRED completions
  * later: a sender thread may still be returning from the system call that
  * copied it (and a sanitizer checks the buffer after that call). */
@@ -336,14 +330,16 @@ static void chaos_instance_close(struct lmt_instance *i)
 {
 	if (!i)
 		return;
-	while (i->nbounces)
-		bounce_free(i, i->nbounces - 1);
-	for (uint32_t k = 0; k < CHAOS_RETIRED; k++)
-		bounce_release(i, &i->retired[k]);
-	free(i->bounces);
 	for (uint32_t c = 0; c < i->channels; c++)
 		free(i->eps[c]);
+	/* The wrapped instance goes first, with its threads and the
+	 * registrations of the held buffers; then the buffers. */
 	i->inner->ops.instance_close(i->in);
+	for (uint32_t k = 0; k < i->nbounces; k++)
+		free(i->bounces[k].data);
+	for (uint32_t k = 0; k < CHAOS_RETIRED; k++)
+		free(i->retired[k].data);
+	free(i->bounces);
 	free(i->eps);
 	free(i->held);
 	free(i->failed);
