@@ -189,8 +189,9 @@ static void print_preamble(const struct bench_report *rep)
 	} else {
 		fprintf(f, "idle\n");
 	}
-	fprintf(f, "options: %s; destination RAM %s\n",
+	fprintf(f, "options: %s; source RAM on %s; destination RAM %s\n",
 	        rep->common_options ? rep->common_options : "(defaults)",
+	        cfg->thp ? "huge pages where granted" : "4 KiB pages",
 	        cfg->prefault ? "pre-faulted" : "not pre-faulted");
 	if (rep->repeat > 1)
 		fprintf(f, "runs: %u per row; median, min and max over the verified runs\n",
@@ -327,8 +328,9 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	fprintf(f, ",\"ram_bytes\":%llu,\"dirty_rate_bps\":%llu,\"working_set_bytes\":%llu",
 	        (unsigned long long)cfg->ram_bytes, (unsigned long long)cfg->dirty_rate,
 	        (unsigned long long)cfg->working_set);
-	fprintf(f, ",\"zero_fraction\":%g,\"seed\":%llu,\"prefault\":%s", cfg->zero_fraction,
-	        (unsigned long long)cfg->seed, cfg->prefault ? "true" : "false");
+	fprintf(f, ",\"zero_fraction\":%g,\"seed\":%llu,\"prefault\":%s,\"thp\":%s",
+	        cfg->zero_fraction, (unsigned long long)cfg->seed, cfg->prefault ? "true" : "false",
+	        cfg->thp ? "true" : "false");
 	json_key(f, "memcpy_gibps", "");
 	json_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",\"yardstick\":");

@@ -490,6 +490,7 @@ static int prepare(struct run *run)
 	}
 	/* The destination never reads it: spare the fork its page tables. */
 	madvise(src, cfg->ram_bytes, MADV_DONTFORK);
+	bench_advise_thp(src, cfg->ram_bytes, cfg->thp);
 	bench_ram_layout(&run->src, src, cfg->ram_bytes);
 	if (bench_ram_alloc_dirty(&run->src) < 0) {
 		note(run->out, "dirty bitmap: %s", strerror(ENOMEM));

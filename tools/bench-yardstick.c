@@ -1,5 +1,6 @@
 /* lmt-bench --yardsticks: each transport's own benchmark over loopback, run
- * in the same invocation — iperf3 for tcp, ucx_perftest for ucx. */
+ * in the same invocation — iperf3 for tcp and for ofi over its tcp
+ * provider, ucx_perftest for ucx. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,12 +23,18 @@
 #define RETRY_NS 100000000u
 #define TOOL_TIMEOUT_NS UINT64_C(60000000000)
 #define OUTPUT_MAX 65536
-#define UCX_MESSAGE "1048576" /* lmt's default chunk-size */
+/* 256 MiB messages, so that neither side's buffer stays in the cache (a
+ * guest's RAM does not); 10 of them after 2 for warm-up. */
+#define UCX_MESSAGE "268435456"
+#define UCX_ITERATIONS "10"
+#define UCX_WARMUP "2"
 
 extern char **environ;
 
 struct tool {
 	const char *plugin;
+	/* Whether the tool measures this entry's wire (NULL: always). */
+	bool (*applies)(const struct bench_plugin *plugin);
 	const char *program;
 	const char *what;
 	/* argv of the server and the client for `port`; `test` may pick a
@@ -60,8 +67,9 @@ static double iperf3_parse(const char *output)
 static void ucx_args(char *server[], char *client[], const char *port, const char *test)
 {
 	char *s[] = {"ucx_perftest", "-p", (char *)port, NULL};
-	char *c[] = {"ucx_perftest", "127.0.0.1", "-p",  (char *)port, "-t", (char *)test, "-s",
-	             UCX_MESSAGE,    "-n",        "500", "-w",         "20", NULL};
+	char *c[] = {"ucx_perftest", "127.0.0.1", "-p",        (char *)port, "-t",
+	             (char *)test,   "-s",        UCX_MESSAGE, "-n",         UCX_ITERATIONS,
+	             "-w",           UCX_WARMUP,  NULL};
 
 	memcpy(server, s, sizeof(s));
 	memcpy(client, c, sizeof(c));
@@ -87,10 +95,28 @@ static double ucx_parse(const char *output)
 	return values[5] * 1048576.0 * 8 / 1e9;
 }
 
+static char *option_value(const char *options, const char *key);
+
+/* ofi moves data over loopback TCP with its tcp provider (alone, under
+ * ofi_rxm, or the newer "net"); over shm its yardstick is memcpy. */
+static bool ofi_over_tcp(const struct bench_plugin *plugin)
+{
+	char *provider = option_value(plugin->options, "ofi.provider");
+	size_t len = provider ? strcspn(provider, ";") : 0;
+	bool tcp = provider && ((len == 3 && strncmp(provider, "tcp", 3) == 0) ||
+	                        (len == 3 && strncmp(provider, "net", 3) == 0));
+
+	free(provider);
+	return tcp;
+}
+
 static const struct tool tools[] = {
-        {"tcp", "iperf3", "iperf3, one TCP stream over loopback for 2 s", iperf3_args,
+        {"tcp", NULL, "iperf3", "iperf3, one TCP stream over loopback for 2 s", iperf3_args,
          iperf3_parse},
-        {"ucx", "ucx_perftest", "ucx_perftest, 1 MiB messages, two processes", ucx_args, ucx_parse},
+        {"ofi", ofi_over_tcp, "iperf3", "iperf3, one TCP stream over loopback for 2 s", iperf3_args,
+         iperf3_parse},
+        {"ucx", NULL, "ucx_perftest", "ucx_perftest, 256 MiB messages, two processes", ucx_args,
+         ucx_parse},
 };
 
 #define NTOOLS (sizeof(tools) / sizeof(tools[0]))
@@ -311,7 +337,8 @@ void bench_yardsticks(struct bench_plugin *plugins, size_t nplugins)
 		const struct tool *tool = NULL;
 
 		for (size_t t = 0; t < NTOOLS; t++) {
-			if (strcmp(tools[t].plugin, plugins[i].name) == 0)
+			if (strcmp(tools[t].plugin, plugins[i].name) == 0 &&
+			    (!tools[t].applies || tools[t].applies(&plugins[i])))
 				tool = &tools[t];
 		}
 		if (!tool || plugins[i].unavailable)

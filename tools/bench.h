@@ -26,6 +26,7 @@ struct bench_config {
 	uint64_t timeout_ns; /* watchdog for one run */
 	uint16_t port;       /* destination control port, 0 = any */
 	bool prefault;
+	bool thp;            /* source RAM and memcpy buffers on transparent huge pages */
 	bool test_corrupt;   /* flip a destination byte before the check */
 	FILE *progress;      /* where the progress line goes (a terminal), or NULL */
 	const char *label;   /* what the progress line calls this run */
@@ -98,7 +99,9 @@ uint64_t bench_workload_stop(struct bench_workload *w);
 
 /* Single-thread memcpy bandwidth over `bytes`, median of 3, in GiB/s; 0
  * when the buffers cannot be had. */
-double bench_memcpy_gibps(uint64_t bytes);
+double bench_memcpy_gibps(uint64_t bytes, bool thp);
+/* Asks for transparent huge pages over [addr, addr + len) when `thp`. */
+void bench_advise_thp(void *addr, uint64_t len, bool thp);
 /* Sorts `values` (n > 0) in place and returns their median. */
 double bench_median(double *values, size_t n);
 

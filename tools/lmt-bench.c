@@ -134,6 +134,9 @@ static void usage(FILE *f)
 	        "  --seed N             seed of the guest's pseudo-random data (default 1)\n"
 	        "  --no-prefault        leave the destination's RAM unfaulted, to measure the\n"
 	        "                       page-fault cost (default: pre-fault it, timed apart)\n"
+	        "  --no-thp             keep the source's RAM on 4 KiB pages (default: ask for\n"
+	        "                       transparent huge pages, as QEMU does for guest RAM;\n"
+	        "                       the memcpy yardstick's buffers follow)\n"
 	        "\n"
 	        "Output (on stdout; a progress line is drawn there when it is a terminal):\n"
 	        "  --json               one JSON object per row, with every run and its\n"
@@ -327,6 +330,9 @@ static void apply_switch(struct args *args, int flag)
 	case 'F':
 		args->cfg.prefault = false;
 		break;
+	case 'H':
+		args->cfg.thp = false;
+		break;
 	case 'j':
 		set_format(args, BENCH_FORMAT_JSON, "--json");
 		break;
@@ -375,6 +381,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"port", required_argument, NULL, 'q'},
 	        {"plot", required_argument, NULL, 'G'},
 	        {"no-prefault", no_argument, NULL, 'F'},
+	        {"no-thp", no_argument, NULL, 'H'},
 	        {"json", no_argument, NULL, 'j'},
 	        {"csv", no_argument, NULL, 'c'},
 	        {"dry-run", no_argument, NULL, 'D'},
@@ -390,6 +397,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	args->cfg.seed = 1;
 	args->cfg.timeout_ns = DEFAULT_TIMEOUT_NS;
 	args->cfg.prefault = true;
+	args->cfg.thp = true;
 	args->repeat = 1;
 	while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		if (c == 'h') {
@@ -397,7 +405,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 			exit(0);
 		} else if (c == '?') {
 			usage_error("see --help for the flags");
-		} else if (strchr("FjcDXY", c)) {
+		} else if (strchr("FHjcDXY", c)) {
 			apply_switch(args, c);
 		} else {
 			ram_text = c == 'r' ? optarg : ram_text;
@@ -662,7 +670,7 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	};
 	int failed, plot = 0;
 
-	report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes);
+	report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes, args->cfg.thp);
 	if (args->yardsticks)
 		bench_yardsticks(plugins->items, plugins->count);
 	if (args->plot && !bench_plot_available())

@@ -24,7 +24,7 @@ FIGURES = ["setup_ms", "total_ms", "downtime_ms", "throughput_gbps", "throughput
            "prefault_ms"]
 ROW_KEYS = ["kind", "row", "label", "plugin", "plugin_options", "config", "options", "status",
             "repeat", "verified_runs", "ram_bytes", "dirty_rate_bps", "working_set_bytes",
-            "zero_fraction", "seed", "prefault", "memcpy_gibps", "yardstick", "yardstick_gbps",
+            "zero_fraction", "seed", "prefault", "thp", "memcpy_gibps", "yardstick", "yardstick_gbps",
             "error", "runs"]
 ROW_KEYS += [f + s for s in ("", "_min", "_max") for f in FIGURES]
 RUN_KEYS = ["kind", "run", "verified", "error", "zero_pages_made", "dirtied_bytes", "passes",
@@ -33,7 +33,7 @@ PASS_KEYS = ["pass", "final", "start_ms", "duration_ms", "bytes", "dirtied_bytes
              "dirty_rate_bps", "bandwidth_bps", "expected_downtime_ms"]
 FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsticks", "--ram",
          "--dirty-rate",
-         "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--json", "--csv",
+         "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",
          "--plot", "--dry-run", "--port", "--timeout", "--test-corrupt", "--help"]
 
 
@@ -223,6 +223,7 @@ def case_json_rows():
         check(row["label"] == f"tcp channels={n}", f"{label}: label {row['label']!r}")
         check(row["ram_bytes"] == 16 << 20 and row["dirty_rate_bps"] == 32 << 20,
               f"{label}: guest figures")
+        check(row["thp"] is True and row["prefault"] is True, f"{label}: thp/prefault defaults")
         check(row["yardstick"] is None and row["yardstick_percent"] is None,
               f"{label}: a yardstick without --yardsticks")
         for f in FIGURES:
@@ -314,12 +315,13 @@ def case_progress_on_terminal():
 
 
 def case_failed_row():
-    rc, out, err = bench(*GUEST, "--test-corrupt", "--json")
+    rc, out, err = bench(*GUEST, "--test-corrupt", "--no-thp", "--json")
     check(rc == 1, f"a corrupted row exits {rc}, expected 1")
     rows = parse_json_rows(out)
     check(len(rows) == 1, f"{len(rows)} rows")
     row = rows[0]
     check(row["status"] == "failed" and row["verified_runs"] == 0, f"status {row['status']}")
+    check(row["thp"] is False, f"--no-thp gives thp {row['thp']!r}")
     check("RAM differs" in row["error"], f"error {row['error']!r}")
     check(row["runs"][0]["verified"] is False, "the run is marked verified")
     check(row["throughput_gbps"] is None, "a failed row has no median")
