@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#define ACK_EVERY 16              /* placed writes per acknowledgement, at most */
-#define ACK_BYTES (512u << 10)    /* placed bytes per acknowledgement, at most */
-#define MAX_RECEIVES 4096u        /* rendezvous receives at once, per channel */
+#define ACK_EVERY 16           /* placed writes per acknowledgement, at most */
+#define ACK_BYTES (512u << 10) /* placed bytes per acknowledgement, at most */
+#define MAX_RECEIVES 4096u     /* rendezvous receives at once, per channel */
 
 /* ---- Failures -------------------------------------------------------------- */
 
@@ -65,8 +65,7 @@ static void dest_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
 /* ---- Regions ------------------------------------------------------------------ */
 
 /* Take a reference on the region a write targets, if it fits. */
-static struct lmt_mr *claim(lmt_endpoint *ep, const struct ucx_write *w, char *why,
-                            size_t size)
+static struct lmt_mr *claim(lmt_endpoint *ep, const struct ucx_write *w, char *why, size_t size)
 {
 	struct lmt_instance *inst = ep->inst;
 	pthread_mutex_lock(&inst->mr_lock);
@@ -165,8 +164,7 @@ static void received(void *request, ucs_status_t status, size_t length, void *us
 	release(ep->inst, r->mr);
 	if (status != UCS_OK || length != r->len)
 		dest_fail(ep, status == UCS_OK ? LMT_EPROTO : ucx_status_code(status),
-		          "receiving a write of %llu bytes failed (%s)",
-		          (unsigned long long)r->len,
+		          "receiving a write of %llu bytes failed (%s)", (unsigned long long)r->len,
 		          status == UCS_OK ? "short" : ucs_status_string(status));
 	else
 		placed(ep, r->slot, r->generation, r->len);
@@ -185,16 +183,21 @@ static ucs_status_t receive(lmt_endpoint *ep, struct lmt_mr *mr, const struct uc
 		dest_fail(ep, LMT_ENOMEM, "too many writes arriving at once");
 		return UCS_ERR_NO_MEMORY;
 	}
-	*r = (struct ucx_recv){.ep = ep, .reply_ep = reply_ep, .mr = mr, .slot = w->slot,
-	                       .generation = w->generation, .len = w->len, .next = ep->recvs};
+	*r = (struct ucx_recv){.ep = ep,
+	                       .reply_ep = reply_ep,
+	                       .mr = mr,
+	                       .slot = w->slot,
+	                       .generation = w->generation,
+	                       .len = w->len,
+	                       .next = ep->recvs};
 	if (ep->recvs)
 		ep->recvs->prev = r;
 	ep->recvs = r;
 	ep->recv_count++;
 	ucp_request_param_t params = {
-		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-		.cb.recv_am = received,
-		.user_data = r,
+	        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+	        .cb.recv_am = received,
+	        .user_data = r,
 	};
 	void *req = ucp_am_recv_data_nbx(ep->worker, desc, mr->addr + w->offset, w->len, &params);
 	if (req == NULL) {
@@ -237,7 +240,7 @@ static ucs_status_t dest_write(void *arg, const void *header, size_t header_leng
 	if (rndv)
 		return receive(ep, mr, &w, data,
 		               param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP ? param->reply_ep
-		                                                                : NULL);
+		                                                                  : NULL);
 	if (length)
 		memcpy(mr->addr + w.offset, data, length);
 	release(ep->inst, mr);
@@ -252,8 +255,8 @@ static ucs_status_t dest_note(void *arg, const void *header, size_t header_lengt
 	struct ucx_note n;
 	const char *why = ucx_note_decode(header, header_length, &n);
 	(void)data;
-	if (!why && (n.kind != UCX_NOTE_BYE || length || (param->recv_attr &
-	                                                  UCP_AM_RECV_ATTR_FLAG_RNDV)))
+	if (!why &&
+	    (n.kind != UCX_NOTE_BYE || length || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)))
 		why = "a notice only a destination sends";
 	if (why)
 		refuse(ep, "bad notice from the source: %s", why);

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SUBMIT_BATCH 32            /* writes taken from the queue at a time */
-#define FLUSH_EVERY 16             /* puts per flush, at most */
-#define FLUSH_BYTES (8ull << 20)   /* bytes put per flush, at most */
+#define SUBMIT_BATCH 32          /* writes taken from the queue at a time */
+#define FLUSH_EVERY 16           /* puts per flush, at most */
+#define FLUSH_BYTES (8ull << 20) /* bytes put per flush, at most */
 
 /* ---- Failures -------------------------------------------------------------- */
 
@@ -132,9 +132,9 @@ static bool flush_puts(lmt_endpoint *ep, bool idle)
 	ep->unflushed_bytes = 0;
 	ep->flushing = true;
 	ucp_request_param_t params = {
-		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-		.cb.send = flush_done,
-		.user_data = ep,
+	        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+	        .cb.send = flush_done,
+	        .user_data = ep,
 	};
 	void *req = ucp_ep_flush_nbx(ep->ep, &params);
 	if (req == NULL)
@@ -218,11 +218,11 @@ static void post(lmt_endpoint *ep, struct ucx_slot *slot)
 	/* REPLY: the destination learns UCX's endpoint for this connection,
 	 * so that it can purge a rendezvous this side never finishes. */
 	ucp_request_param_t params = {
-		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-		                UCP_OP_ATTR_FIELD_FLAGS,
-		.flags = UCP_AM_SEND_FLAG_REPLY,
-		.cb.send = write_sent,
-		.user_data = slot,
+	        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+	                        UCP_OP_ATTR_FIELD_FLAGS,
+	        .flags = UCP_AM_SEND_FLAG_REPLY,
+	        .cb.send = write_sent,
+	        .user_data = slot,
 	};
 	void *req;
 	slot->posted = true;
@@ -442,8 +442,10 @@ int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	slot->rkey = rkey;
 	slot->offset = offset;
 	slot->cookie = cookie;
-	ucx_write_encode(&(struct ucx_write){.region = rkey->key.region, .offset = offset,
-	                                     .len = len, .slot = index,
+	ucx_write_encode(&(struct ucx_write){.region = rkey->key.region,
+	                                     .offset = offset,
+	                                     .len = len,
+	                                     .slot = index,
 	                                     .generation = slot->generation},
 	                 slot->header);
 	atomic_fetch_add(&rkey->users, 1);

@@ -13,14 +13,22 @@
 static const char *const ucx_transfer_names[] = {"auto", "am", "put", NULL};
 
 static const struct lmt_option_desc ucx_options[] = {
-	{.name = "tls", .type = LMT_OPT_STRING, .default_value = "",
-	 .doc = "UCX transports (UCX_TLS), e.g. tcp, sm, posix, rc; empty = UCX's own choice"},
-	{.name = "devices", .type = LMT_OPT_STRING, .default_value = "",
-	 .doc = "UCX network devices (UCX_NET_DEVICES), e.g. eth0 or mlx5_0:1; empty = all"},
-	{.name = "transfer", .type = LMT_OPT_ENUM, .default_value = "auto",
-	 .enum_values = ucx_transfer_names,
-	 .doc = "how writes move: put (one-sided RMA), am (active messages the destination "
-	        "places), auto (put over InfiniBand RC/DC only)"},
+        {.name = "tls",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "UCX transports (UCX_TLS), '+' between several: tcp, sm, rc+sm; empty = UCX's "
+                "own choice"},
+        {.name = "devices",
+         .type = LMT_OPT_STRING,
+         .default_value = "",
+         .doc = "UCX network devices (UCX_NET_DEVICES), '+' between several: eth0, "
+                "mlx5_0:1+mlx5_1:1; empty = all"},
+        {.name = "transfer",
+         .type = LMT_OPT_ENUM,
+         .default_value = "auto",
+         .enum_values = ucx_transfer_names,
+         .doc = "how writes move: put (one-sided RMA), am (active messages the destination "
+                "places), auto (put over InfiniBand RC/DC only)"},
 };
 
 /* ---- Helpers for the other files -------------------------------------- */
@@ -80,8 +88,8 @@ void ucx_complete(lmt_endpoint *ep, struct ucx_slot *slot, int status)
 	/* Cannot overflow: a channel has at most UCX_QUEUE_DEPTH writes
 	 * posted and not harvested. */
 	if (inst->cq_count < inst->cq_cap) {
-		inst->cq[at] = (struct lmt_completion){.cookie = slot->cookie, .status = status,
-		                                       .channel = ep->channel};
+		inst->cq[at] = (struct lmt_completion){
+		        .cookie = slot->cookie, .status = status, .channel = ep->channel};
 		inst->cq_count++;
 	}
 	pthread_mutex_lock(&ep->lock);
@@ -157,10 +165,50 @@ struct lmt_mr *ucx_region_find(struct lmt_instance *inst, uint32_t id)
 static const char *string_option(struct lmt_instance *inst, const char *name)
 {
 	struct lmt_option_value v;
-	if (inst->host->option(inst->host_ctx, name, &v) == 0 && v.type == LMT_OPT_STRING &&
-	    v.text)
+	if (inst->host->option(inst->host_ctx, name, &v) == 0 && v.type == LMT_OPT_STRING && v.text)
 		return v.text;
 	return "";
+}
+
+/* Whether a UCX transport list (UCX_TLS syntax) may open one of UCX's
+ * shared-memory FIFO transports (posix, sysv, xpmem): empty is UCX's
+ * choice, and a list starting with '^' names what to leave out. */
+static bool may_open_mm(const char *tls)
+{
+	static const char *const mm[] = {"all", "sm", "shm", "mm", "posix", "sysv", "xpmem"};
+	if (!tls[0] || tls[0] == '^')
+		return true;
+	for (const char *at = tls; *at;) {
+		size_t len = strcspn(at, ",");
+		for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+			if (strlen(mm[i]) == len && strncmp(at, mm[i], len) == 0)
+				return true;
+		at += len + (at[len] == ',');
+	}
+	return false;
+}
+
+/* Each worker of a shared-memory FIFO transport allocates and touches
+ * 512 receive buffers of 8 KiB at once (UCX's MM_RX_BUFS_GROW), which
+ * made a worker over sm cost 3–4 ms here and a two-channel setup about
+ * 25 ms. lmt sends few and small messages over them (headers and
+ * acknowledgements; the data goes by rendezvous), and the pool still
+ * grows on demand, so 64 is plenty. Left alone when the user set it. */
+static int tune_shared_memory(struct lmt_instance *inst, ucp_config_t *config, const char *tls)
+{
+	static const char *const set_by_user[] = {"UCX_MM_RX_BUFS_GROW", "UCX_POSIX_RX_BUFS_GROW",
+	                                          "UCX_SYSV_RX_BUFS_GROW",
+	                                          "UCX_XPMEM_RX_BUFS_GROW"};
+	if (!may_open_mm(tls))
+		return 0;
+	for (size_t i = 0; i < sizeof(set_by_user) / sizeof(set_by_user[0]); i++)
+		if (getenv(set_by_user[i]))
+			return 0;
+	ucs_status_t st = ucp_config_modify(config, "MM_RX_BUFS_GROW", UCX_MM_RX_BUFS_GROW);
+	if (st != UCS_OK)
+		return ucx_error(inst, LMT_EIO, "ucx: cannot set MM_RX_BUFS_GROW (%s)",
+		                 ucs_status_string(st));
+	return 0;
 }
 
 static int read_options(struct lmt_instance *inst, ucp_config_t *config)
@@ -168,19 +216,35 @@ static int read_options(struct lmt_instance *inst, ucp_config_t *config)
 	static const struct {
 		const char *option, *ucx;
 	} passed[] = {{"ucx.tls", "TLS"}, {"ucx.devices", "NET_DEVICES"}};
+	char tls[UCX_LIST_MAX] = "";
 	for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++) {
 		const char *value = string_option(inst, passed[i].option);
 		if (!value[0])
 			continue;
-		ucs_status_t st = ucp_config_modify(config, passed[i].ucx, value);
+		/* lmt option lists separate with ',', so UCX's lists take '+'
+		 * here ("rc+sm"); no UCX transport or device name holds one. */
+		char list[UCX_LIST_MAX];
+		size_t len = strnlen(value, sizeof(list));
+		if (len == sizeof(list))
+			return ucx_error(inst, LMT_EINVAL, "%s: longer than %zu characters",
+			                 passed[i].option, sizeof(list) - 1);
+		for (size_t k = 0; k <= len; k++)
+			list[k] = value[k] == '+' ? ',' : value[k];
+		ucs_status_t st = ucp_config_modify(config, passed[i].ucx, list);
 		if (st != UCS_OK)
 			return ucx_error(inst, LMT_EINVAL, "%s: UCX refuses '%s' (%s)",
 			                 passed[i].option, value, ucs_status_string(st));
+		if (i == 0)
+			memcpy(tls, list, len + 1);
 	}
+	if (!tls[0] && getenv("UCX_TLS"))
+		snprintf(tls, sizeof(tls), "%s", getenv("UCX_TLS"));
+	int rc = tune_shared_memory(inst, config, tls);
+	if (rc)
+		return rc;
 	struct lmt_option_value v;
 	inst->transfer = UCX_TRANSFER_AUTO;
-	if (inst->host->option(inst->host_ctx, "ucx.transfer", &v) == 0 &&
-	    v.type == LMT_OPT_ENUM) {
+	if (inst->host->option(inst->host_ctx, "ucx.transfer", &v) == 0 && v.type == LMT_OPT_ENUM) {
 		if (v.integer < UCX_TRANSFER_AUTO || v.integer > UCX_TRANSFER_PUT)
 			return ucx_error(inst, LMT_EINVAL,
 			                 "ucx.transfer: expected auto, am or put, got %lld",
@@ -235,9 +299,9 @@ static int open_context(struct lmt_instance *inst)
 		return rc;
 	}
 	ucp_params_t params = {
-		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-		.mt_workers_shared = 1,
+	        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+	        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+	        .mt_workers_shared = 1,
 	};
 	st = ucp_init(&params, config, &inst->context);
 	ucp_config_release(config);
@@ -245,8 +309,8 @@ static int open_context(struct lmt_instance *inst)
 		inst->context = NULL;
 		return ucx_error(inst, ucx_status_code(st),
 		                 "ucx: cannot initialise UCP with tls '%s', devices '%s' (%s)",
-		                 string_option(inst, "ucx.tls"),
-		                 string_option(inst, "ucx.devices"), ucs_status_string(st));
+		                 string_option(inst, "ucx.tls"), string_option(inst, "ucx.devices"),
+		                 ucs_status_string(st));
 	}
 	bool rdma, shm_only;
 	scan_transports(inst->context, &rdma, &shm_only);
@@ -295,11 +359,10 @@ static int ucx_instance_open(const struct lmt_host *host, void *host_ctx,
 	    !host->log || !host->now_ns || !host->option || !host->cancelled)
 		return host->error(host_ctx, LMT_EABI, "ucx: host services incomplete");
 	if (!params || params->struct_size < offsetof(struct lmt_instance_params, peer_host) +
-	                                         sizeof(params->peer_host))
+	                                             sizeof(params->peer_host))
 		return host->error(host_ctx, LMT_EABI, "ucx: instance parameters too old");
 	if (params->role != LMT_ROLE_SOURCE && params->role != LMT_ROLE_DESTINATION)
-		return host->error(host_ctx, LMT_EINVAL, "ucx: unknown role %d",
-		                   (int)params->role);
+		return host->error(host_ctx, LMT_EINVAL, "ucx: unknown role %d", (int)params->role);
 	if (params->channels == 0 || params->channels > UCX_MAX_CHANNELS)
 		return host->error(host_ctx, LMT_EINVAL, "ucx: %u channels, expected 1 to %u",
 		                   params->channels, UCX_MAX_CHANNELS);
@@ -446,18 +509,17 @@ static void ucx_ep_close(lmt_endpoint *ep)
 static int map_region(struct lmt_instance *inst, struct lmt_mr *mr, struct lmt_blob *key)
 {
 	ucp_mem_map_params_t params = {
-		.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-		              UCP_MEM_MAP_PARAM_FIELD_PROT,
-		.address = mr->addr,
-		.length = mr->len,
-		.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
-		        UCP_MEM_MAP_PROT_REMOTE_WRITE,
+	        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+	                      UCP_MEM_MAP_PARAM_FIELD_PROT,
+	        .address = mr->addr,
+	        .length = mr->len,
+	        .prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+	                UCP_MEM_MAP_PROT_REMOTE_WRITE,
 	};
 	ucs_status_t st = ucp_mem_map(inst->context, &params, &mr->memh);
 	if (st != UCS_OK) {
 		mr->memh = NULL;
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx: cannot map %llu bytes at %p (%s)",
+		return ucx_error(inst, ucx_status_code(st), "ucx: cannot map %llu bytes at %p (%s)",
 		                 (unsigned long long)mr->len, (void *)mr->addr,
 		                 ucs_status_string(st));
 	}
@@ -555,8 +617,8 @@ static void ucx_mr_deregister(lmt_instance *inst, lmt_mr *mr)
 	bool cut = false;
 	while (mr->busy) {
 		uint64_t now = lmt_now_ns();
-		if (!cut && (now >= deadline ||
-		             (now >= soon && inst->host->cancelled(inst->host_ctx)))) {
+		if (!cut &&
+		    (now >= deadline || (now >= soon && inst->host->cancelled(inst->host_ctx)))) {
 			ucx_dest_cut(inst, mr);
 			cut = true;
 		}
@@ -741,28 +803,29 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 }
 
 static const struct lmt_plugin ucx_plugin = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_plugin),
-	.name = "ucx",
-	.version = "0.1.0",
-	.description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",
-	.caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
-	.options = ucx_options,
-	.option_count = sizeof(ucx_options) / sizeof(ucx_options[0]),
-	.ops = {
-		.instance_open = ucx_instance_open,
-		.instance_close = ucx_instance_close,
-		.ep_open = ucx_ep_open,
-		.ep_connect = ucx_ep_connect,
-		.ep_close = ucx_ep_close,
-		.mr_register = ucx_mr_register,
-		.mr_deregister = ucx_mr_deregister,
-		.rkey_import = ucx_rkey_import,
-		.rkey_release = ucx_rkey_release,
-		.write = ucx_write,
-		.progress = ucx_progress,
-		.flush = ucx_flush,
-	},
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_plugin),
+        .name = "ucx",
+        .version = "0.1.0",
+        .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",
+        .caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
+        .options = ucx_options,
+        .option_count = sizeof(ucx_options) / sizeof(ucx_options[0]),
+        .ops =
+                {
+                        .instance_open = ucx_instance_open,
+                        .instance_close = ucx_instance_close,
+                        .ep_open = ucx_ep_open,
+                        .ep_connect = ucx_ep_connect,
+                        .ep_close = ucx_ep_close,
+                        .mr_register = ucx_mr_register,
+                        .mr_deregister = ucx_mr_deregister,
+                        .rkey_import = ucx_rkey_import,
+                        .rkey_release = ucx_rkey_release,
+                        .write = ucx_write,
+                        .progress = ucx_progress,
+                        .flush = ucx_flush,
+                },
 };
 
 LMT_DECLARE_PLUGIN(ucx_plugin)

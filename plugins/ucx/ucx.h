@@ -15,14 +15,16 @@
 #include "net.h"
 #include "wire.h"
 
-#define UCX_QUEUE_DEPTH 256u       /* writes per channel, posted and not harvested */
+#define UCX_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
 #define UCX_MAX_CHANNELS 256u
-#define UCX_SLICE_NS 100000000ull  /* how often blocking calls poll cancelled */
-#define UCX_CLOSE_NS 500000000ull  /* longest orderly goodbye per channel, */
-#define UCX_CANCEL_NS 100000000ull /* or once the session is cancelled */
-#define UCX_FORCE_NS 500000000ull  /* longest wait for an endpoint to close */
+#define UCX_SLICE_NS 100000000ull     /* how often blocking calls poll cancelled */
+#define UCX_CLOSE_NS 500000000ull     /* longest orderly goodbye per channel, */
+#define UCX_CANCEL_NS 100000000ull    /* or once the session is cancelled */
+#define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
 #define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
 #define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
+#define UCX_LIST_MAX 256u             /* longest ucx.tls or ucx.devices, with its NUL */
+#define UCX_MM_RX_BUFS_GROW "64"      /* see tune_shared_memory() */
 
 #define ucx_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
 #define ucx_error(inst, code, ...) (inst)->host->error((inst)->host_ctx, code, __VA_ARGS__)
@@ -71,7 +73,7 @@ struct ucx_slot {
 	uint64_t cookie;
 	uint8_t header[UCX_WRITE_HEADER_LEN];
 	bool posted, sent, acked;
-	int status; /* first error of this write, -LMT_E* */
+	int status;     /* first error of this write, -LMT_E* */
 	uint64_t epoch; /* puts: the flush that makes it visible */
 };
 
@@ -118,14 +120,14 @@ struct lmt_endpoint {
 	int broken;      /* -LMT_E* once writes are refused */
 
 	/* Owned by the channel thread (or whoever runs the worker). */
-	int failure;      /* -LMT_E* the channel is down with */
-	bool closed;      /* `ep` was closed */
+	int failure; /* -LMT_E* the channel is down with */
+	bool closed; /* `ep` was closed */
 	bool bye_sent, peer_bye;
 	bool transport_failed; /* UCX reported the peer failed */
-	uint32_t in_flight; /* source: slots posted and not finished */
+	uint32_t in_flight;    /* source: slots posted and not finished */
 	uint32_t unflushed;
 	uint64_t unflushed_bytes;
-	uint64_t epoch;    /* puts posted now belong to this flush */
+	uint64_t epoch; /* puts posted now belong to this flush */
 	bool flushing;
 	uint64_t flush_covers;
 
@@ -135,7 +137,7 @@ struct lmt_endpoint {
 	int final;
 
 	/* Destination. */
-	struct ucx_recv *recvs;     /* rendezvous receives running */
+	struct ucx_recv *recvs; /* rendezvous receives running */
 	unsigned recv_count;
 	struct ucx_recv *abandoned; /* freed once the worker is gone */
 	uint8_t *acks;              /* acknowledgement entries waiting to go */
@@ -214,8 +216,7 @@ int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr);
 /* The channel's worker, and for a destination the one its endpoint uses. */
 int ucx_worker_open(lmt_endpoint *ep, bool reply_worker);
 void ucx_worker_close(lmt_endpoint *ep);
-int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer,
-                        ucp_err_handler_cb_t failed);
+int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_handler_cb_t failed);
 int ucx_thread_start(lmt_endpoint *ep, void *(*fn)(void *));
 /* Wake the channel thread if it sleeps. Safe from any thread. */
 void ucx_wake(lmt_endpoint *ep);

@@ -67,8 +67,8 @@ const char *ucx_addr_decode(const struct lmt_blob *b, uint32_t magic, struct ucx
 	a->magic = r32(b->data);
 	if (a->magic != magic)
 		return a->magic == UCX_MAGIC_SRC_ADDR || a->magic == UCX_MAGIC_DST_ADDR
-		           ? "the blob of the wrong side"
-		           : "bad magic";
+		               ? "the blob of the wrong side"
+		               : "bad magic";
 	if (r16(b->data + 4) != UCX_WIRE_VERSION)
 		return "unsupported version";
 	if (r16(b->data + 6) != 0)

@@ -32,8 +32,8 @@ enum ucx_note_kind {
 };
 
 /* Sizes on the wire. */
-#define UCX_ADDR_HEADER_LEN 16u /* magic, version, flags, channel, address length */
-#define UCX_KEY_HEADER_LEN 32u  /* magic, version, pad, region, rkey length, base, length */
+#define UCX_ADDR_HEADER_LEN 16u  /* magic, version, flags, channel, address length */
+#define UCX_KEY_HEADER_LEN 32u   /* magic, version, pad, region, rkey length, base, length */
 #define UCX_WRITE_HEADER_LEN 32u /* magic, region, offset, length, slot, generation */
 #define UCX_NOTE_HEADER_LEN 16u  /* magic, kind, pad, code, count */
 #define UCX_NOTE_ENTRY_LEN 8u    /* slot, generation */

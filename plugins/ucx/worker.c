@@ -53,8 +53,8 @@ static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
 	/* Only the channel thread drives the worker once it runs; before
 	 * and after, the session thread does. */
 	ucp_worker_params_t params = {
-		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-		.thread_mode = UCS_THREAD_MODE_SINGLE,
+	        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+	        .thread_mode = UCS_THREAD_MODE_SINGLE,
 	};
 	ucs_status_t st = ucp_worker_create(inst->context, &params, worker);
 	if (st != UCS_OK) {
@@ -82,12 +82,12 @@ int ucx_worker_open(lmt_endpoint *ep, bool reply_worker)
 int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
 {
 	ucp_am_handler_param_t handler = {
-		.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-		              UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
-		.id = id,
-		.flags = UCP_AM_FLAG_WHOLE_MSG,
-		.cb = cb,
-		.arg = ep,
+	        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+	                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+	        .id = id,
+	        .flags = UCP_AM_FLAG_WHOLE_MSG,
+	        .cb = cb,
+	        .arg = ep,
 	};
 	ucs_status_t st = ucp_worker_set_am_recv_handler(ep->worker, &handler);
 	if (st != UCS_OK)
@@ -127,19 +127,17 @@ void ucx_worker_close(lmt_endpoint *ep)
 	ep->efd = ep->reply_efd = -1;
 }
 
-int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer,
-                        ucp_err_handler_cb_t failed)
+int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_handler_cb_t failed)
 {
 	struct lmt_instance *inst = ep->inst;
 	ucp_worker_h worker = ep->reply_worker ? ep->reply_worker : ep->worker;
 	ucp_ep_params_t params = {
-		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-		              UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-		              UCP_EP_PARAM_FIELD_ERR_HANDLER,
-		.address = (const ucp_address_t *)peer->worker,
-		.err_mode = inst->peer_failure ? UCP_ERR_HANDLING_MODE_PEER
-		                               : UCP_ERR_HANDLING_MODE_NONE,
-		.err_handler = {.cb = failed, .arg = ep},
+	        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+	                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+	        .address = (const ucp_address_t *)peer->worker,
+	        .err_mode = inst->peer_failure ? UCP_ERR_HANDLING_MODE_PEER
+	                                       : UCP_ERR_HANDLING_MODE_NONE,
+	        .err_handler = {.cb = failed, .arg = ep},
 	};
 	ucs_status_t st = ucp_ep_create(worker, &params, &ep->ep);
 	/* UCX 1.13's shared-memory transports cannot report a failed peer,
@@ -152,8 +150,8 @@ int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer,
 	if (st != UCS_OK) {
 		ep->ep = NULL;
 		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot reach the peer's worker (%s)",
-		                 ep->channel, ucs_status_string(st));
+		                 "ucx channel %u: cannot reach the peer's worker (%s)", ep->channel,
+		                 ucs_status_string(st));
 	}
 	ep->closed = false;
 	return 0;
@@ -259,11 +257,11 @@ ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const ui
 	if (len)
 		memcpy(buf->data + UCX_NOTE_HEADER_LEN, entries, len);
 	ucp_request_param_t params = {
-		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-		                UCP_OP_ATTR_FIELD_FLAGS,
-		.flags = UCP_AM_SEND_FLAG_EAGER,
-		.cb.send = note_sent,
-		.user_data = buf,
+	        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+	                        UCP_OP_ATTR_FIELD_FLAGS,
+	        .flags = UCP_AM_SEND_FLAG_EAGER,
+	        .cb.send = note_sent,
+	        .user_data = buf,
 	};
 	void *req = ucp_am_send_nbx(ep->ep, UCX_AM_NOTE, buf->data, UCX_NOTE_HEADER_LEN,
 	                            len ? buf->data + UCX_NOTE_HEADER_LEN : NULL, len, &params);
@@ -290,15 +288,14 @@ ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code)
 static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool drive)
 {
 	ucp_request_param_t params = {
-		.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-		.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+	        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+	        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
 	};
 	void *req = ucp_ep_close_nbx(uep, &params);
 	if (!UCS_PTR_IS_PTR(req))
 		return;
 	uint64_t deadline = ucx_deadline(UCX_FORCE_NS);
-	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS &&
-	       lmt_now_ns() < deadline)
+	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS && lmt_now_ns() < deadline)
 		if (!ucx_drive(ep))
 			ucx_wait_events(ep, 1);
 	/* Still running: UCX frees it when it ends. */

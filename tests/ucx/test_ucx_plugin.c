@@ -48,17 +48,23 @@ struct fake_host {
 	const char *tls;
 	const char *devices;
 	int64_t transfer;
+	atomic_int unused_config; /* UCX logged settings that no transport took */
 };
 
-static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
-    LMT_PRINTF(3, 4);
+static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
 static int fake_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 
 static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
 {
-	(void)ctx;
+	struct fake_host *h = ctx;
+	char line[512];
+	va_list ap;
 	(void)level;
-	(void)fmt;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (strstr(line, "invalid configuration"))
+		atomic_fetch_add(&h->unused_config, 1);
 }
 
 static int fake_error(void *ctx, int code, const char *fmt, ...)
@@ -117,13 +123,13 @@ static int fake_cancelled(void *ctx)
 }
 
 static const struct lmt_host host_services = {
-	.abi_version = LMT_PLUGIN_ABI_VERSION,
-	.struct_size = sizeof(struct lmt_host),
-	.log = fake_log,
-	.error = fake_error,
-	.now_ns = fake_now,
-	.option = fake_option,
-	.cancelled = fake_cancelled,
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = fake_log,
+        .error = fake_error,
+        .now_ns = fake_now,
+        .option = fake_option,
+        .cancelled = fake_cancelled,
 };
 
 static void fake_host_init(struct fake_host *h)
@@ -153,8 +159,10 @@ static int putting(void)
 static lmt_instance *open_instance(struct fake_host *h, enum lmt_role role, uint32_t channels,
                                    uint64_t timeout_ns)
 {
-	struct lmt_instance_params params = {.struct_size = sizeof(params), .role = role,
-	                                     .channels = channels, .timeout_ns = timeout_ns};
+	struct lmt_instance_params params = {.struct_size = sizeof(params),
+	                                     .role = role,
+	                                     .channels = channels,
+	                                     .timeout_ns = timeout_ns};
 	strcpy(params.local_host, "127.0.0.1");
 	strcpy(params.peer_host, "127.0.0.1");
 	lmt_instance *inst = NULL;
@@ -184,11 +192,9 @@ static struct pair *pair_open(uint32_t channels)
 	p->dst = open_instance(&p->dst_host, LMT_ROLE_DESTINATION, channels, 5 * SECOND);
 	p->src = open_instance(&p->src_host, LMT_ROLE_SOURCE, channels, 5 * SECOND);
 	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]),
-		                 0);
+		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]), 0);
 	for (uint32_t c = 0; c < channels; c++) {
-		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]),
-		                 0);
+		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]), 0);
 		assert_true(p->dst_addr[c].len <= LMT_BLOB_MAX);
 	}
 	for (uint32_t c = 0; c < channels; c++)
@@ -223,15 +229,14 @@ struct region {
 static void region_open(struct region *r, lmt_instance *dst, lmt_instance *src, size_t len)
 {
 	r->len = len;
-	r->block = mmap(NULL, len + 2 * GUARD, PROT_READ | PROT_WRITE,
-	                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	r->block = mmap(NULL, len + 2 * GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                -1, 0);
 	assert_true(r->block != MAP_FAILED);
 	memset(r->block, 0xa5, GUARD);
 	memset(r->block + GUARD + len, 0xa5, GUARD);
 	r->mem = r->block + GUARD;
-	assert_int_equal(plugin->ops.mr_register(dst, r->mem, len, LMT_MR_REMOTE_WRITE, &r->mr,
-	                                         &r->key),
-	                 0);
+	assert_int_equal(
+	        plugin->ops.mr_register(dst, r->mem, len, LMT_MR_REMOTE_WRITE, &r->mr, &r->key), 0);
 	assert_true(r->key.len > 0 && r->key.len <= LMT_BLOB_MAX);
 	r->rkey = NULL;
 	if (src)
@@ -314,8 +319,8 @@ static void post(struct pair *p, uint32_t channel, const void *buf, size_t len, 
 {
 	uint64_t deadline = now_ns() + 30 * SECOND;
 	for (;;) {
-		int rc = plugin->ops.write(p->src_ep[channel], buf, len, NULL, rkey, offset,
-		                           cookie);
+		int rc =
+		        plugin->ops.write(p->src_ep[channel], buf, len, NULL, rkey, offset, cookie);
 		if (rc != -LMT_EAGAIN) {
 			assert_int_equal(rc, 0);
 			return;
@@ -337,8 +342,9 @@ static void harvest_all(lmt_instance *src, struct tally *t, uint64_t expected)
 /* Sizes across UCX's protocol switches: short, copy-in, rendezvous, and
  * several MiB; 0 too. */
 static const size_t piece_sizes[] = {
-	1, 7, 0, 92, 93, 512, 4096, 4099, 8192, 8257, 65536, 65537, 262144 + 3, 1 << 20,
-	(1 << 20) + 1, 3 << 20, 8 << 20, 100, 4095, 2 << 20,
+        1,       7,    0,     92,      93,         512,     4096,          4099,
+        8192,    8257, 65536, 65537,   262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
+        8 << 20, 100,  4095,  2 << 20,
 };
 #define PIECES (sizeof(piece_sizes) / sizeof(piece_sizes[0]))
 
@@ -412,20 +418,19 @@ static void forger_open(struct forger *f)
 	assert_int_equal(ucp_config_read(NULL, NULL, &config), UCS_OK);
 	if (tls[0])
 		assert_int_equal(ucp_config_modify(config, "TLS", tls), UCS_OK);
-	ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-	                       .features = UCP_FEATURE_AM};
+	ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
 	assert_int_equal(ucp_init(&params, config, &f->context), UCS_OK);
 	ucp_config_release(config);
 	ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
 	                          .thread_mode = UCS_THREAD_MODE_SINGLE};
 	assert_int_equal(ucp_worker_create(f->context, &wp, &f->worker), UCS_OK);
 	ucp_am_handler_param_t handler = {
-		.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-		              UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
-		.id = UCX_AM_NOTE,
-		.flags = UCP_AM_FLAG_WHOLE_MSG,
-		.cb = forger_note,
-		.arg = f,
+	        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+	                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+	        .id = UCX_AM_NOTE,
+	        .flags = UCP_AM_FLAG_WHOLE_MSG,
+	        .cb = forger_note,
+	        .arg = f,
 	};
 	assert_int_equal(ucp_worker_set_am_recv_handler(f->worker, &handler), UCS_OK);
 }
@@ -452,12 +457,11 @@ static void forger_connect(struct forger *f, const struct lmt_blob *dst_addr)
 	struct ucx_addr a;
 	assert_null(ucx_addr_decode(dst_addr, UCX_MAGIC_DST_ADDR, &a));
 	ucp_ep_params_t params = {
-		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-		              UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-		              UCP_EP_PARAM_FIELD_ERR_HANDLER,
-		.address = (const ucp_address_t *)a.worker,
-		.err_mode = UCP_ERR_HANDLING_MODE_PEER,
-		.err_handler = {.cb = forger_failed},
+	        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+	                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+	        .address = (const ucp_address_t *)a.worker,
+	        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+	        .err_handler = {.cb = forger_failed},
 	};
 	/* Shared memory cannot report a failed peer in UCX 1.13. */
 	if (strcmp(tls, "tcp") != 0)
@@ -483,8 +487,8 @@ static ucs_status_t forger_send(struct forger *f, unsigned id, const void *heade
                                 size_t header_len, const void *payload, size_t len)
 {
 	ucp_request_param_t params = {0};
-	return forger_wait(f, ucp_am_send_nbx(f->ep, id, header, header_len, payload, len,
-	                                      &params));
+	return forger_wait(f,
+	                   ucp_am_send_nbx(f->ep, id, header, header_len, payload, len, &params));
 }
 
 static void forger_close(struct forger *f)
@@ -547,7 +551,8 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 	forged_open(&s);
 	uint8_t header[UCX_WRITE_HEADER_LEN];
 	ucx_write_encode(&(struct ucx_write){.region = s.key.region + region_delta,
-	                                     .offset = offset, .len = len},
+	                                     .offset = offset,
+	                                     .len = len},
 	                 header);
 	if (magic != UCX_MAGIC_WRITE)
 		memcpy(header, &magic, 4);
@@ -604,8 +609,8 @@ static void test_unknown_transport_fails_with_ucx_reason(void **state)
 	struct fake_host h;
 	fake_host_init(&h);
 	h.tls = "no_such_transport";
-	struct lmt_instance_params params = {.struct_size = sizeof(params),
-	                                     .role = LMT_ROLE_SOURCE, .channels = 1};
+	struct lmt_instance_params params = {
+	        .struct_size = sizeof(params), .role = LMT_ROLE_SOURCE, .channels = 1};
 	lmt_instance *inst = NULL;
 	int rc = plugin->ops.instance_open(&host_services, &h, &params, &inst);
 	if (rc == 0) {
@@ -621,6 +626,50 @@ static void test_unknown_transport_fails_with_ucx_reason(void **state)
 	pthread_mutex_destroy(&h.lock);
 }
 
+/* "tcp+self" reaches UCX as "tcp,self": UCX knows no transport "tcp+self",
+ * so without the translation nothing would open. The shared-memory
+ * setting the plugin adds must not be left unused (UCX warns then). */
+static void test_plus_separated_transports_reach_ucx(void **state)
+{
+	(void)state;
+	struct fake_host h;
+	fake_host_init(&h);
+	char list[64];
+	snprintf(list, sizeof(list), "%s+self", tls[0] ? tls : "all");
+	h.tls = list;
+	struct lmt_instance_params params = {
+	        .struct_size = sizeof(params), .role = LMT_ROLE_SOURCE, .channels = 1};
+	lmt_instance *inst = NULL;
+	assert_int_equal(plugin->ops.instance_open(&host_services, &h, &params, &inst), 0);
+	lmt_endpoint *ep = NULL;
+	struct lmt_blob addr;
+	assert_int_equal(plugin->ops.ep_open(inst, 0, &ep, &addr), 0);
+	plugin->ops.ep_close(ep);
+	plugin->ops.instance_close(inst);
+	assert_int_equal(h.errors, 0);
+	assert_int_equal(atomic_load(&h.unused_config), 0);
+	pthread_mutex_destroy(&h.lock);
+}
+
+static void test_overlong_transport_list_is_refused(void **state)
+{
+	(void)state;
+	struct fake_host h;
+	fake_host_init(&h);
+	char list[400];
+	memset(list, 'x', sizeof(list) - 1);
+	list[sizeof(list) - 1] = '\0';
+	h.tls = list;
+	struct lmt_instance_params params = {
+	        .struct_size = sizeof(params), .role = LMT_ROLE_SOURCE, .channels = 1};
+	lmt_instance *inst = NULL;
+	assert_int_equal(plugin->ops.instance_open(&host_services, &h, &params, &inst),
+	                 -LMT_EINVAL);
+	assert_null(inst);
+	assert_non_null(strstr(h.error, "ucx.tls: longer than 255 characters"));
+	pthread_mutex_destroy(&h.lock);
+}
+
 static void test_unknown_device_fails_with_ucx_reason(void **state)
 {
 	(void)state;
@@ -629,8 +678,8 @@ static void test_unknown_device_fails_with_ucx_reason(void **state)
 	struct fake_host h;
 	fake_host_init(&h);
 	h.devices = "no_such_nic";
-	struct lmt_instance_params params = {.struct_size = sizeof(params),
-	                                     .role = LMT_ROLE_DESTINATION, .channels = 1};
+	struct lmt_instance_params params = {
+	        .struct_size = sizeof(params), .role = LMT_ROLE_DESTINATION, .channels = 1};
 	lmt_instance *inst = NULL;
 	assert_true(plugin->ops.instance_open(&host_services, &h, &params, &inst) < 0);
 	assert_null(inst);
@@ -805,17 +854,17 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	struct lmt_blob bad[BAD];
 	for (int i = 0; i < BAD; i++)
 		bad[i] = r.key;
-	bad[0].len = UCX_KEY_HEADER_LEN - 1;  /* shorter than the header */
-	bad[1].data[0] ^= 1;                  /* magic */
-	bad[2].data[4] = 9;                   /* version */
-	bad[3].data[6] = 1;                   /* reserved */
-	memset(bad[4].data + 8, 0, 4);        /* region id 0 */
-	memset(bad[5].data + 24, 0, 8);       /* zero length */
-	memset(bad[6].data + 16, 0xff, 8);    /* base + length wraps */
-	bad[7].len--;                         /* rkey shorter than announced */
-	bad[8].len = LMT_BLOB_MAX + 1;        /* longer than any blob */
-	bad[9].data[12] ^= 0x40;              /* rkey length disagrees */
-	memset(bad[10].data + 12, 0, 4);      /* empty rkey */
+	bad[0].len = UCX_KEY_HEADER_LEN - 1; /* shorter than the header */
+	bad[1].data[0] ^= 1;                 /* magic */
+	bad[2].data[4] = 9;                  /* version */
+	bad[3].data[6] = 1;                  /* reserved */
+	memset(bad[4].data + 8, 0, 4);       /* region id 0 */
+	memset(bad[5].data + 24, 0, 8);      /* zero length */
+	memset(bad[6].data + 16, 0xff, 8);   /* base + length wraps */
+	bad[7].len--;                        /* rkey shorter than announced */
+	bad[8].len = LMT_BLOB_MAX + 1;       /* longer than any blob */
+	bad[9].data[12] ^= 0x40;             /* rkey length disagrees */
+	memset(bad[10].data + 12, 0, 4);     /* empty rkey */
 	for (int i = 0; i < BAD; i++) {
 		lmt_rkey *rkey = (lmt_rkey *)(uintptr_t)1; /* must be cleared */
 		assert_int_equal(plugin->ops.rkey_import(src, &bad[i], &rkey), -LMT_EPROTO);
@@ -849,15 +898,15 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	struct lmt_blob bad[BAD];
 	for (int i = 0; i < BAD; i++)
 		bad[i] = daddr;
-	bad[0].len = 3;                   /* short */
-	bad[1].data[3] ^= 0x80;           /* magic */
-	bad[2].data[4] = 2;               /* version */
-	bad[3].data[7] = 1;               /* reserved */
-	bad[4].data[8] = 1;               /* channel 1, for endpoint 0 */
-	bad[5].len--;                     /* address shorter than announced */
-	memset(bad[6].data + 12, 0, 4);   /* empty address */
-	bad[7].len = LMT_BLOB_MAX + 1;    /* longer than any blob */
-	bad[8] = saddr;                   /* a source's blob is not a destination's */
+	bad[0].len = 3;                 /* short */
+	bad[1].data[3] ^= 0x80;         /* magic */
+	bad[2].data[4] = 2;             /* version */
+	bad[3].data[7] = 1;             /* reserved */
+	bad[4].data[8] = 1;             /* channel 1, for endpoint 0 */
+	bad[5].len--;                   /* address shorter than announced */
+	memset(bad[6].data + 12, 0, 4); /* empty address */
+	bad[7].len = LMT_BLOB_MAX + 1;  /* longer than any blob */
+	bad[8] = saddr;                 /* a source's blob is not a destination's */
 	for (int i = 0; i < BAD; i++)
 		assert_int_equal(plugin->ops.ep_connect(sep, &bad[i]), -LMT_EPROTO);
 	assert_int_equal(sh.error_code, LMT_EPROTO);
@@ -1015,8 +1064,8 @@ static void test_destination_close_mid_stream_gives_source_econn(void **state)
 	while (rc >= 0 && posted < WRITES) {
 		assert_true(now_ns() < deadline);
 		uint64_t at = posted % SLOTS * SIZE;
-		int wrc = plugin->ops.write(p->src_ep[posted & 1], src + at, SIZE, NULL, r.rkey,
-		                            at, posted);
+		int wrc = plugin->ops.write(p->src_ep[posted & 1], src + at, SIZE, NULL, r.rkey, at,
+		                            posted);
 		if (wrc == 0)
 			posted++;
 		else if (wrc != -LMT_EAGAIN)
@@ -1219,34 +1268,36 @@ int main(int argc, char **argv)
 	if (getenv("LMT_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("LMT_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_entry_gives_descriptor_with_caps_and_options),
-		cmocka_unit_test(test_entry_refuses_an_older_core),
-		cmocka_unit_test(test_unknown_transport_fails_with_ucx_reason),
-		cmocka_unit_test(test_unknown_device_fails_with_ucx_reason),
-		cmocka_unit_test(test_one_channel_places_writes_bit_for_bit),
-		cmocka_unit_test(test_two_channels_place_writes_bit_for_bit),
-		cmocka_unit_test(test_every_cookie_completes_exactly_once),
-		cmocka_unit_test(test_completion_means_visible_write_by_write),
-		cmocka_unit_test(test_full_queue_answers_eagain),
-		cmocka_unit_test(test_large_write_lands_whole),
-		cmocka_unit_test(test_write_past_key_length_is_rejected),
-		cmocka_unit_test(test_malformed_key_blob_is_rejected),
-		cmocka_unit_test(test_malformed_address_blob_is_rejected),
-		cmocka_unit_test(test_forged_write_past_region_end_is_refused),
-		cmocka_unit_test(test_forged_rendezvous_write_past_region_end_is_refused),
-		cmocka_unit_test(test_forged_write_with_wrapping_offset_is_refused),
-		cmocka_unit_test(test_forged_write_for_unknown_region_is_refused),
-		cmocka_unit_test(test_forged_write_with_bad_magic_is_refused),
-		cmocka_unit_test(test_forged_write_longer_than_its_header_says_is_refused),
-		cmocka_unit_test(test_forged_write_with_short_header_is_refused),
-		cmocka_unit_test(test_forged_acknowledgement_to_destination_is_refused),
-		cmocka_unit_test(test_write_to_a_deregistered_region_fails_both_sides),
-		cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),
-		cmocka_unit_test(test_orderly_close_by_source_is_no_error),
-		cmocka_unit_test(test_orderly_close_by_destination_is_no_error),
-		cmocka_unit_test(test_destination_progress_waits_and_reports_nothing),
-		cmocka_unit_test(test_progress_honours_cancel),
-		cmocka_unit_test(test_open_close_cycles_leave_no_fds_or_threads),
+	        cmocka_unit_test(test_entry_gives_descriptor_with_caps_and_options),
+	        cmocka_unit_test(test_entry_refuses_an_older_core),
+	        cmocka_unit_test(test_unknown_transport_fails_with_ucx_reason),
+	        cmocka_unit_test(test_plus_separated_transports_reach_ucx),
+	        cmocka_unit_test(test_overlong_transport_list_is_refused),
+	        cmocka_unit_test(test_unknown_device_fails_with_ucx_reason),
+	        cmocka_unit_test(test_one_channel_places_writes_bit_for_bit),
+	        cmocka_unit_test(test_two_channels_place_writes_bit_for_bit),
+	        cmocka_unit_test(test_every_cookie_completes_exactly_once),
+	        cmocka_unit_test(test_completion_means_visible_write_by_write),
+	        cmocka_unit_test(test_full_queue_answers_eagain),
+	        cmocka_unit_test(test_large_write_lands_whole),
+	        cmocka_unit_test(test_write_past_key_length_is_rejected),
+	        cmocka_unit_test(test_malformed_key_blob_is_rejected),
+	        cmocka_unit_test(test_malformed_address_blob_is_rejected),
+	        cmocka_unit_test(test_forged_write_past_region_end_is_refused),
+	        cmocka_unit_test(test_forged_rendezvous_write_past_region_end_is_refused),
+	        cmocka_unit_test(test_forged_write_with_wrapping_offset_is_refused),
+	        cmocka_unit_test(test_forged_write_for_unknown_region_is_refused),
+	        cmocka_unit_test(test_forged_write_with_bad_magic_is_refused),
+	        cmocka_unit_test(test_forged_write_longer_than_its_header_says_is_refused),
+	        cmocka_unit_test(test_forged_write_with_short_header_is_refused),
+	        cmocka_unit_test(test_forged_acknowledgement_to_destination_is_refused),
+	        cmocka_unit_test(test_write_to_a_deregistered_region_fails_both_sides),
+	        cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),
+	        cmocka_unit_test(test_orderly_close_by_source_is_no_error),
+	        cmocka_unit_test(test_orderly_close_by_destination_is_no_error),
+	        cmocka_unit_test(test_destination_progress_waits_and_reports_nothing),
+	        cmocka_unit_test(test_progress_honours_cancel),
+	        cmocka_unit_test(test_open_close_cycles_leave_no_fds_or_threads),
 	};
 	return cmocka_run_group_tests(tests, load_plugin, unload_plugin);
 }
