@@ -108,6 +108,12 @@ struct lmt_session {
 	uint32_t ch_writes[LMT_MAX_CHANNELS];
 	uint64_t ch_bytes[LMT_MAX_CHANNELS];    /* completed, per channel */
 	uint64_t ch_inflight[LMT_MAX_CHANNELS]; /* posted, not yet completed */
+	/* The last write posted: its channel, where it ended, and how many
+	 * writes in a row that channel took, each following the one before. */
+	uint32_t run_channel;
+	uint32_t run_block;
+	uint64_t run_end_page;
+	uint32_t run_length;
 	uint64_t dirty_bytes;
 	uint64_t inflight_bytes;
 	uint32_t cur_block;

@@ -511,14 +511,25 @@ static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_s
 	return service(s, false);
 }
 
-/* The channel with the fewest bytes in flight that has room. */
-static uint32_t pick_channel(const struct lmt_session *s)
+/* Writes in a row, each following the one before in guest RAM, that one
+ * channel takes before the least loaded is chosen again: a plugin can then
+ * merge them into one transfer (ofi over shm does), and 16 chunks keep the
+ * channels balanced. */
+#define CHANNEL_RUN 16u
+
+/* The channel that took the write `c` continues, while the run is short
+ * and it has room; otherwise the channel with the fewest bytes in flight
+ * that has room. */
+static uint32_t pick_channel(const struct lmt_session *s, const struct chunk *c)
 {
 	uint32_t best = UINT32_MAX;
-	for (uint32_t c = 0; c < s->channels; c++)
-		if (s->ch_writes[c] < s->queue_depth &&
-		    (best == UINT32_MAX || s->ch_inflight[c] < s->ch_inflight[best]))
-			best = c;
+	if (s->run_length && s->run_length < CHANNEL_RUN && c->block == s->run_block &&
+	    c->page == s->run_end_page && s->ch_writes[s->run_channel] < s->queue_depth)
+		return s->run_channel;
+	for (uint32_t ch = 0; ch < s->channels; ch++)
+		if (s->ch_writes[ch] < s->queue_depth &&
+		    (best == UINT32_MAX || s->ch_inflight[ch] < s->ch_inflight[best]))
+			best = ch;
 	return best;
 }
 
@@ -567,7 +578,7 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 			c->npages = i;
 			break;
 		}
-	uint32_t ch = pick_channel(s);
+	uint32_t ch = pick_channel(s, c);
 	if (ch == UINT32_MAX || s->nfree == 0)
 		return 0;
 	uint64_t offset = c->page << b->page_shift;
@@ -598,6 +609,12 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 	                                  .npages = c->npages,
 	                                  .bytes = bytes};
 	lmt__bitmap_range(b->inflight, c->page, c->npages, LMT_BITS_SET);
+	bool follows = s->run_length && ch == s->run_channel && c->block == s->run_block &&
+	               c->page == s->run_end_page;
+	s->run_length = follows ? s->run_length + 1 : 1;
+	s->run_channel = ch;
+	s->run_block = c->block;
+	s->run_end_page = c->page + c->npages;
 	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
 	s->ch_writes[ch]++;
 	s->ch_inflight[ch] += bytes;

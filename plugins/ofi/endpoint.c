@@ -33,6 +33,7 @@ static const char *role_name(uint8_t role)
 static void op_free(lmt_endpoint *ep, struct ofi_op *op)
 {
 	op->state = OFI_OP_FREE;
+	op->riders = OFI_NONE;
 	op->next = ep->free_head;
 	ep->free_head = (uint32_t)(op - ep->ops);
 }
@@ -53,6 +54,8 @@ static void release_pending(lmt_endpoint *ep)
 		op_free(ep, op);
 	}
 }
+
+static void post_queued(lmt_endpoint *ep);
 
 /* A completion for `context`, with status 0 or -LMT_E*. */
 static void op_done(lmt_endpoint *ep, void *context, int status)
@@ -84,6 +87,15 @@ static void op_done(lmt_endpoint *ep, void *context, int status)
 	}
 	if (op->state == OFI_OP_ABANDONED || op->state == OFI_OP_POSTED)
 		ep->inflight--;
+	/* The writes merged into this one end with it; abandoned ones were
+	 * reported already. */
+	for (uint32_t r = op->riders, next; r != OFI_NONE; r = next) {
+		next = ep->ops[r].next;
+		if (op->state == OFI_OP_POSTED)
+			ofi_report(ep, ep->ops[r].cookie, status);
+		op_free(ep, &ep->ops[r]);
+	}
+	op->riders = OFI_NONE;
 	if (op->state == OFI_OP_ABANDONED) {
 		op_free(ep, op);
 	} else if (op->state == OFI_OP_POSTED) {
@@ -96,6 +108,7 @@ static void op_done(lmt_endpoint *ep, void *context, int status)
 			ep->pending_head = (uint32_t)index;
 		}
 	}
+	post_queued(ep);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -108,9 +121,20 @@ void ofi_ep_abandon(lmt_endpoint *ep, int status)
 		struct ofi_op *op = &ep->ops[i];
 		if (op->state == OFI_OP_POSTED) {
 			ofi_report(ep, op->cookie, status);
+			for (uint32_t r = op->riders; r != OFI_NONE; r = ep->ops[r].next)
+				ofi_report(ep, ep->ops[r].cookie, status);
 			op->state = OFI_OP_ABANDONED;
 		}
 	}
+	/* Queued writes never reached the provider. */
+	while (ep->queued_head != OFI_NONE) {
+		struct ofi_op *op = &ep->ops[ep->queued_head];
+		ep->queued_head = op->next;
+		ofi_report(ep, op->cookie, status);
+		op_free(ep, op);
+	}
+	ep->queued_tail = OFI_NONE;
+	ep->queued = 0;
 	/* Pending writes are done with the provider: free them outright. */
 	while (ep->pending_head != OFI_NONE) {
 		struct ofi_op *op = &ep->ops[ep->pending_head];
@@ -136,6 +160,59 @@ static ssize_t post_rma(lmt_endpoint *ep, bool write, void *buf, size_t len, voi
 	                         .rma_iov_count = 1,
 	                         .context = context};
 	return write ? fi_writemsg(ep->ep, &msg, flags) : fi_readmsg(ep->ep, &msg, flags);
+}
+
+/* Coalescing: once the channel has no write in flight, post the writes
+ * queued behind the last one, as a single write for as long as they follow
+ * each other in both memories under one key. Called with ep->lock held. */
+static void post_queued(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (!inst->coalesce || ep->inflight || ep->queued_head == OFI_NONE)
+		return;
+	struct ofi_op *head = &ep->ops[ep->queued_head], *last = head;
+	size_t len = head->len;
+	uint32_t count = 1;
+	while (last->next != OFI_NONE) {
+		struct ofi_op *n = &ep->ops[last->next];
+		if (n->buf != last->buf + last->len || n->addr != last->addr + last->len ||
+		    n->key != head->key || n->desc != head->desc ||
+		    n->len > OFI_COALESCE_MAX - len || len + n->len > inst->max_msg)
+			break;
+		len += n->len;
+		last = n;
+		count++;
+	}
+	ssize_t rc = post_rma(ep, true, head->buf, len, head->desc, head->addr, head->key,
+	                      &head->ctx, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+	if (rc == -FI_EAGAIN)
+		return; /* the channel's thread tries again */
+	ep->queued_head = last->next;
+	if (ep->queued_head == OFI_NONE)
+		ep->queued_tail = OFI_NONE;
+	ep->queued -= count;
+	head->riders = count > 1 ? head->next : OFI_NONE;
+	last->next = OFI_NONE;
+	for (uint32_t r = head->riders; r != OFI_NONE; r = ep->ops[r].next)
+		ep->ops[r].state = OFI_OP_RIDER;
+	if (rc == 0) {
+		head->state = OFI_OP_POSTED;
+		ep->inflight++;
+		ep->transfers++;
+		ep->writes += count;
+		return;
+	}
+	int err = ofi_error(inst, ofi_code((int)-rc),
+	                    "ofi channel %u: fi_writemsg of %zu bytes (%u writes merged): %s",
+	                    ep->channel, len, count, fi_strerror((int)-rc));
+	ofi_fail(inst, err);
+	for (uint32_t r = head->riders, next; r != OFI_NONE; r = next) {
+		next = ep->ops[r].next;
+		ofi_report(ep, ep->ops[r].cookie, err);
+		op_free(ep, &ep->ops[r]);
+	}
+	ofi_report(ep, head->cookie, err);
+	op_free(ep, head);
 }
 
 /* Post a read of the destination's fence region behind the writes, when
@@ -230,6 +307,11 @@ static void *ep_thread(void *arg)
 		}
 		if (fencing)
 			fence(ep);
+		if (inst->coalesce) {
+			pthread_mutex_lock(&ep->lock);
+			post_queued(ep);
+			pthread_mutex_unlock(&ep->lock);
+		}
 	}
 	return NULL;
 }
@@ -259,7 +341,7 @@ static void drain(lmt_endpoint *ep)
 	uint32_t last = UINT32_MAX;
 	for (;;) {
 		pthread_mutex_lock(&ep->lock);
-		uint32_t left = ep->inflight;
+		uint32_t left = ep->inflight + ep->queued;
 		pthread_mutex_unlock(&ep->lock);
 		uint64_t now = lmt_now_ns();
 		if (left != last) {
@@ -352,7 +434,7 @@ static int open_fence(lmt_endpoint *ep, struct ofi_addr *a)
 static int alloc_ops(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	ep->free_head = ep->pending_head = OFI_NONE;
+	ep->free_head = ep->pending_head = ep->queued_head = ep->queued_tail = OFI_NONE;
 	if (pthread_mutex_init(&ep->lock, NULL))
 		return ofi_error(inst, LMT_ENOMEM, "ofi: cannot create locks");
 	ep->lock_ready = true;
@@ -535,6 +617,10 @@ void ofi_ep_close(lmt_endpoint *ep)
 		return;
 	struct lmt_instance *inst = ep->inst;
 	ofi_ep_stop(ep);
+	if (inst->coalesce)
+		ofi_log(inst, LMT_LOG_DEBUG,
+		        "ofi channel %u: %llu writes coalesced into %llu transfers", ep->channel,
+		        (unsigned long long)ep->writes, (unsigned long long)ep->transfers);
 	pthread_mutex_lock(&inst->lock);
 	inst->eps[ep->channel] = NULL;
 	pthread_cond_broadcast(&inst->cond);
@@ -625,6 +711,39 @@ int ofi_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr,
 		return -LMT_EAGAIN;
 	}
 	struct ofi_op *op = &ep->ops[ep->free_head];
+	uint64_t remote = rkey->base + offset, key = rkey->key[ofi_index(inst, ep->channel)];
+	bool follows = ep->tail_key == key && ep->tail_desc == desc && ep->tail_buf == local &&
+	               ep->tail_addr == remote;
+	ep->tail_key = key;
+	ep->tail_desc = desc;
+	ep->tail_buf = (const uint8_t *)local + len;
+	ep->tail_addr = remote + len;
+	if (inst->coalesce && ep->inflight && follows) {
+		/* It continues the last write, in flight or queued: posted with
+		 * the writes queued behind it once the channel has none in
+		 * flight. Any other write goes at once (the core never has
+		 * overlapping writes in flight, so order does not matter). */
+		ep->free_head = op->next;
+		*op = (struct ofi_op){.cookie = cookie,
+		                      .seq = ep->next_seq++,
+		                      .next = OFI_NONE,
+		                      .state = OFI_OP_QUEUED,
+		                      .buf = (uint8_t *)local,
+		                      .len = len,
+		                      .desc = desc,
+		                      .addr = remote,
+		                      .key = key,
+		                      .riders = OFI_NONE};
+		if (ep->queued_tail == OFI_NONE)
+			ep->queued_head = (uint32_t)(op - ep->ops);
+		else
+			ep->ops[ep->queued_tail].next = (uint32_t)(op - ep->ops);
+		ep->queued_tail = (uint32_t)(op - ep->ops);
+		ep->queued++;
+		atomic_fetch_add(&inst->outstanding[ep->channel], 1);
+		pthread_mutex_unlock(&ep->lock);
+		return 0;
+	}
 	uint64_t flags = FI_COMPLETION;
 	if (inst->visibility == OFI_DELIVERY)
 		flags |= FI_DELIVERY_COMPLETE;
@@ -633,12 +752,14 @@ int ofi_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr,
 	op->cookie = cookie;
 	op->seq = ep->next_seq;
 	op->state = OFI_OP_POSTED;
-	ssize_t posted = post_rma(ep, true, (void *)local, len, desc, rkey->base + offset,
-	                          rkey->key[ofi_index(inst, ep->channel)], &op->ctx, flags);
+	op->riders = OFI_NONE;
+	ssize_t posted = post_rma(ep, true, (void *)local, len, desc, remote, key, &op->ctx, flags);
 	if (posted == 0) {
 		ep->free_head = op->next;
 		ep->next_seq++;
 		ep->inflight++;
+		ep->transfers++;
+		ep->writes++;
 		atomic_fetch_add(&inst->outstanding[ep->channel], 1);
 	} else {
 		op->state = OFI_OP_FREE;

@@ -16,6 +16,13 @@
 #include <rdma/fi_errno.h>
 
 static const char *const ofi_completion_names[] = {"auto", "delivery", "fence", NULL};
+static const char *const ofi_coalesce_names[] = {"auto", "on", "off", NULL};
+
+enum ofi_coalesce_option {
+	OFI_COALESCE_AUTO = 0,
+	OFI_COALESCE_ON = 1,
+	OFI_COALESCE_OFF = 2,
+};
 
 enum ofi_completion_option {
 	OFI_COMPLETION_AUTO = 0,
@@ -41,6 +48,13 @@ static const struct lmt_option_desc ofi_options[] = {
          .enum_values = ofi_completion_names,
          .doc = "how a write is known to be visible: delivery = FI_DELIVERY_COMPLETE, fence = "
                 "an ordered read after the writes, auto = delivery when the provider has it"},
+        {.name = "coalesce",
+         .type = LMT_OPT_ENUM,
+         .default_value = "auto",
+         .enum_values = ofi_coalesce_names,
+         .doc = "keep one write in flight per channel and post the writes queued behind it "
+                "as one when they are contiguous; auto = on for shm, whose target copies "
+                "under a lock the sender spins on (source only)"},
         {.name = "mr-mode",
          .type = LMT_OPT_STRING,
          .default_value = "",
@@ -147,6 +161,7 @@ struct ofi_choice {
 	const char *provider;
 	const char *domain;
 	int completion; /* enum ofi_completion_option */
+	int coalesce;   /* enum ofi_coalesce_option */
 	uint64_t offer; /* FI_MR_* modes offered */
 	bool force_local;
 };
@@ -214,6 +229,12 @@ static int read_options(struct lmt_instance *inst, struct ofi_choice *c)
 			return ofi_error(inst, LMT_EINVAL, "ofi.completion: unknown value %lld",
 			                 (long long)v.integer);
 		c->completion = (int)v.integer;
+	}
+	if (host->option(inst->host_ctx, "ofi.coalesce", &v) == 0 && v.type == LMT_OPT_ENUM) {
+		if (v.integer < OFI_COALESCE_AUTO || v.integer > OFI_COALESCE_OFF)
+			return ofi_error(inst, LMT_EINVAL, "ofi.coalesce: unknown value %lld",
+			                 (long long)v.integer);
+		c->coalesce = (int)v.integer;
 	}
 	const char *modes = "";
 	if (host->option(inst->host_ctx, "ofi.mr-mode", &v) == 0 && v.type == LMT_OPT_STRING &&
@@ -465,6 +486,17 @@ static int choose_provider(struct lmt_instance *inst, const struct ofi_choice *c
 		                 (unsigned long long)inst->info->mode);
 	inst->mr_mode = mode | (c->force_local ? FI_MR_LOCAL : 0);
 	inst->local_mr = inst->mr_mode & FI_MR_LOCAL;
+	/* Merged writes complete together, which only delivery completion
+	 * reports write by write; fences order by posting sequence. */
+	if (c->coalesce == OFI_COALESCE_ON && inst->visibility != OFI_DELIVERY)
+		return ofi_error(inst, LMT_EINVAL,
+		                 "ofi.coalesce=on needs delivery completion; provider %s gives "
+		                 "visibility by fence reads here",
+		                 inst->info->fabric_attr->prov_name);
+	inst->coalesce = inst->role == LMT_ROLE_SOURCE && inst->visibility == OFI_DELIVERY &&
+	                 (c->coalesce == OFI_COALESCE_ON ||
+	                  (c->coalesce == OFI_COALESCE_AUTO &&
+	                   strcmp(inst->info->fabric_attr->prov_name, "shm") == 0));
 	return 0;
 }
 
@@ -599,14 +631,15 @@ static int ofi_instance_open(const struct lmt_host *host, void *host_ctx,
 	fi_tostr_r(modes, sizeof(modes), &mode, FI_TYPE_MR_MODE);
 	ofi_log(inst, LMT_LOG_DEBUG,
 	        "ofi: %s, provider %s, fabric %s, domain %s, mr_mode [%s], %s, %s CQs, "
-	        "%u writes per channel",
+	        "%u writes per channel%s",
 	        inst->role == LMT_ROLE_SOURCE ? "source" : "destination",
 	        inst->info->fabric_attr->prov_name, inst->info->fabric_attr->name,
 	        inst->info->domain_attr->name, modes,
 	        inst->visibility == OFI_DELIVERY ? "FI_DELIVERY_COMPLETE"
 	        : inst->fence_flags              ? "fenced reads"
 	                                         : "ordered reads",
-	        inst->cq_wait ? "waiting" : "polled", inst->queue);
+	        inst->cq_wait ? "waiting" : "polled", inst->queue,
+	        inst->coalesce ? ", coalesced" : "");
 	*out = inst;
 	return 0;
 fail:

@@ -18,9 +18,10 @@
 
 #define OFI_API_VERSION FI_VERSION(1, 17)
 #define OFI_MAX_CHANNELS OFI_KEYS_MAX
-#define OFI_QUEUE_MAX 1024u       /* writes per channel, posted and not harvested */
-#define OFI_SLICE_MS 100          /* how long a progress thread sleeps at most */
-#define OFI_SLICE_NS 100000000ull /* how often blocking calls poll cancelled */
+#define OFI_QUEUE_MAX 1024u          /* writes per channel, posted and not harvested */
+#define OFI_COALESCE_MAX (64u << 20) /* largest merged write */
+#define OFI_SLICE_MS 100             /* how long a progress thread sleeps at most */
+#define OFI_SLICE_NS 100000000ull    /* how often blocking calls poll cancelled */
 
 /* The FI_MR_* modes this plugin knows how to honour. */
 #define OFI_MR_MODES                                                                               \
@@ -41,6 +42,8 @@ enum ofi_op_state {
 	OFI_OP_POSTED,    /* handed to the provider */
 	OFI_OP_PENDING,   /* completed locally, waiting for a fence */
 	OFI_OP_ABANDONED, /* reported failed; the provider still owns it */
+	OFI_OP_QUEUED,    /* coalescing: waiting for the channel's write in flight */
+	OFI_OP_RIDER,     /* coalescing: posted as part of the write before it */
 };
 
 /* One posted operation. The provider's context comes first, so the
@@ -49,8 +52,15 @@ struct ofi_op {
 	struct fi_context2 ctx;
 	uint64_t cookie;
 	uint64_t seq;  /* order of posting on its endpoint */
-	uint32_t next; /* free or pending list, by index; UINT32_MAX ends it */
+	uint32_t next; /* free, pending, queued or rider list, by index; UINT32_MAX ends it */
 	uint8_t state; /* enum ofi_op_state */
+	/* Coalescing: the write itself while queued, and the writes posted
+	 * with it (by index, through `next`) once it heads a posted one. */
+	uint8_t *buf;
+	size_t len;
+	void *desc;
+	uint64_t addr, key;
+	uint32_t riders;
 };
 
 /* A registration: one provider MR, or one per channel with FI_MR_ENDPOINT,
@@ -106,7 +116,14 @@ struct lmt_endpoint {
 	uint64_t fence_seq;
 	bool fence_inflight;
 	struct ofi_op fence_op;
-	uint32_t inflight; /* operations the provider has not completed */
+	uint32_t inflight;                 /* operations the provider has not completed */
+	uint32_t queued_head, queued_tail; /* coalescing: writes not yet posted */
+	uint32_t queued;
+	/* Coalescing: where the last write accepted ends, and its key. */
+	const uint8_t *tail_buf;
+	uint64_t tail_addr, tail_key;
+	void *tail_desc;
+	uint64_t writes, transfers; /* posted to the provider: writes, and as how many */
 
 	/* Under inst->lock: writes reported to the completion queue. */
 	uint64_t reported;
@@ -129,6 +146,7 @@ struct lmt_instance {
 	uint64_t fence_flags; /* FI_FENCE when ordering comes from it */
 	bool cq_wait;         /* CQs wait on a descriptor: threads sleep in fi_cq_sread */
 	uint32_t queue;       /* writes per channel */
+	bool coalesce;        /* one provider write in flight per channel, merging the rest */
 	uint64_t max_msg;     /* largest write */
 	uint64_t key_limit;   /* requested keys stay below it */
 

@@ -44,6 +44,7 @@ struct variant {
 	const char *provider;
 	const char *completion; /* NULL = the default */
 	const char *mr_mode;    /* ofi.mr-mode */
+	const char *coalesce;   /* ofi.coalesce; NULL = the default */
 	unsigned fake_mr_mode;  /* lmtfake: the modes it requires */
 	int fake_no_delivery;   /* lmtfake: no FI_DELIVERY_COMPLETE */
 	int fake_no_wait;       /* lmtfake: no CQ wait objects */
@@ -71,6 +72,12 @@ static const struct variant fake_fence_all = {
 static const struct variant fake_polled = {
         .provider = "lmtfake", .fake_mr_mode = MR_ALL, .fake_no_wait = 1};
 static const struct variant fake_held = {.provider = "lmtfake", .fake_hold = 1};
+static const struct variant shm_apart = {.provider = "shm", .coalesce = "off"};
+static const struct variant tcp_coalesced = {.provider = "tcp", .coalesce = "on"};
+static const struct variant fake_held_coalesced = {
+        .provider = "lmtfake", .fake_hold = 1, .coalesce = "on"};
+static const struct variant fake_fence_coalesced = {
+        .provider = "lmtfake", .fake_no_delivery = 1, .coalesce = "on"};
 
 static void use_variant(const struct variant *v)
 {
@@ -92,7 +99,7 @@ struct fake_host {
 	int error_code;
 	char error[1024];
 	atomic_int cancelled;
-	const char *provider, *domain, *completion, *mr_mode;
+	const char *provider, *domain, *completion, *mr_mode, *coalesce;
 };
 
 static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -148,6 +155,7 @@ static uint64_t fake_now(void *ctx)
 static int fake_option(void *ctx, const char *name, struct lmt_option_value *out)
 {
 	static const char *const completions[] = {"auto", "delivery", "fence"};
+	static const char *const coalesces[] = {"auto", "on", "off"};
 	struct fake_host *h = ctx;
 	memset(out, 0, sizeof(*out));
 	out->type = LMT_OPT_STRING;
@@ -162,6 +170,12 @@ static int fake_option(void *ctx, const char *name, struct lmt_option_value *out
 		out->text = h->completion;
 		for (int i = 0; i < 3; i++)
 			if (strcmp(completions[i], h->completion) == 0)
+				out->integer = i;
+	} else if (strcmp(name, "ofi.coalesce") == 0) {
+		out->type = LMT_OPT_ENUM;
+		out->text = h->coalesce;
+		for (int i = 0; i < 3; i++)
+			if (strcmp(coalesces[i], h->coalesce) == 0)
 				out->integer = i;
 	} else {
 		return -LMT_ENOTFOUND;
@@ -193,6 +207,7 @@ static void fake_host_init(struct fake_host *h, const struct variant *v)
 	h->domain = "";
 	h->completion = v->completion ? v->completion : "auto";
 	h->mr_mode = v->mr_mode ? v->mr_mode : "";
+	h->coalesce = v->coalesce ? v->coalesce : "auto";
 	use_variant(v);
 }
 
@@ -447,11 +462,12 @@ static void test_entry_gives_descriptor(void **state)
 	assert_int_equal(plugin->abi_version, LMT_PLUGIN_ABI_VERSION);
 	assert_int_equal(plugin->caps, LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |
 	                                       LMT_CAP_TARGET_PROGRESS);
-	assert_int_equal(plugin->option_count, 4);
+	assert_int_equal(plugin->option_count, 5);
 	assert_string_equal(plugin->options[0].name, "provider");
 	assert_string_equal(plugin->options[1].name, "domain");
 	assert_string_equal(plugin->options[2].name, "completion");
-	assert_string_equal(plugin->options[3].name, "mr-mode");
+	assert_string_equal(plugin->options[3].name, "coalesce");
+	assert_string_equal(plugin->options[4].name, "mr-mode");
 }
 
 static void test_entry_refuses_an_older_core(void **state)
@@ -564,24 +580,51 @@ static void test_two_channels_land_bit_for_bit(void **state)
 	write_pieces_and_verify(*state, 2);
 }
 
-static void test_every_cookie_completes_exactly_once(void **state)
+/* `writes` writes of `size` bytes, write i at offset i * size on channel
+ * i % channels; each must complete once and land. */
+static struct pair *write_all_once(const struct variant *v, uint32_t channels, uint64_t writes,
+                                   size_t size)
 {
-	enum { WRITES = 5000, SIZE = 512 };
-	struct pair *p = pair_open(*state, 2);
+	struct pair *p = pair_open(v, channels);
 	struct region r;
-	region_open(&r, p, (size_t)WRITES * SIZE, 7);
+	region_open(&r, p, (size_t)writes * size, 7);
 	struct tally t;
-	tally_init(&t, WRITES);
-	for (uint64_t i = 0; i < WRITES; i++)
-		post(p, (uint32_t)(i & 1), &r, SIZE, i * SIZE, i, &t);
-	harvest_all(p->src, &t, WRITES);
+	tally_init(&t, writes);
+	for (uint64_t i = 0; i < writes; i++)
+		post(p, (uint32_t)(i % channels), &r, size, i * size, i, &t);
+	harvest_all(p->src, &t, writes);
 	assert_int_equal(harvest(p->src, &t, SECOND / 5), 0);
-	for (uint64_t i = 0; i < WRITES; i++)
+	for (uint64_t i = 0; i < writes; i++)
 		assert_int_equal(t.seen[i], 1);
 	assert_int_equal(t.failed, 0);
 	assert_memory_equal(r.mem, r.src, r.len);
 	region_close(&r, p);
 	free(t.seen);
+	return p;
+}
+
+static void test_every_cookie_completes_exactly_once(void **state)
+{
+	pair_close(write_all_once(*state, 2, 5000, 512));
+}
+
+/* Writes that follow each other on one channel are merged while one is in
+ * flight (ofi.coalesce): each is still reported once, and lands. */
+static void test_contiguous_writes_merge_and_complete_once(void **state)
+{
+	enum { WRITES = 3000 };
+	struct pair *p = write_all_once(*state, 1, WRITES, 4096);
+	/* The channel says, as it closes, how many transfers carried them. */
+	plugin->ops.ep_close(p->src_ep[0]);
+	unsigned long long writes = 0, transfers = 0;
+	pthread_mutex_lock(&p->src_host.lock);
+	const char *said = strstr(p->src_host.log, "ofi channel 0: ");
+	while (said && sscanf(said, "ofi channel 0: %llu writes coalesced into %llu transfers",
+	                      &writes, &transfers) != 2)
+		said = strstr(said + 1, "ofi channel 0: ");
+	pthread_mutex_unlock(&p->src_host.lock);
+	assert_int_equal(writes, WRITES);
+	assert_true(transfers >= 1 && transfers < WRITES / 4);
 	pair_close(p);
 }
 
@@ -863,22 +906,24 @@ static void test_remote_error_carries_the_provider_text(void **state)
 	pair_close(p);
 }
 
-static void test_failure_reports_every_outstanding_write(void **state)
+/* lmtfake holds successful writes; one that fails ends the session, and
+ * the held ones must be reported failed too, each once. Write i goes to
+ * channel i % channels, at offset i * stride. */
+static void held_writes_fail_once(const struct variant *v, uint32_t channels, size_t stride)
 {
-	(void)state;
-	enum { HELD = 200 };
-	/* lmtfake holds successful writes; one that fails ends the session,
-	 * and the held ones must be reported failed too, each once. */
-	struct pair *p = pair_open(&fake_held, 2);
+	enum { HELD = 200, SIZE = 16 };
+	struct pair *p = pair_open(v, channels);
 	struct region r;
 	region_open(&r, p, 4096, 9);
 	struct tally t;
 	tally_init(&t, HELD + 1);
 	for (uint64_t i = 0; i < HELD; i++)
-		assert_int_equal(
-		        plugin->ops.write(p->src_ep[i & 1], r.src, 16, r.src_mr, r.rkey, 0, i), 0);
+		assert_int_equal(plugin->ops.write(p->src_ep[i % channels], r.src + i * stride,
+		                                   SIZE, r.src_mr, r.rkey, i * stride, i),
+		                 0);
 	plugin->ops.mr_deregister(p->dst, r.mr);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 16, r.src_mr, r.rkey, 0, HELD), 0);
+	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, SIZE, r.src_mr, r.rkey, 0, HELD),
+	                 0);
 	uint64_t deadline = now_ns() + 5 * SECOND;
 	int rc;
 	while ((rc = harvest(p->src, &t, SECOND / 10)) >= 0)
@@ -895,6 +940,32 @@ static void test_failure_reports_every_outstanding_write(void **state)
 	munmap(r.src, r.len);
 	free(t.seen);
 	pair_close(p);
+}
+
+static void test_failure_reports_every_outstanding_write(void **state)
+{
+	(void)state;
+	held_writes_fail_once(&fake_held, 2, 0);
+}
+
+/* With coalescing, the writes that continue the held one wait in the
+ * plugin and never reach the provider: each is still reported once. */
+static void test_failure_reports_queued_writes(void **state)
+{
+	(void)state;
+	held_writes_fail_once(&fake_held_coalesced, 1, 16);
+}
+
+static void test_coalescing_without_delivery_completion_is_refused(void **state)
+{
+	(void)state;
+	struct fake_host h;
+	fake_host_init(&h, &fake_fence_coalesced);
+	lmt_instance *inst;
+	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_EINVAL);
+	assert_null(inst);
+	assert_non_null(strstr(h.error, "ofi.coalesce=on needs delivery completion"));
+	pthread_mutex_destroy(&h.lock);
 }
 
 static void test_progress_and_flush_honour_cancel(void **state)
@@ -1086,6 +1157,10 @@ int main(int argc, char **argv)
 	        ON(test_every_cookie_completes_exactly_once, tcp),
 	        ON(test_every_cookie_completes_exactly_once, shm),
 	        ON(test_every_cookie_completes_exactly_once, fake_fence_all),
+	        ON(test_every_cookie_completes_exactly_once, shm_apart),
+	        ON(test_every_cookie_completes_exactly_once, tcp_coalesced),
+	        ON(test_contiguous_writes_merge_and_complete_once, shm),
+	        ON(test_contiguous_writes_merge_and_complete_once, tcp_coalesced),
 	        ON(test_full_queue_answers_eagain, tcp),
 	        ON(test_full_queue_answers_eagain, shm),
 	        ON(test_zero_length_write_completes, shm),
@@ -1105,6 +1180,8 @@ int main(int argc, char **argv)
 
 	        cmocka_unit_test(test_remote_error_carries_the_provider_text),
 	        cmocka_unit_test(test_failure_reports_every_outstanding_write),
+	        cmocka_unit_test(test_failure_reports_queued_writes),
+	        cmocka_unit_test(test_coalescing_without_delivery_completion_is_refused),
 	        cmocka_unit_test(test_progress_and_flush_honour_cancel),
 	        ON(test_destination_progress_waits_and_reports_nothing, shm),
 	        ON(test_teardown_from_every_state_leaves_no_fds_or_threads, tcp),
