@@ -512,9 +512,10 @@ static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_s
 }
 
 /* Writes in a row, each following the one before in guest RAM, that one
- * channel takes before the least loaded is chosen again: a plugin can then
- * merge them into one transfer (ofi over shm does), and 16 chunks keep the
- * channels balanced. */
+ * channel takes before the least loaded is chosen again, for a plugin that
+ * merges them into one transfer (LMT_CAP_MERGES_RUNS: ofi over shm); 16
+ * chunks keep the channels balanced. Other plugins get the least loaded
+ * channel every time, which measured faster for tcp and ucx. */
 #define CHANNEL_RUN 16u
 
 /* The channel that took the write `c` continues, while the run is short
@@ -523,8 +524,9 @@ static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_s
 static uint32_t pick_channel(const struct lmt_session *s, const struct chunk *c)
 {
 	uint32_t best = UINT32_MAX;
-	if (s->run_length && s->run_length < CHANNEL_RUN && c->block == s->run_block &&
-	    c->page == s->run_end_page && s->ch_writes[s->run_channel] < s->queue_depth)
+	if ((s->caps & LMT_CAP_MERGES_RUNS) && s->run_length && s->run_length < CHANNEL_RUN &&
+	    c->block == s->run_block && c->page == s->run_end_page &&
+	    s->ch_writes[s->run_channel] < s->queue_depth)
 		return s->run_channel;
 	for (uint32_t ch = 0; ch < s->channels; ch++)
 		if (s->ch_writes[ch] < s->queue_depth &&

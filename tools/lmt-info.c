@@ -45,7 +45,8 @@ struct info_list {
 };
 
 static const char *const capability_names[] = {
-        "one-sided", "local-mr", "pin", "multi-channel", "target-progress", "decorator",
+        "one-sided",       "local-mr",  "pin",         "multi-channel",
+        "target-progress", "decorator", "merges-runs",
 };
 
 static void die(const char *fmt, ...) LMT_PRINTF(1, 2);

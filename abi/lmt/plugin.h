@@ -152,6 +152,9 @@ enum lmt_plugin_caps {
 	LMT_CAP_TARGET_PROGRESS = 1u << 4, /* the destination must call progress
 	                                      for writes to land */
 	LMT_CAP_DECORATOR = 1u << 5,       /* wraps another plugin */
+	LMT_CAP_MERGES_RUNS = 1u << 6,     /* merges writes that follow each other
+	                                      on one channel: the core then gives a
+	                                      channel runs of consecutive chunks */
 };
 
 /* Access wanted from a registration. */

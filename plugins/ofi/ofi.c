@@ -780,7 +780,8 @@ static const struct lmt_plugin ofi_plugin = {
         .name = "ofi",
         .version = "0.1.0",
         .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",
-        .caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
+        .caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS |
+                LMT_CAP_MERGES_RUNS,
         .options = ofi_options,
         .option_count = sizeof(ofi_options) / sizeof(ofi_options[0]),
         .ops =

@@ -461,7 +461,7 @@ static void test_entry_gives_descriptor(void **state)
 	assert_string_equal(plugin->name, "ofi");
 	assert_int_equal(plugin->abi_version, LMT_PLUGIN_ABI_VERSION);
 	assert_int_equal(plugin->caps, LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |
-	                                       LMT_CAP_TARGET_PROGRESS);
+	                                       LMT_CAP_TARGET_PROGRESS | LMT_CAP_MERGES_RUNS);
 	assert_int_equal(plugin->option_count, 5);
 	assert_string_equal(plugin->options[0].name, "provider");
 	assert_string_equal(plugin->options[1].name, "domain");

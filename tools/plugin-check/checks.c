@@ -21,7 +21,7 @@
 #define MIB (1024u * 1024u)
 #define ALL_CAPS                                                                                   \
 	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |              \
-	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR)
+	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR | LMT_CAP_MERGES_RUNS)
 #define PROMPT_NS (2 * PC_SECOND) /* a cancelled or timed-out call returns this soon */
 
 static double seconds(uint64_t ns)
@@ -85,6 +85,7 @@ static void format_caps(uint64_t caps, char *buf, size_t size)
 	        {LMT_CAP_MULTI_CHANNEL, "multi-channel"},
 	        {LMT_CAP_TARGET_PROGRESS, "target-progress"},
 	        {LMT_CAP_DECORATOR, "decorator"},
+	        {LMT_CAP_MERGES_RUNS, "merges-runs"},
 	};
 	size_t used = 0;
 	buf[0] = 0;
