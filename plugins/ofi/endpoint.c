@@ -85,8 +85,10 @@ static void op_done(lmt_endpoint *ep, void *context, int status)
 		        ep->channel);
 		return;
 	}
-	if (op->state == OFI_OP_ABANDONED || op->state == OFI_OP_POSTED)
+	if (op->state == OFI_OP_ABANDONED || op->state == OFI_OP_POSTED) {
 		ep->inflight--;
+		ep->inflight_bytes -= op->len;
+	}
 	/* The writes merged into this one end with it; abandoned ones were
 	 * reported already. */
 	for (uint32_t r = op->riders, next; r != OFI_NONE; r = next) {
@@ -162,57 +164,64 @@ static ssize_t post_rma(lmt_endpoint *ep, bool write, void *buf, size_t len, voi
 	return write ? fi_writemsg(ep->ep, &msg, flags) : fi_readmsg(ep->ep, &msg, flags);
 }
 
-/* Coalescing: once the channel has no write in flight, post the writes
- * queued behind the last one, as a single write for as long as they follow
- * each other in both memories under one key. Called with ep->lock held. */
+/* Coalescing: while the channel has less than OFI_COALESCE_WINDOW bytes in
+ * flight, post the writes queued, each run of them that follows each other
+ * in both memories under one key as a single write. Called with ep->lock
+ * held. */
 static void post_queued(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	if (!inst->coalesce || ep->inflight || ep->queued_head == OFI_NONE)
+	if (!inst->coalesce)
 		return;
-	struct ofi_op *head = &ep->ops[ep->queued_head], *last = head;
-	size_t len = head->len;
-	uint32_t count = 1;
-	while (last->next != OFI_NONE) {
-		struct ofi_op *n = &ep->ops[last->next];
-		if (n->buf != last->buf + last->len || n->addr != last->addr + last->len ||
-		    n->key != head->key || n->desc != head->desc ||
-		    n->len > OFI_COALESCE_MAX - len || len + n->len > inst->max_msg)
-			break;
-		len += n->len;
-		last = n;
-		count++;
-	}
-	ssize_t rc = post_rma(ep, true, head->buf, len, head->desc, head->addr, head->key,
-	                      &head->ctx, FI_COMPLETION | FI_DELIVERY_COMPLETE);
-	if (rc == -FI_EAGAIN)
-		return; /* the channel's thread tries again */
-	ep->queued_head = last->next;
-	if (ep->queued_head == OFI_NONE)
-		ep->queued_tail = OFI_NONE;
-	ep->queued -= count;
-	head->riders = count > 1 ? head->next : OFI_NONE;
-	last->next = OFI_NONE;
-	for (uint32_t r = head->riders; r != OFI_NONE; r = ep->ops[r].next)
-		ep->ops[r].state = OFI_OP_RIDER;
-	if (rc == 0) {
-		head->state = OFI_OP_POSTED;
-		ep->inflight++;
-		ep->transfers++;
-		ep->writes += count;
+	while (ep->queued_head != OFI_NONE && ep->inflight_bytes < OFI_COALESCE_WINDOW) {
+		struct ofi_op *head = &ep->ops[ep->queued_head], *last = head;
+		size_t len = head->len;
+		uint32_t count = 1;
+		while (last->next != OFI_NONE) {
+			struct ofi_op *n = &ep->ops[last->next];
+			if (n->buf != last->buf + last->len || n->addr != last->addr + last->len ||
+			    n->key != head->key || n->desc != head->desc ||
+			    n->len > OFI_COALESCE_MAX - len || len + n->len > inst->max_msg)
+				break;
+			len += n->len;
+			last = n;
+			count++;
+		}
+		ssize_t rc = post_rma(ep, true, head->buf, len, head->desc, head->addr, head->key,
+		                      &head->ctx, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+		if (rc == -FI_EAGAIN)
+			return; /* the channel's thread tries again */
+		ep->queued_head = last->next;
+		if (ep->queued_head == OFI_NONE)
+			ep->queued_tail = OFI_NONE;
+		ep->queued -= count;
+		head->riders = count > 1 ? head->next : OFI_NONE;
+		last->next = OFI_NONE;
+		for (uint32_t r = head->riders; r != OFI_NONE; r = ep->ops[r].next)
+			ep->ops[r].state = OFI_OP_RIDER;
+		if (rc == 0) {
+			head->state = OFI_OP_POSTED;
+			head->len = len;
+			ep->inflight++;
+			ep->inflight_bytes += len;
+			ep->transfers++;
+			ep->writes += count;
+			continue;
+		}
+		int err =
+		        ofi_error(inst, ofi_code((int)-rc),
+		                  "ofi channel %u: fi_writemsg of %zu bytes (%u writes merged): %s",
+		                  ep->channel, len, count, fi_strerror((int)-rc));
+		ofi_fail(inst, err);
+		for (uint32_t r = head->riders, next; r != OFI_NONE; r = next) {
+			next = ep->ops[r].next;
+			ofi_report(ep, ep->ops[r].cookie, err);
+			op_free(ep, &ep->ops[r]);
+		}
+		ofi_report(ep, head->cookie, err);
+		op_free(ep, head);
 		return;
 	}
-	int err = ofi_error(inst, ofi_code((int)-rc),
-	                    "ofi channel %u: fi_writemsg of %zu bytes (%u writes merged): %s",
-	                    ep->channel, len, count, fi_strerror((int)-rc));
-	ofi_fail(inst, err);
-	for (uint32_t r = head->riders, next; r != OFI_NONE; r = next) {
-		next = ep->ops[r].next;
-		ofi_report(ep, ep->ops[r].cookie, err);
-		op_free(ep, &ep->ops[r]);
-	}
-	ofi_report(ep, head->cookie, err);
-	op_free(ep, head);
 }
 
 /* Post a read of the destination's fence region behind the writes, when
@@ -712,17 +721,18 @@ int ofi_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr,
 	}
 	struct ofi_op *op = &ep->ops[ep->free_head];
 	uint64_t remote = rkey->base + offset, key = rkey->key[ofi_index(inst, ep->channel)];
-	bool follows = ep->tail_key == key && ep->tail_desc == desc && ep->tail_buf == local &&
-	               ep->tail_addr == remote;
+	bool same_key = ep->tail_key == key && ep->tail_desc == desc;
 	ep->tail_key = key;
 	ep->tail_desc = desc;
-	ep->tail_buf = (const uint8_t *)local + len;
-	ep->tail_addr = remote + len;
-	if (inst->coalesce && ep->inflight && follows) {
-		/* It continues the last write, in flight or queued: posted with
-		 * the writes queued behind it once the channel has none in
-		 * flight. Any other write goes at once (the core never has
-		 * overlapping writes in flight, so order does not matter). */
+	if (inst->coalesce && same_key &&
+	    (ep->queued_head != OFI_NONE || ep->inflight_bytes >= OFI_COALESCE_WINDOW)) {
+		/* Under the key of the last write, while the channel is busy:
+		 * it waits, and goes with the writes it continues once the
+		 * bytes in flight fall below the window. A write under another
+		 * key (a chunk window of its own, without pin-all) could never
+		 * merge and goes at once; so does any write while the channel
+		 * is not busy. The core never has overlapping writes in flight,
+		 * so order does not matter. */
 		ep->free_head = op->next;
 		*op = (struct ofi_op){.cookie = cookie,
 		                      .seq = ep->next_seq++,
@@ -758,6 +768,8 @@ int ofi_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr,
 		ep->free_head = op->next;
 		ep->next_seq++;
 		ep->inflight++;
+		op->len = len;
+		ep->inflight_bytes += len;
 		ep->transfers++;
 		ep->writes++;
 		atomic_fetch_add(&inst->outstanding[ep->channel], 1);

@@ -18,10 +18,11 @@
 
 #define OFI_API_VERSION FI_VERSION(1, 17)
 #define OFI_MAX_CHANNELS OFI_KEYS_MAX
-#define OFI_QUEUE_MAX 1024u          /* writes per channel, posted and not harvested */
-#define OFI_COALESCE_MAX (64u << 20) /* largest merged write */
-#define OFI_SLICE_MS 100             /* how long a progress thread sleeps at most */
-#define OFI_SLICE_NS 100000000ull    /* how often blocking calls poll cancelled */
+#define OFI_QUEUE_MAX 1024u            /* writes per channel, posted and not harvested */
+#define OFI_COALESCE_MAX (64u << 20)   /* largest merged write */
+#define OFI_COALESCE_WINDOW (1u << 20) /* coalescing: bytes in flight before writes wait */
+#define OFI_SLICE_MS 100               /* how long a progress thread sleeps at most */
+#define OFI_SLICE_NS 100000000ull      /* how often blocking calls poll cancelled */
 
 /* The FI_MR_* modes this plugin knows how to honour. */
 #define OFI_MR_MODES                                                                               \
@@ -119,9 +120,10 @@ struct lmt_endpoint {
 	uint32_t inflight;                 /* operations the provider has not completed */
 	uint32_t queued_head, queued_tail; /* coalescing: writes not yet posted */
 	uint32_t queued;
-	/* Coalescing: where the last write accepted ends, and its key. */
-	const uint8_t *tail_buf;
-	uint64_t tail_addr, tail_key;
+	/* Coalescing: bytes the provider has not completed, and the key of the
+	 * last write accepted. */
+	uint64_t inflight_bytes;
+	uint64_t tail_key;
 	void *tail_desc;
 	uint64_t writes, transfers; /* posted to the provider: writes, and as how many */
 

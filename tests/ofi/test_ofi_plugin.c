@@ -608,12 +608,13 @@ static void test_every_cookie_completes_exactly_once(void **state)
 	pair_close(write_all_once(*state, 2, 5000, 512));
 }
 
-/* Writes that follow each other on one channel are merged while one is in
- * flight (ofi.coalesce): each is still reported once, and lands. */
+/* Writes that follow each other on one channel are merged while the
+ * channel has 1 MiB in flight (ofi.coalesce): each is still reported once,
+ * and lands. */
 static void test_contiguous_writes_merge_and_complete_once(void **state)
 {
-	enum { WRITES = 3000 };
-	struct pair *p = write_all_once(*state, 1, WRITES, 4096);
+	enum { WRITES = 1024 };
+	struct pair *p = write_all_once(*state, 1, WRITES, 64 << 10);
 	/* The channel says, as it closes, how many transfers carried them. */
 	plugin->ops.ep_close(p->src_ep[0]);
 	unsigned long long writes = 0, transfers = 0;
@@ -907,23 +908,29 @@ static void test_remote_error_carries_the_provider_text(void **state)
 }
 
 /* lmtfake holds successful writes; one that fails ends the session, and
- * the held ones must be reported failed too, each once. Write i goes to
- * channel i % channels, at offset i * stride. */
-static void held_writes_fail_once(const struct variant *v, uint32_t channels, size_t stride)
+ * the held ones must be reported failed too, each once. Write i, of `size`
+ * bytes, goes to channel i % channels, at offset i * stride. */
+static void held_writes_fail_once(const struct variant *v, uint32_t channels, size_t size,
+                                  size_t stride)
 {
-	enum { HELD = 200, SIZE = 16 };
+	enum { HELD = 200 };
 	struct pair *p = pair_open(v, channels);
 	struct region r;
-	region_open(&r, p, 4096, 9);
+	region_open(&r, p, HELD * stride + size < 4096 ? 4096 : HELD * stride + size, 9);
 	struct tally t;
 	tally_init(&t, HELD + 1);
 	for (uint64_t i = 0; i < HELD; i++)
 		assert_int_equal(plugin->ops.write(p->src_ep[i % channels], r.src + i * stride,
-		                                   SIZE, r.src_mr, r.rkey, i * stride, i),
+		                                   size, r.src_mr, r.rkey, i * stride, i),
 		                 0);
+	/* The failing write goes to a region of its own, under another key,
+	 * so that coalescing posts it at once. */
+	struct region bad;
+	region_open(&bad, p, 4096, 11);
 	plugin->ops.mr_deregister(p->dst, r.mr);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, SIZE, r.src_mr, r.rkey, 0, HELD),
-	                 0);
+	plugin->ops.mr_deregister(p->dst, bad.mr);
+	assert_int_equal(
+	        plugin->ops.write(p->src_ep[0], bad.src, 16, bad.src_mr, bad.rkey, 0, HELD), 0);
 	uint64_t deadline = now_ns() + 5 * SECOND;
 	int rc;
 	while ((rc = harvest(p->src, &t, SECOND / 10)) >= 0)
@@ -934,10 +941,13 @@ static void held_writes_fail_once(const struct variant *v, uint32_t channels, si
 	for (uint64_t i = 0; i <= HELD; i++)
 		assert_int_equal(t.seen[i], 1);
 	assert_non_null(strstr(p->src_host.error, "is not registered at the target"));
-	plugin->ops.rkey_release(p->src, r.rkey);
-	plugin->ops.mr_deregister(p->src, r.src_mr);
-	munmap(r.block, r.len + 2 * GUARD);
-	munmap(r.src, r.len);
+	struct region *both[] = {&r, &bad};
+	for (int i = 0; i < 2; i++) {
+		plugin->ops.rkey_release(p->src, both[i]->rkey);
+		plugin->ops.mr_deregister(p->src, both[i]->src_mr);
+		munmap(both[i]->block, both[i]->len + 2 * GUARD);
+		munmap(both[i]->src, both[i]->len);
+	}
 	free(t.seen);
 	pair_close(p);
 }
@@ -945,15 +955,16 @@ static void held_writes_fail_once(const struct variant *v, uint32_t channels, si
 static void test_failure_reports_every_outstanding_write(void **state)
 {
 	(void)state;
-	held_writes_fail_once(&fake_held, 2, 0);
+	held_writes_fail_once(&fake_held, 2, 16, 0);
 }
 
-/* With coalescing, the writes that continue the held one wait in the
- * plugin and never reach the provider: each is still reported once. */
+/* With coalescing, once 1 MiB is held in flight the writes behind it wait
+ * in the plugin and never reach the provider: each is still reported
+ * once. */
 static void test_failure_reports_queued_writes(void **state)
 {
 	(void)state;
-	held_writes_fail_once(&fake_held_coalesced, 1, 16);
+	held_writes_fail_once(&fake_held_coalesced, 1, 64 << 10, 64 << 10);
 }
 
 static void test_coalescing_without_delivery_completion_is_refused(void **state)
