@@ -52,9 +52,9 @@ static const struct lmt_option_desc ofi_options[] = {
          .type = LMT_OPT_ENUM,
          .default_value = "auto",
          .enum_values = ofi_coalesce_names,
-         .doc = "keep one write in flight per channel and post the writes queued behind it "
-                "as one when they are contiguous; auto = on for shm, whose target copies "
-                "under a lock the sender spins on (source only)"},
+         .doc = "while a channel has 1 MiB in flight, hold back writes under the same key "
+                "and post them merged where contiguous; auto = on for shm, whose target "
+                "copies under a lock the sender spins on (source only)"},
         {.name = "mr-mode",
          .type = LMT_OPT_STRING,
          .default_value = "",
