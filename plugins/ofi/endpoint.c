@@ -345,8 +345,8 @@ static int start_thread(lmt_endpoint *ep)
  * mapping of its own) would do so in memory about to be unmapped. */
 static void drain(lmt_endpoint *ep)
 {
-	uint64_t deadline = ofi_deadline(OFI_DRAIN_NS);
-	uint64_t quiet = ofi_deadline(OFI_DRAIN_QUIET_NS);
+	uint64_t deadline = lmt_deadline(OFI_DRAIN_NS);
+	uint64_t quiet = lmt_deadline(OFI_DRAIN_QUIET_NS);
 	uint32_t last = UINT32_MAX;
 	for (;;) {
 		pthread_mutex_lock(&ep->lock);
@@ -355,7 +355,7 @@ static void drain(lmt_endpoint *ep)
 		uint64_t now = lmt_now_ns();
 		if (left != last) {
 			last = left;
-			quiet = ofi_deadline(OFI_DRAIN_QUIET_NS);
+			quiet = lmt_deadline(OFI_DRAIN_QUIET_NS);
 		}
 		if (!left || now >= deadline || now >= quiet)
 			return;

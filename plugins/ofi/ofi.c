@@ -65,44 +65,13 @@ static const struct lmt_option_desc ofi_options[] = {
 
 /* ---- Helpers for the other files -------------------------------------- */
 
-uint64_t ofi_deadline(uint64_t timeout_ns)
-{
-	uint64_t now = lmt_now_ns();
-	return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
-}
-
-int ofi_cond_init(pthread_cond_t *cond)
-{
-	pthread_condattr_t attr;
-	if (pthread_condattr_init(&attr))
-		return -LMT_ENOMEM;
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	int rc = pthread_cond_init(cond, &attr);
-	pthread_condattr_destroy(&attr);
-	return rc ? -LMT_ENOMEM : 0;
-}
-
-void ofi_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns)
-{
-	uint64_t until = ofi_deadline(OFI_SLICE_NS);
-	if (deadline_ns < until)
-		until = deadline_ns;
-	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
-	                      .tv_nsec = (long)(until % 1000000000u)};
-	pthread_cond_timedwait(cond, lock, &ts);
-}
-
 void ofi_report(lmt_endpoint *ep, uint64_t cookie, int status)
 {
 	struct lmt_instance *inst = ep->inst;
 	pthread_mutex_lock(&inst->lock);
 	/* Never full: a write is refused while its channel has `queue`
 	 * completions unharvested. */
-	if (inst->cq_count < inst->cq_cap) {
-		uint32_t at = (inst->cq_first + inst->cq_count++) % inst->cq_cap;
-		inst->cq[at] = (struct lmt_completion){
-		        .cookie = cookie, .status = status, .channel = ep->channel};
-	}
+	lmt_cq_push(&inst->cq, cookie, status, ep->channel);
 	ep->reported++;
 	pthread_cond_broadcast(&inst->cond);
 	pthread_mutex_unlock(&inst->lock);
@@ -561,7 +530,7 @@ static int init_sync(struct lmt_instance *inst)
 {
 	if (pthread_mutex_init(&inst->lock, NULL))
 		return -LMT_ENOMEM;
-	if (ofi_cond_init(&inst->cond) == 0) {
+	if (lmt_cond_init(&inst->cond) == 0) {
 		if (pthread_mutex_init(&inst->mr_lock, NULL) == 0)
 			return 0;
 		pthread_cond_destroy(&inst->cond);
@@ -581,7 +550,7 @@ static void free_instance(struct lmt_instance *inst)
 	free(inst->eps);
 	free(inst->outstanding);
 	free(inst->flush_target);
-	free(inst->cq);
+	lmt_cq_free(&inst->cq);
 	free(inst);
 }
 
@@ -618,11 +587,11 @@ static int ofi_instance_open(const struct lmt_host *host, void *host_ctx,
 	inst->outstanding = calloc(inst->channels, sizeof(*inst->outstanding));
 	inst->flush_target = calloc(inst->channels, sizeof(*inst->flush_target));
 	if (inst->role == LMT_ROLE_SOURCE) {
-		inst->cq_cap = inst->channels * inst->queue;
-		inst->cq = calloc(inst->cq_cap, sizeof(*inst->cq));
+		if (lmt_cq_init(&inst->cq, inst->channels * inst->queue))
+			inst->cq.ring = NULL;
 	}
 	if (!inst->eps || !inst->outstanding || !inst->flush_target ||
-	    (inst->role == LMT_ROLE_SOURCE && !inst->cq)) {
+	    (inst->role == LMT_ROLE_SOURCE && !inst->cq.ring)) {
 		rc = ofi_error(inst, LMT_ENOMEM, "ofi: out of memory");
 		goto fail;
 	}
@@ -686,7 +655,7 @@ static int ofi_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 {
 	if (!inst || (!out && max))
 		return -LMT_EINVAL;
-	uint64_t deadline = ofi_deadline(timeout_ns);
+	uint64_t deadline = lmt_deadline(timeout_ns);
 	int rc = 0;
 	pthread_mutex_lock(&inst->lock);
 	for (;;) {
@@ -698,7 +667,7 @@ static int ofi_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 			continue;
 		}
 		/* Completions come before the failure, so every cookie is seen. */
-		if (inst->cq_count && max)
+		if (inst->cq.count && max)
 			break;
 		if (inst->failing || inst->fatal || !max) {
 			rc = inst->failing ? inst->failing : inst->fatal;
@@ -710,15 +679,9 @@ static int ofi_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 		}
 		if (lmt_now_ns() >= deadline)
 			goto out;
-		ofi_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
-	while (inst->cq_count && (uint32_t)rc < max) {
-		struct lmt_completion *c = &inst->cq[inst->cq_first];
-		out[rc++] = *c;
-		atomic_fetch_sub(&inst->outstanding[c->channel], 1);
-		inst->cq_first = (inst->cq_first + 1) % inst->cq_cap;
-		inst->cq_count--;
-	}
+	rc = (int)lmt_cq_drain(&inst->cq, out, max, inst->outstanding);
 out:
 	pthread_mutex_unlock(&inst->lock);
 	return rc;
@@ -753,7 +716,7 @@ static int ofi_flush(lmt_instance *inst, uint64_t timeout_ns)
 	}
 	/* A write is reported only once visible, and the threads fence on
 	 * their own; waiting for the reports is the whole flush. */
-	uint64_t deadline = ofi_deadline(timeout_ns);
+	uint64_t deadline = lmt_deadline(timeout_ns);
 	int rc;
 	pthread_mutex_lock(&inst->lock);
 	while ((rc = flush_done(inst)) == 0) {
@@ -768,7 +731,7 @@ static int ofi_flush(lmt_instance *inst, uint64_t timeout_ns)
 			        (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}
-		ofi_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
 	pthread_mutex_unlock(&inst->lock);
 	return rc < 0 ? rc : 0;

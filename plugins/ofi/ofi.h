@@ -14,6 +14,7 @@
 
 #include <lmt/plugin.h>
 
+#include "sync.h"
 #include "wire.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 17)
@@ -160,8 +161,7 @@ struct lmt_instance {
 	 * reported with it. `fatal` is a destination thread's error. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct lmt_completion *cq;
-	uint32_t cq_cap, cq_first, cq_count;
+	struct lmt_cq_ring cq;
 	int failing;
 	bool abandoned;
 	int fatal;
@@ -175,9 +175,6 @@ struct lmt_instance {
 };
 
 /* ofi.c */
-int ofi_cond_init(pthread_cond_t *cond);
-uint64_t ofi_deadline(uint64_t timeout_ns);
-void ofi_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns);
 /* Queue a completion; called with ep->lock held (source) or alone. */
 void ofi_report(lmt_endpoint *ep, uint64_t cookie, int status);
 /* Record the first failure of the source, or a destination's fatal error. */

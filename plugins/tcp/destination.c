@@ -318,7 +318,7 @@ static int accept_source(lmt_endpoint *ep, int *out)
 		if (rc)
 			return tcp_error(inst, -rc, "tcp channel %u: waiting for the source: %s",
 			                 ep->channel, e.msg);
-		uint64_t hello_deadline = tcp_deadline(HELLO_TIMEOUT_NS);
+		uint64_t hello_deadline = lmt_deadline(HELLO_TIMEOUT_NS);
 		struct lmt_wait hw =
 		        tcp_wait(inst, hello_deadline < deadline ? hello_deadline : deadline);
 		uint8_t hello[TCP_HELLO_LEN];

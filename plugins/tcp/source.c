@@ -23,7 +23,7 @@ int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	if (!ep->ring)
 		return tcp_error(inst, LMT_ENOMEM, "tcp: out of memory");
 	if (pthread_mutex_init(&ep->lock, NULL) == 0) {
-		if (tcp_cond_init(&ep->cond) == 0) {
+		if (lmt_cond_init(&ep->cond) == 0) {
 			ep->sync_ready = true;
 			tcp_src_addr_encode(ep->channel, addr);
 			return 0;

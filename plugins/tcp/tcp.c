@@ -33,27 +33,6 @@ static const struct lmt_option_desc tcp_options[] = {
 
 /* ---- Helpers for the other files -------------------------------------- */
 
-int tcp_cond_init(pthread_cond_t *cond)
-{
-	pthread_condattr_t attr;
-	if (pthread_condattr_init(&attr))
-		return -LMT_ENOMEM;
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	int rc = pthread_cond_init(cond, &attr);
-	pthread_condattr_destroy(&attr);
-	return rc ? -LMT_ENOMEM : 0;
-}
-
-void tcp_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns)
-{
-	uint64_t until = lmt_now_ns() + TCP_SLICE_NS;
-	if (deadline_ns < until)
-		until = deadline_ns;
-	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
-	                      .tv_nsec = (long)(until % 1000000000u)};
-	pthread_cond_timedwait(cond, lock, &ts);
-}
-
 int tcp_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
 	/* The embedding VMM's signals belong to its own threads. */
@@ -65,15 +44,9 @@ int tcp_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 	return rc ? -LMT_ENOMEM : 0;
 }
 
-uint64_t tcp_deadline(uint64_t timeout_ns)
-{
-	uint64_t now = lmt_now_ns();
-	return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
-}
-
 uint64_t tcp_op_deadline(const struct lmt_instance *inst)
 {
-	return inst->timeout_ns ? tcp_deadline(inst->timeout_ns) : UINT64_MAX;
+	return inst->timeout_ns ? lmt_deadline(inst->timeout_ns) : UINT64_MAX;
 }
 
 struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns)
@@ -97,13 +70,10 @@ void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status)
 {
 	struct lmt_instance *inst = ep->inst;
 	pthread_mutex_lock(&inst->lock);
-	for (uint64_t seq = from; seq < to && inst->cq_count < inst->cq_cap; seq++) {
-		struct lmt_completion *c =
-		        &inst->cq[(inst->cq_first + inst->cq_count++) % inst->cq_cap];
-		c->cookie = ep->ring[seq % TCP_QUEUE_DEPTH].cookie;
-		c->status = status;
-		c->channel = ep->channel;
-	}
+	for (uint64_t seq = from; seq < to; seq++)
+		if (!lmt_cq_push(&inst->cq, ep->ring[seq % TCP_QUEUE_DEPTH].cookie, status,
+		                 ep->channel))
+			break;
 	if (status == 0)
 		ep->acked = to;
 	else
@@ -207,12 +177,12 @@ static int init_sync(struct lmt_instance *inst)
 {
 	if (pthread_mutex_init(&inst->lock, NULL))
 		return -LMT_ENOMEM;
-	if (tcp_cond_init(&inst->cond)) {
+	if (lmt_cond_init(&inst->cond)) {
 		pthread_mutex_destroy(&inst->lock);
 		return -LMT_ENOMEM;
 	}
 	if (pthread_mutex_init(&inst->mr_lock, NULL) == 0) {
-		if (tcp_cond_init(&inst->mr_cond) == 0)
+		if (lmt_cond_init(&inst->mr_cond) == 0)
 			return 0;
 		pthread_mutex_destroy(&inst->mr_lock);
 	}
@@ -226,7 +196,7 @@ static void free_instance(struct lmt_instance *inst)
 	free(inst->eps);
 	free(inst->outstanding);
 	free(inst->flush_target);
-	free(inst->cq);
+	lmt_cq_free(&inst->cq);
 	free(inst);
 }
 
@@ -283,11 +253,11 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 	inst->outstanding = calloc(inst->channels, sizeof(*inst->outstanding));
 	inst->flush_target = calloc(inst->channels, sizeof(*inst->flush_target));
 	if (inst->role == LMT_ROLE_SOURCE) {
-		inst->cq_cap = inst->channels * TCP_QUEUE_DEPTH;
-		inst->cq = calloc(inst->cq_cap, sizeof(*inst->cq));
+		if (lmt_cq_init(&inst->cq, inst->channels * TCP_QUEUE_DEPTH))
+			inst->cq.ring = NULL;
 	}
 	if (!inst->eps || !inst->outstanding || !inst->flush_target ||
-	    (inst->role == LMT_ROLE_SOURCE && !inst->cq)) {
+	    (inst->role == LMT_ROLE_SOURCE && !inst->cq.ring)) {
 		free_instance(inst);
 		return open_error(host, host_ctx, LMT_ENOMEM, "tcp: out of memory");
 	}
@@ -469,7 +439,7 @@ static void tcp_mr_deregister(lmt_instance *inst, lmt_mr *mr)
 			cut_off_receivers(inst, mr);
 			cut = true;
 		}
-		tcp_cond_wait_slice(&inst->mr_cond, &inst->mr_lock, UINT64_MAX);
+		lmt_cond_wait_slice(&inst->mr_cond, &inst->mr_lock, UINT64_MAX);
 	}
 	pthread_mutex_unlock(&inst->mr_lock);
 	free(mr);
@@ -547,12 +517,12 @@ static int tcp_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 {
 	if (!inst || (!out && max))
 		return -LMT_EINVAL;
-	uint64_t deadline = tcp_deadline(timeout_ns);
+	uint64_t deadline = lmt_deadline(timeout_ns);
 	int rc = 0;
 	pthread_mutex_lock(&inst->lock);
 	/* Completions come before the fatal error: a failed channel queues
 	 * its writes with an error status first, so every cookie is seen. */
-	while (!inst->cq_count || !max) {
+	while (!inst->cq.count || !max) {
 		if (inst->fatal || !max) {
 			rc = inst->fatal;
 			goto out;
@@ -563,15 +533,9 @@ static int tcp_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 		}
 		if (lmt_now_ns() >= deadline)
 			goto out;
-		tcp_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
-	while (inst->cq_count && (uint32_t)rc < max) {
-		struct lmt_completion *c = &inst->cq[inst->cq_first];
-		out[rc++] = *c;
-		atomic_fetch_sub(&inst->outstanding[c->channel], 1);
-		inst->cq_first = (inst->cq_first + 1) % inst->cq_cap;
-		inst->cq_count--;
-	}
+	rc = (int)lmt_cq_drain(&inst->cq, out, max, inst->outstanding);
 out:
 	pthread_mutex_unlock(&inst->lock);
 	return rc;
@@ -606,7 +570,7 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 			pthread_mutex_unlock(&ep->lock);
 		}
 	}
-	uint64_t deadline = tcp_deadline(timeout_ns);
+	uint64_t deadline = lmt_deadline(timeout_ns);
 	int rc;
 	pthread_mutex_lock(&inst->lock);
 	while ((rc = flush_done(inst)) == 0) {
@@ -619,7 +583,7 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 			               (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}
-		tcp_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
 	pthread_mutex_unlock(&inst->lock);
 	return rc < 0 ? rc : 0;

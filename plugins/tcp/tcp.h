@@ -11,6 +11,7 @@
 #include <lmt/plugin.h>
 
 #include "net.h"
+#include "sync.h"
 #include "wire.h"
 
 #define TCP_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
@@ -97,8 +98,7 @@ struct lmt_instance {
 	 * `fatal` follows once every channel has completed its writes. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct lmt_completion *cq;
-	uint32_t cq_cap, cq_first, cq_count;
+	struct lmt_cq_ring cq;
 	int failing;            /* -LMT_E* */
 	int fatal;              /* -LMT_E* */
 	uint64_t *flush_target; /* by channel, used by flush only */
@@ -113,13 +113,7 @@ struct lmt_instance {
 };
 
 /* tcp.c */
-int tcp_cond_init(pthread_cond_t *cond);
-/* Wait on `cond` until signalled or `deadline_ns` (lmt_now_ns time) passes,
- * but never longer than one cancel-polling slice. */
-void tcp_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns);
 int tcp_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
-/* Deadlines are absolute lmt_now_ns() times; UINT64_MAX is none. */
-uint64_t tcp_deadline(uint64_t timeout_ns);
 /* The deadline of a blocking call: the instance timeout from now (0 = none). */
 uint64_t tcp_op_deadline(const struct lmt_instance *inst);
 struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns);

@@ -33,39 +33,12 @@ static const struct lmt_option_desc ucx_options[] = {
 
 /* ---- Helpers for the other files -------------------------------------- */
 
-int ucx_cond_init(pthread_cond_t *cond)
-{
-	pthread_condattr_t attr;
-	if (pthread_condattr_init(&attr))
-		return -LMT_ENOMEM;
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	int rc = pthread_cond_init(cond, &attr);
-	pthread_condattr_destroy(&attr);
-	return rc ? -LMT_ENOMEM : 0;
-}
-
-void ucx_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns)
-{
-	uint64_t until = lmt_now_ns() + UCX_SLICE_NS;
-	if (deadline_ns < until)
-		until = deadline_ns;
-	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
-	                      .tv_nsec = (long)(until % 1000000000u)};
-	pthread_cond_timedwait(cond, lock, &ts);
-}
-
-uint64_t ucx_deadline(uint64_t timeout_ns)
-{
-	uint64_t now = lmt_now_ns();
-	return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
-}
-
 uint64_t ucx_close_deadline(const struct lmt_instance *inst)
 {
 	uint64_t bound = inst->host->cancelled(inst->host_ctx) ? UCX_CANCEL_NS : UCX_CLOSE_NS;
 	if (inst->timeout_ns && inst->timeout_ns < bound)
 		bound = inst->timeout_ns;
-	return ucx_deadline(bound);
+	return lmt_deadline(bound);
 }
 
 /* Whether every live source channel has completed its writes, after a
@@ -84,14 +57,9 @@ void ucx_complete(lmt_endpoint *ep, struct ucx_slot *slot, int status)
 	if (slot->rkey)
 		atomic_fetch_sub(&slot->rkey->users, 1);
 	pthread_mutex_lock(&inst->lock);
-	uint32_t at = (inst->cq_first + inst->cq_count) % inst->cq_cap;
 	/* Cannot overflow: a channel has at most UCX_QUEUE_DEPTH writes
 	 * posted and not harvested. */
-	if (inst->cq_count < inst->cq_cap) {
-		inst->cq[at] = (struct lmt_completion){
-		        .cookie = slot->cookie, .status = status, .channel = ep->channel};
-		inst->cq_count++;
-	}
+	lmt_cq_push(&inst->cq, slot->cookie, status, ep->channel);
 	pthread_mutex_lock(&ep->lock);
 	slot->busy = false;
 	slot->rkey = NULL;
@@ -325,12 +293,12 @@ static int init_sync(struct lmt_instance *inst)
 {
 	if (pthread_mutex_init(&inst->lock, NULL))
 		return -LMT_ENOMEM;
-	if (ucx_cond_init(&inst->cond)) {
+	if (lmt_cond_init(&inst->cond)) {
 		pthread_mutex_destroy(&inst->lock);
 		return -LMT_ENOMEM;
 	}
 	if (pthread_mutex_init(&inst->mr_lock, NULL) == 0) {
-		if (ucx_cond_init(&inst->mr_cond) == 0)
+		if (lmt_cond_init(&inst->mr_cond) == 0)
 			return 0;
 		pthread_mutex_destroy(&inst->mr_lock);
 	}
@@ -343,7 +311,7 @@ static void free_instance(struct lmt_instance *inst)
 {
 	free(inst->eps);
 	free(inst->outstanding);
-	free(inst->cq);
+	lmt_cq_free(&inst->cq);
 	free(inst);
 }
 
@@ -379,10 +347,10 @@ static int ucx_instance_open(const struct lmt_host *host, void *host_ctx,
 	inst->eps = calloc(inst->channels, sizeof(*inst->eps));
 	inst->outstanding = calloc(inst->channels, sizeof(*inst->outstanding));
 	if (inst->role == LMT_ROLE_SOURCE) {
-		inst->cq_cap = inst->channels * UCX_QUEUE_DEPTH;
-		inst->cq = calloc(inst->cq_cap, sizeof(*inst->cq));
+		if (lmt_cq_init(&inst->cq, inst->channels * UCX_QUEUE_DEPTH))
+			inst->cq.ring = NULL;
 	}
-	if (!inst->eps || !inst->outstanding || (inst->role == LMT_ROLE_SOURCE && !inst->cq)) {
+	if (!inst->eps || !inst->outstanding || (inst->role == LMT_ROLE_SOURCE && !inst->cq.ring)) {
 		free_instance(inst);
 		return host->error(host_ctx, LMT_ENOMEM, "ucx: out of memory");
 	}
@@ -612,8 +580,8 @@ static void ucx_mr_deregister(lmt_instance *inst, lmt_mr *mr)
 	}
 	/* Receives into it finish, or are cut off past the deadline (soon
 	 * after a cancel). */
-	uint64_t deadline = inst->timeout_ns ? ucx_deadline(inst->timeout_ns) : UINT64_MAX;
-	uint64_t soon = ucx_deadline(UCX_CLOSE_NS);
+	uint64_t deadline = inst->timeout_ns ? lmt_deadline(inst->timeout_ns) : UINT64_MAX;
+	uint64_t soon = lmt_deadline(UCX_CLOSE_NS);
 	bool cut = false;
 	while (mr->busy) {
 		uint64_t now = lmt_now_ns();
@@ -622,7 +590,7 @@ static void ucx_mr_deregister(lmt_instance *inst, lmt_mr *mr)
 			ucx_dest_cut(inst, mr);
 			cut = true;
 		}
-		ucx_cond_wait_slice(&inst->mr_cond, &inst->mr_lock, cut ? UINT64_MAX : deadline);
+		lmt_cond_wait_slice(&inst->mr_cond, &inst->mr_lock, cut ? UINT64_MAX : deadline);
 	}
 	pthread_mutex_unlock(&inst->mr_lock);
 	if (mr->memh)
@@ -716,12 +684,12 @@ static int ucx_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 {
 	if (!inst || (!out && max))
 		return -LMT_EINVAL;
-	uint64_t deadline = ucx_deadline(timeout_ns);
+	uint64_t deadline = lmt_deadline(timeout_ns);
 	int rc = 0;
 	pthread_mutex_lock(&inst->lock);
 	/* Completions come before the fatal error: a failed channel queues
 	 * its writes with an error status first, so every cookie is seen. */
-	while (!inst->cq_count || !max) {
+	while (!inst->cq.count || !max) {
 		if (inst->fatal || !max) {
 			rc = inst->fatal;
 			goto out;
@@ -732,15 +700,9 @@ static int ucx_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 		}
 		if (lmt_now_ns() >= deadline)
 			goto out;
-		ucx_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
-	while (inst->cq_count && (uint32_t)rc < max) {
-		struct lmt_completion *c = &inst->cq[inst->cq_first];
-		out[rc++] = *c;
-		atomic_fetch_sub(&inst->outstanding[c->channel], 1);
-		inst->cq_first = (inst->cq_first + 1) % inst->cq_cap;
-		inst->cq_count--;
-	}
+	rc = (int)lmt_cq_drain(&inst->cq, out, max, inst->outstanding);
 out:
 	pthread_mutex_unlock(&inst->lock);
 	return rc;
@@ -780,7 +742,7 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 			ucx_wake(ep);
 		}
 	}
-	uint64_t deadline = ucx_deadline(timeout_ns);
+	uint64_t deadline = lmt_deadline(timeout_ns);
 	int rc;
 	pthread_mutex_lock(&inst->lock);
 	while ((rc = flush_done(inst, targets)) == 0) {
@@ -795,7 +757,7 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 			               (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}
-		ucx_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
 	pthread_mutex_unlock(&inst->lock);
 	free(targets);

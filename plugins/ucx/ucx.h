@@ -13,6 +13,7 @@
 #include <lmt/plugin.h>
 
 #include "net.h"
+#include "sync.h"
 #include "wire.h"
 
 #define UCX_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
@@ -166,8 +167,7 @@ struct lmt_instance {
 	 * its writes; on the destination `fatal` is set at once. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct lmt_completion *cq;
-	uint32_t cq_cap, cq_first, cq_count;
+	struct lmt_cq_ring cq;
 	int failing;
 	int fatal;
 	atomic_int failing_hint; /* `failing`, for channel threads to poll */
@@ -183,12 +183,6 @@ struct lmt_instance {
 };
 
 /* ucx.c */
-int ucx_cond_init(pthread_cond_t *cond);
-/* Wait on `cond` until signalled or `deadline_ns` (lmt_now_ns time) passes,
- * but never longer than one cancel-polling slice. */
-void ucx_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns);
-/* Deadlines are absolute lmt_now_ns() times; UINT64_MAX is none. */
-uint64_t ucx_deadline(uint64_t timeout_ns);
 /* When an orderly close stops waiting: sooner once cancelled. */
 uint64_t ucx_close_deadline(const struct lmt_instance *inst);
 /* Source: queue a completion and free its slot. */

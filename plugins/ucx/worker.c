@@ -294,7 +294,7 @@ static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool driv
 	void *req = ucp_ep_close_nbx(uep, &params);
 	if (!UCS_PTR_IS_PTR(req))
 		return;
-	uint64_t deadline = ucx_deadline(UCX_FORCE_NS);
+	uint64_t deadline = lmt_deadline(UCX_FORCE_NS);
 	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS && lmt_now_ns() < deadline)
 		if (!ucx_drive(ep))
 			ucx_wait_events(ep, 1);
