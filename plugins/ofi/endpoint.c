@@ -22,6 +22,8 @@
 #define OFI_POLL_NAP_NS 50000          /* the nap */
 #define OFI_DRAIN_NS 1000000000ull     /* longest wait for writes in flight at close */
 #define OFI_DRAIN_QUIET_NS 50000000ull /* ... given up when none completes for this long */
+#define OFI_GREETING_NAP_NS 1000000    /* a destination waiting for the greeting polls this often */
+#define OFI_LINGER_NS 1000000000ull    /* longest wait for a greeting that may be on its way */
 
 static const char *role_name(uint8_t role)
 {
@@ -56,6 +58,7 @@ static void release_pending(lmt_endpoint *ep)
 }
 
 static void post_queued(lmt_endpoint *ep);
+static int greet(lmt_endpoint *ep);
 
 /* A completion for `context`, with status 0 or -LMT_E*. */
 static void op_done(lmt_endpoint *ep, void *context, int status)
@@ -66,6 +69,8 @@ static void op_done(lmt_endpoint *ep, void *context, int status)
 		        ep->channel);
 		return;
 	}
+	if (context == &ep->greeting_op)
+		return; /* an error was reported by cq_error */
 	pthread_mutex_lock(&ep->lock);
 	if (context == &ep->fence_op) {
 		ep->inflight--;
@@ -235,9 +240,9 @@ static void fence(lmt_endpoint *ep)
 		return;
 	}
 	void *desc = ep->fence_mr ? fi_mr_desc(ep->fence_mr) : NULL;
-	ssize_t rc =
-	        post_rma(ep, false, &ep->fence_buf, sizeof(ep->fence_buf), desc, ep->fence_base,
-	                 ep->fence_key, &ep->fence_op.ctx, FI_COMPLETION | inst->fence_flags);
+	ssize_t rc = post_rma(ep, false, &ep->fence_buf[0], sizeof(ep->fence_buf[0]), desc,
+	                      ep->fence_base, ep->fence_key, &ep->fence_op.ctx,
+	                      FI_COMPLETION | inst->fence_flags);
 	if (rc == 0) {
 		ep->inflight++;
 		ep->fence_inflight = true;
@@ -266,7 +271,9 @@ static void cq_error(lmt_endpoint *ep)
 	char buf[256];
 	const char *text = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, buf, sizeof(buf));
 	int code = ofi_code(err.err);
-	const char *what = err.op_context == &ep->fence_op ? "fence read" : "write";
+	const char *what = err.op_context == &ep->fence_op      ? "fence read"
+	                   : err.op_context == &ep->greeting_op ? "greeting"
+	                                                        : "write";
 	int rc = ofi_error(inst, code, "ofi channel %u: %s failed: %s (provider %s: %s, error %d)",
 	                   ep->channel, what, fi_strerror(err.err),
 	                   inst->info->fabric_attr->prov_name, text ? text : "no detail",
@@ -294,8 +301,16 @@ static void *ep_thread(void *arg)
 	bool fencing = inst->role == LMT_ROLE_SOURCE && inst->visibility == OFI_FENCE;
 	unsigned idle = 0;
 	while (!atomic_load(&ep->stopping)) {
+		/* While the channel connects, the provider's connection steps
+		 * are driven from here: no long sleeps until the greeting is
+		 * posted (source) or has landed (destination). */
+		bool connecting = inst->role == LMT_ROLE_SOURCE
+		                          ? !ep->greeting_posted
+		                          : __atomic_load_n(&ep->fence_buf[0], __ATOMIC_ACQUIRE) !=
+		                                    ofi_greeting(ep->channel);
+		int wait_ms = connecting ? 1 : OFI_SLICE_MS;
 		ssize_t n = inst->cq_wait
-		                    ? fi_cq_sread(ep->cq, entries, OFI_CQ_BATCH, NULL, OFI_SLICE_MS)
+		                    ? fi_cq_sread(ep->cq, entries, OFI_CQ_BATCH, NULL, wait_ms)
 		                    : fi_cq_read(ep->cq, entries, OFI_CQ_BATCH);
 		if (n > 0) {
 			idle = 0;
@@ -313,6 +328,13 @@ static void *ep_thread(void *arg)
 			                         inst->cq_wait ? "fi_cq_sread" : "fi_cq_read",
 			                         fi_strerror((int)-n)));
 			break;
+		}
+		if (inst->role == LMT_ROLE_SOURCE && !ep->greeting_posted) {
+			int rc = greet(ep);
+			if (rc < 0) {
+				ofi_fail(inst, rc);
+				break;
+			}
 		}
 		if (fencing)
 			fence(ep);
@@ -363,8 +385,52 @@ static void drain(lmt_endpoint *ep)
 	}
 }
 
+/* Whether the source's greeting has landed in this destination's region. */
+static bool greeted(lmt_endpoint *ep)
+{
+	if (!ep->greeted &&
+	    __atomic_load_n(&ep->fence_buf[0], __ATOMIC_ACQUIRE) == ofi_greeting(ep->channel))
+		ep->greeted = true;
+	return ep->greeted;
+}
+
+/* A destination must not close while a source may be connecting to it:
+ * libfabric 1.17's tcp provider accepts a connection in a thread of its
+ * own and keeps the socket in a request that nothing frees if the
+ * endpoint closes before ofi_rxm has taken the request, so the socket
+ * stays open for the life of the process. Once the greeting has landed,
+ * the connection belongs to ofi_rxm, which closes it with the endpoint.
+ * Before that, the endpoint waits, up to OFI_LINGER_NS, for the greeting
+ * or for a connection in progress to settle (a source that gives up
+ * closes it, and the provider then frees the request itself). */
+static void linger(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (inst->role != LMT_ROLE_DESTINATION || !atomic_load(&inst->connecting) ||
+	    !ep->published || greeted(ep))
+		return;
+	ep->published = false;
+	/* One wait for all the channels of the instance. */
+	if (!inst->linger_deadline)
+		inst->linger_deadline = lmt_deadline(OFI_LINGER_NS);
+	struct fi_cq_entry entries[OFI_CQ_BATCH];
+	while (!greeted(ep) && lmt_now_ns() < inst->linger_deadline) {
+		/* Writes land only while someone drives the provider. */
+		if (!ep->thread_started &&
+		    fi_cq_read(ep->cq, entries, OFI_CQ_BATCH) == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			(void)fi_cq_readerr(ep->cq, &err, 0);
+		}
+		nap(OFI_GREETING_NAP_NS);
+	}
+	if (!greeted(ep))
+		ofi_log(inst, LMT_LOG_DEBUG,
+		        "ofi channel %u: closing without the source's greeting", ep->channel);
+}
+
 void ofi_ep_stop(lmt_endpoint *ep)
 {
+	linger(ep);
 	if (!ep->thread_started)
 		return;
 	if (ep->inst->role == LMT_ROLE_SOURCE)
@@ -427,16 +493,17 @@ static int open_fence(lmt_endpoint *ep, struct ofi_addr *a)
 	a->flags = (inst->mr_mode & FI_MR_VIRT_ADDR ? OFI_KEY_VIRT : 0) |
 	           (inst->mr_mode & FI_MR_RAW ? OFI_KEY_RAW : 0);
 	if (inst->role == LMT_ROLE_SOURCE) {
-		if (inst->visibility != OFI_FENCE || !inst->local_mr)
+		if (!inst->local_mr)
 			return 0;
-		return ofi_mr_open(inst, &ep->fence_buf, sizeof(ep->fence_buf), FI_READ, ep->ep,
-		                   &ep->fence_mr, "the fence landing buffer");
+		return ofi_mr_open(inst, ep->fence_buf, sizeof(ep->fence_buf), FI_READ | FI_WRITE,
+		                   ep->ep, &ep->fence_mr, "the fence landing buffer");
 	}
-	int rc = ofi_mr_open(inst, &ep->fence_buf, sizeof(ep->fence_buf), FI_REMOTE_READ, ep->ep,
-	                     &ep->fence_mr, "the fence region");
+	int rc = ofi_mr_open(inst, ep->fence_buf, sizeof(ep->fence_buf),
+	                     FI_REMOTE_READ | FI_REMOTE_WRITE, ep->ep, &ep->fence_mr,
+	                     "the fence region");
 	if (rc)
 		return rc;
-	a->fence_base = inst->mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)&ep->fence_buf : 0;
+	a->fence_base = inst->mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)ep->fence_buf : 0;
 	return ofi_mr_key(inst, ep->fence_mr, &a->fence_key, "the fence region");
 }
 
@@ -509,6 +576,7 @@ int ofi_ep_open(lmt_instance *inst, uint32_t channel, lmt_endpoint **out, struct
 	pthread_mutex_lock(&inst->lock);
 	inst->eps[channel] = ep;
 	pthread_mutex_unlock(&inst->lock);
+	ep->published = true;
 	*out = ep;
 	return 0;
 }
@@ -581,6 +649,69 @@ static int check_peer(lmt_endpoint *ep, const struct ofi_addr *a, const char *wh
 	return 0;
 }
 
+/* Why a blocking step of the channel must stop, or 0 to go on. */
+static int should_stop(lmt_endpoint *ep, uint64_t deadline, const char *what)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (inst->host->cancelled(inst->host_ctx))
+		return ofi_error(inst, LMT_ECANCELED, "ofi channel %u: cancelled while %s",
+		                 ep->channel, what);
+	if (lmt_now_ns() >= deadline)
+		return ofi_error(inst, LMT_ETIMEDOUT, "ofi channel %u: timed out after %llu ms %s",
+		                 ep->channel, (unsigned long long)(inst->timeout_ns / 1000000),
+		                 what);
+	return 0;
+}
+
+/* The source's first write: the greeting, into the destination's fence
+ * region. It makes the provider connect now, during setup, so that no
+ * connection is still being made when either side closes. Posted from
+ * ep_connect, or by the channel's thread while the provider answers
+ * EAGAIN (ofi_rxm does until the destination has accepted). Returns 0
+ * once posted, 1 to try again, or an error. */
+static int greet(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	uint64_t flags =
+	        FI_COMPLETION | (inst->visibility == OFI_DELIVERY ? FI_DELIVERY_COMPLETE : 0);
+	void *desc = ep->fence_mr ? fi_mr_desc(ep->fence_mr) : NULL;
+	ssize_t rc = 0;
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->greeting_posted) {
+		ep->fence_buf[1] = ofi_greeting(ep->channel);
+		rc = post_rma(ep, true, &ep->fence_buf[1], sizeof(ep->fence_buf[1]), desc,
+		              ep->fence_base, ep->fence_key, &ep->greeting_op.ctx, flags);
+		ep->greeting_posted = rc == 0;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	if (rc == -FI_EAGAIN)
+		return 1;
+	if (rc)
+		return ofi_error(inst, ofi_code((int)-rc), "ofi channel %u: greeting: %s",
+		                 ep->channel, fi_strerror((int)-rc));
+	return 0;
+}
+
+/* The destination waits for the source's greeting: the channel is then
+ * connected, and the connection is ofi_rxm's (see linger). */
+static int await_greeting(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	uint64_t deadline = lmt_deadline(inst->timeout_ns);
+	while (!greeted(ep)) {
+		pthread_mutex_lock(&inst->lock);
+		int fatal = inst->fatal;
+		pthread_mutex_unlock(&inst->lock);
+		if (fatal)
+			return fatal;
+		int stop = should_stop(ep, deadline, "waiting for the source to connect");
+		if (stop)
+			return stop;
+		nap(OFI_GREETING_NAP_NS);
+	}
+	return 0;
+}
+
 int ofi_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 {
 	if (!ep || !peer_addr)
@@ -617,7 +748,12 @@ int ofi_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		                 ep->channel);
 	ep->connected = true;
 	ofi_log(inst, LMT_LOG_DEBUG, "ofi channel %u: peer inserted", ep->channel);
-	return 0;
+	if (inst->role == LMT_ROLE_DESTINATION) {
+		atomic_store(&inst->connecting, true);
+		return await_greeting(ep);
+	}
+	rc = greet(ep);
+	return rc < 0 ? rc : 0;
 }
 
 void ofi_ep_close(lmt_endpoint *ep)

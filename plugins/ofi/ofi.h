@@ -99,8 +99,9 @@ struct lmt_endpoint {
 	atomic_bool stopping;
 
 	/* The fence region: readable by the source on the destination, the
-	 * landing buffer of fence reads on the source. */
-	uint64_t fence_buf;
+	 * landing buffer of fence reads on the source. The source's first
+	 * write, the greeting, goes from it into the destination's. */
+	uint64_t fence_buf[2]; /* [0] the region, [1] the source's greeting */
 	struct fid_mr *fence_mr;
 	uint64_t fence_base; /* source: the destination's fence region */
 	uint64_t fence_key;
@@ -118,6 +119,12 @@ struct lmt_endpoint {
 	uint64_t fence_seq;
 	bool fence_inflight;
 	struct ofi_op fence_op;
+	struct ofi_op greeting_op; /* source: the greeting write */
+	bool greeting_posted;      /* source, under `lock` */
+	/* Destination: the address went out (a source may be connecting),
+	 * and whether the greeting arrived. */
+	bool published;
+	bool greeted;
 	uint32_t inflight;                 /* operations the provider has not completed */
 	uint32_t queued_head, queued_tail; /* coalescing: writes not yet posted */
 	uint32_t queued;
@@ -153,7 +160,11 @@ struct lmt_instance {
 	uint64_t max_msg;     /* largest write */
 	uint64_t key_limit;   /* requested keys stay below it */
 
-	lmt_endpoint **eps;       /* by channel; NULL when closed */
+	lmt_endpoint **eps; /* by channel; NULL when closed */
+	/* Destination: a source may be connecting since the first ep_connect;
+	 * endpoints closed without its greeting wait until linger_deadline. */
+	atomic_bool connecting;
+	uint64_t linger_deadline;
 	atomic_uint *outstanding; /* by channel: posted, completion not harvested */
 
 	/* Completion queue and failure state. `failing` is the first error on

@@ -16,6 +16,15 @@ enum ofi_magic {
 	OFI_MAGIC_KEY = 0x4b464f4cu,
 };
 
+/* The greeting: the first thing a source writes on a channel, into the
+ * destination's fence region, so that the channel's connection is made
+ * and accepted during setup (see ofi_ep_connect). */
+#define OFI_GREETING 0x54454552474f4c4cull /* "LLOGREET" */
+static inline uint64_t ofi_greeting(uint32_t channel)
+{
+	return OFI_GREETING ^ channel;
+}
+
 #define OFI_ADDR_HEADER_LEN 40u
 #define OFI_KEY_HEADER_LEN 24u
 #define OFI_PROV_NAME_MAX 64u /* provider names, e.g. "tcp;ofi_rxm" */

@@ -34,12 +34,33 @@ struct census census_take(void)
 	return (struct census){count_entries("/proc/self/fd"), count_entries("/proc/self/task")};
 }
 
+/* What each descriptor of the process refers to, for a census that failed. */
+static void print_descriptors(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char path[300], target[256];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(path, target, sizeof(target) - 1);
+		target[n > 0 ? n : 0] = 0;
+		print_message("    fd %s -> %s\n", e->d_name, target);
+	}
+	closedir(d);
+}
+
 void census_check(struct census before)
 {
 	struct census now = census_take();
-	if (now.fds != before.fds || now.threads != before.threads)
+	if (now.fds != before.fds || now.threads != before.threads) {
+		print_descriptors();
 		fail_msg("left behind: %d descriptors and %d threads (before %d and %d)", now.fds,
 		         now.threads, before.fds, before.threads);
+	}
 }
 
 uint8_t *ram_map(uint64_t bytes)

@@ -251,7 +251,7 @@ struct pair {
 	struct lmt_blob dst_addr[MAX_CHANNELS], src_addr[MAX_CHANNELS];
 };
 
-/* Both instances with every channel connected, in the core's order. */
+/* Both instances with every channel connected. */
 static struct pair *pair_open(const struct variant *v, uint32_t channels)
 {
 	struct pair *p = calloc(1, sizeof(*p));
@@ -265,10 +265,11 @@ static struct pair *pair_open(const struct variant *v, uint32_t channels)
 		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]), 0);
 	for (uint32_t c = 0; c < channels; c++)
 		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]), 0);
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_connect(p->dst_ep[c], &p->src_addr[c]), 0);
+	/* The source first: the destination's connect waits for its greeting. */
 	for (uint32_t c = 0; c < channels; c++)
 		assert_int_equal(plugin->ops.ep_connect(p->src_ep[c], &p->dst_addr[c]), 0);
+	for (uint32_t c = 0; c < channels; c++)
+		assert_int_equal(plugin->ops.ep_connect(p->dst_ep[c], &p->src_addr[c]), 0);
 	return p;
 }
 
