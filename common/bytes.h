@@ -7,49 +7,49 @@
 
 #include <lmt/plugin.h>
 
-static inline void lmt_put16(uint8_t *p, uint16_t v)
+static inline void lmt__put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 }
 
-static inline void lmt_put32(uint8_t *p, uint32_t v)
+static inline void lmt__put32(uint8_t *p, uint32_t v)
 {
-	lmt_put16(p, (uint16_t)v);
-	lmt_put16(p + 2, (uint16_t)(v >> 16));
+	lmt__put16(p, (uint16_t)v);
+	lmt__put16(p + 2, (uint16_t)(v >> 16));
 }
 
-static inline void lmt_put64(uint8_t *p, uint64_t v)
+static inline void lmt__put64(uint8_t *p, uint64_t v)
 {
-	lmt_put32(p, (uint32_t)v);
-	lmt_put32(p + 4, (uint32_t)(v >> 32));
+	lmt__put32(p, (uint32_t)v);
+	lmt__put32(p + 4, (uint32_t)(v >> 32));
 }
 
-static inline uint16_t lmt_get16(const uint8_t *p)
+static inline uint16_t lmt__get16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] | p[1] << 8);
 }
 
-static inline uint32_t lmt_get32(const uint8_t *p)
+static inline uint32_t lmt__get32(const uint8_t *p)
 {
-	return lmt_get16(p) | (uint32_t)lmt_get16(p + 2) << 16;
+	return lmt__get16(p) | (uint32_t)lmt__get16(p + 2) << 16;
 }
 
-static inline uint64_t lmt_get64(const uint8_t *p)
+static inline uint64_t lmt__get64(const uint8_t *p)
 {
-	return lmt_get32(p) | (uint64_t)lmt_get32(p + 4) << 32;
+	return lmt__get32(p) | (uint64_t)lmt__get32(p + 4) << 32;
 }
 
 /* Every plugin blob starts with a 32-bit magic and a 16-bit version and has
  * a fixed length: NULL if `b` has them, else what is wrong. */
-static inline const char *lmt_blob_check(const struct lmt_blob *b, uint32_t len, uint32_t magic,
-                                         uint16_t version)
+static inline const char *lmt__blob_check(const struct lmt_blob *b, uint32_t len, uint32_t magic,
+                                          uint16_t version)
 {
 	if (b->len < 6 || b->len > LMT_BLOB_MAX)
 		return "wrong length";
-	if (lmt_get32(b->data) != magic)
+	if (lmt__get32(b->data) != magic)
 		return "bad magic";
-	if (lmt_get16(b->data + 4) != version)
+	if (lmt__get16(b->data + 4) != version)
 		return "unsupported version";
 	if (b->len != len)
 		return "wrong length";
@@ -57,14 +57,14 @@ static inline const char *lmt_blob_check(const struct lmt_blob *b, uint32_t len,
 }
 
 /* Write the prefix of a blob of `len` bytes, zeroing the rest. */
-static inline void lmt_blob_start(struct lmt_blob *b, uint32_t len, uint32_t magic,
-                                  uint16_t version)
+static inline void lmt__blob_start(struct lmt_blob *b, uint32_t len, uint32_t magic,
+                                   uint16_t version)
 {
 	for (uint32_t i = 0; i < len; i++)
 		b->data[i] = 0;
 	b->len = len;
-	lmt_put32(b->data, magic);
-	lmt_put16(b->data + 4, version);
+	lmt__put32(b->data, magic);
+	lmt__put16(b->data + 4, version);
 }
 
 #endif

@@ -18,9 +18,9 @@
 
 #define WAIT_SLICE_MS 100
 
-static int fail(struct lmt_net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+static int fail(struct lmt__net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 
-static int fail(struct lmt_net_error *e, int code, const char *fmt, ...)
+static int fail(struct lmt__net_error *e, int code, const char *fmt, ...)
 {
 	if (e) {
 		va_list ap;
@@ -31,15 +31,15 @@ static int fail(struct lmt_net_error *e, int code, const char *fmt, ...)
 	return -code;
 }
 
-uint64_t lmt_now_ns(void)
+uint64_t lmt__now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int lmt_net_parse(const char *uri, struct sockaddr_storage *addr, socklen_t *len,
-                  struct lmt_net_error *e)
+int lmt__net_parse(const char *uri, struct sockaddr_storage *addr, socklen_t *len,
+                   struct lmt__net_error *e)
 {
 	char host[256];
 	const char *port;
@@ -86,7 +86,7 @@ int lmt_net_parse(const char *uri, struct sockaddr_storage *addr, socklen_t *len
 	return 0;
 }
 
-void lmt_net_format(const struct sockaddr *addr, char *buf, size_t size)
+void lmt__net_format(const struct sockaddr *addr, char *buf, size_t size)
 {
 	char host[INET6_ADDRSTRLEN] = "?";
 	unsigned port = 0;
@@ -105,7 +105,7 @@ void lmt_net_format(const struct sockaddr *addr, char *buf, size_t size)
 	}
 }
 
-static int new_socket(int family, struct lmt_net_error *e, int *fd)
+static int new_socket(int family, struct lmt__net_error *e, int *fd)
 {
 	*fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (*fd < 0)
@@ -113,8 +113,8 @@ static int new_socket(int family, struct lmt_net_error *e, int *fd)
 	return 0;
 }
 
-int lmt_net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int *fd,
-                   struct lmt_net_error *e)
+int lmt__net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int *fd,
+                    struct lmt__net_error *e)
 {
 	char name[80];
 	int s, rc = new_socket(addr->sa_family, e, &s);
@@ -124,7 +124,7 @@ int lmt_net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int 
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(s, addr, len) != 0 || listen(s, backlog) != 0) {
 		int err = errno;
-		lmt_net_format(addr, name, sizeof(name));
+		lmt__net_format(addr, name, sizeof(name));
 		close(s);
 		return fail(e, LMT_EIO, "listen on %s: %s", name, strerror(err));
 	}
@@ -132,7 +132,7 @@ int lmt_net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int 
 	return 0;
 }
 
-uint16_t lmt_net_local_port(int fd)
+uint16_t lmt__net_local_port(int fd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
@@ -145,14 +145,14 @@ uint16_t lmt_net_local_port(int fd)
 	return 0;
 }
 
-int lmt_net_wait(int fd, short events, const struct lmt_wait *w, struct lmt_net_error *e)
+int lmt__net_wait(int fd, short events, const struct lmt__wait *w, struct lmt__net_error *e)
 {
 	for (;;) {
 		int slice = WAIT_SLICE_MS;
 		if (w && w->cancelled && w->cancelled(w->ctx))
 			return fail(e, LMT_ECANCELED, "cancelled");
 		if (w && w->deadline_ns) {
-			uint64_t now = lmt_now_ns();
+			uint64_t now = lmt__now_ns();
 			if (now >= w->deadline_ns)
 				return fail(e, LMT_ETIMEDOUT, "timed out");
 			uint64_t left_ms = (w->deadline_ns - now + 999999) / 1000000;
@@ -175,11 +175,11 @@ int lmt_net_wait(int fd, short events, const struct lmt_wait *w, struct lmt_net_
 	}
 }
 
-int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt_wait *w, int *fd,
-                    struct lmt_net_error *e)
+int lmt__net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt__wait *w, int *fd,
+                     struct lmt__net_error *e)
 {
 	char name[80];
-	lmt_net_format(addr, name, sizeof(name));
+	lmt__net_format(addr, name, sizeof(name));
 	/* A refused connection is retried until the deadline: the peer may be
 	 * about to listen. */
 	int refused = 0;
@@ -187,12 +187,12 @@ int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt
 		int s, rc = new_socket(addr->sa_family, e, &s);
 		if (rc)
 			return rc;
-		lmt_net_set_nonblock(s, 1);
+		lmt__net_set_nonblock(s, 1);
 		int err = 0;
 		if (connect(s, addr, len) != 0) {
 			err = errno;
 			if (err == EINPROGRESS) {
-				rc = lmt_net_wait(s, POLLOUT, w, e);
+				rc = lmt__net_wait(s, POLLOUT, w, e);
 				if (rc == -LMT_ECONN)
 					rc = 0; /* the error is read from SO_ERROR below */
 				if (rc) {
@@ -210,13 +210,13 @@ int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt
 			}
 		}
 		if (err == 0) {
-			lmt_net_set_nonblock(s, 0);
+			lmt__net_set_nonblock(s, 0);
 			*fd = s;
 			return 0;
 		}
 		close(s);
 		refused |= err == ECONNREFUSED;
-		if (err != ECONNREFUSED || !w || !w->deadline_ns || lmt_now_ns() >= w->deadline_ns)
+		if (err != ECONNREFUSED || !w || !w->deadline_ns || lmt__now_ns() >= w->deadline_ns)
 			return fail(e, err == ECONNREFUSED ? LMT_ECONN : LMT_EIO,
 			            "connect to %s: %s", name, strerror(err));
 		if (w->cancelled && w->cancelled(w->ctx))
@@ -226,10 +226,10 @@ int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt
 	}
 }
 
-int lmt_net_accept(int lfd, const struct lmt_wait *w, int *fd, struct lmt_net_error *e)
+int lmt__net_accept(int lfd, const struct lmt__wait *w, int *fd, struct lmt__net_error *e)
 {
 	for (;;) {
-		int rc = lmt_net_wait(lfd, POLLIN, w, e);
+		int rc = lmt__net_wait(lfd, POLLIN, w, e);
 		if (rc)
 			return rc;
 		int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -238,14 +238,14 @@ int lmt_net_accept(int lfd, const struct lmt_wait *w, int *fd, struct lmt_net_er
 				continue;
 			return fail(e, LMT_EIO, "accept: %s", strerror(errno));
 		}
-		lmt_net_set_nonblock(s, 0);
+		lmt__net_set_nonblock(s, 0);
 		*fd = s;
 		return 0;
 	}
 }
 
-int lmt_net_send_all(int fd, const void *buf, size_t len, const struct lmt_wait *w,
-                     struct lmt_net_error *e)
+int lmt__net_send_all(int fd, const void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e)
 {
 	const char *p = buf;
 	while (len) {
@@ -258,7 +258,7 @@ int lmt_net_send_all(int fd, const void *buf, size_t len, const struct lmt_wait 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int rc = lmt_net_wait(fd, POLLOUT, w, e);
+			int rc = lmt__net_wait(fd, POLLOUT, w, e);
 			if (rc)
 				return rc;
 			continue;
@@ -268,8 +268,8 @@ int lmt_net_send_all(int fd, const void *buf, size_t len, const struct lmt_wait 
 	return 0;
 }
 
-int lmt_net_recv_all(int fd, void *buf, size_t len, const struct lmt_wait *w,
-                     struct lmt_net_error *e)
+int lmt__net_recv_all(int fd, void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e)
 {
 	char *p = buf;
 	while (len) {
@@ -284,7 +284,7 @@ int lmt_net_recv_all(int fd, void *buf, size_t len, const struct lmt_wait *w,
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			int rc = lmt_net_wait(fd, POLLIN, w, e);
+			int rc = lmt__net_wait(fd, POLLIN, w, e);
 			if (rc == -LMT_ECONN)
 				continue; /* read the EOF or error itself */
 			if (rc)
@@ -296,7 +296,7 @@ int lmt_net_recv_all(int fd, void *buf, size_t len, const struct lmt_wait *w,
 	return 0;
 }
 
-void lmt_net_tune(int fd, int nodelay, int bufsize)
+void lmt__net_tune(int fd, int nodelay, int bufsize)
 {
 	if (nodelay) {
 		int one = 1;
@@ -308,7 +308,7 @@ void lmt_net_tune(int fd, int nodelay, int bufsize)
 	}
 }
 
-int lmt_net_set_nonblock(int fd, int on)
+int lmt__net_set_nonblock(int fd, int on)
 {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0)

@@ -11,49 +11,49 @@
 #include <lmt/plugin.h>
 
 /* What a blocking helper checks while it waits: a deadline (absolute, in
- * lmt_now_ns() time; 0 = none) and a cancel test polled every slice. */
-struct lmt_wait {
+ * lmt__now_ns() time; 0 = none) and a cancel test polled every slice. */
+struct lmt__wait {
 	uint64_t deadline_ns;
 	int (*cancelled)(void *ctx);
 	void *ctx;
 };
 
 /* A failure's detail, filled by the helpers next to the returned code. */
-struct lmt_net_error {
+struct lmt__net_error {
 	char msg[256];
 };
 
-uint64_t lmt_now_ns(void);
+uint64_t lmt__now_ns(void);
 
 /* "host:port", "[v6addr]:port" or ":port" (any address). Numeric hosts and
  * names both resolve. */
-int lmt_net_parse(const char *uri, struct sockaddr_storage *addr, socklen_t *len,
-                  struct lmt_net_error *e);
+int lmt__net_parse(const char *uri, struct sockaddr_storage *addr, socklen_t *len,
+                   struct lmt__net_error *e);
 /* "1.2.3.4:5" or "[::1]:5" for an address. */
-void lmt_net_format(const struct sockaddr *addr, char *buf, size_t size);
+void lmt__net_format(const struct sockaddr *addr, char *buf, size_t size);
 
-int lmt_net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int *fd,
-                   struct lmt_net_error *e);
+int lmt__net_listen(const struct sockaddr *addr, socklen_t len, int backlog, int *fd,
+                    struct lmt__net_error *e);
 /* The port a socket is bound to. */
-uint16_t lmt_net_local_port(int fd);
-int lmt_net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt_wait *w, int *fd,
-                    struct lmt_net_error *e);
-int lmt_net_accept(int lfd, const struct lmt_wait *w, int *fd, struct lmt_net_error *e);
+uint16_t lmt__net_local_port(int fd);
+int lmt__net_connect(const struct sockaddr *addr, socklen_t len, const struct lmt__wait *w, int *fd,
+                     struct lmt__net_error *e);
+int lmt__net_accept(int lfd, const struct lmt__wait *w, int *fd, struct lmt__net_error *e);
 
 /* Wait until fd is readable (POLLIN) or writable (POLLOUT). 0, or
  * -LMT_ETIMEDOUT / -LMT_ECANCELED / -LMT_ECONN (hangup without data). */
-int lmt_net_wait(int fd, short events, const struct lmt_wait *w, struct lmt_net_error *e);
+int lmt__net_wait(int fd, short events, const struct lmt__wait *w, struct lmt__net_error *e);
 
 /* Send or receive exactly len bytes on a blocking or non-blocking socket.
  * A peer that closes mid-buffer is -LMT_ECONN. */
-int lmt_net_send_all(int fd, const void *buf, size_t len, const struct lmt_wait *w,
-                     struct lmt_net_error *e);
-int lmt_net_recv_all(int fd, void *buf, size_t len, const struct lmt_wait *w,
-                     struct lmt_net_error *e);
+int lmt__net_send_all(int fd, const void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e);
+int lmt__net_recv_all(int fd, void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e);
 
 /* TCP_NODELAY, close-on-exec, large buffers: what a data or control
  * connection wants. */
-void lmt_net_tune(int fd, int nodelay, int bufsize);
-int lmt_net_set_nonblock(int fd, int on);
+void lmt__net_tune(int fd, int nodelay, int bufsize);
+int lmt__net_set_nonblock(int fd, int on);
 
 #endif

@@ -7,13 +7,13 @@
 
 #include "net.h"
 
-uint64_t lmt_deadline(uint64_t timeout_ns)
+uint64_t lmt__deadline(uint64_t timeout_ns)
 {
-	uint64_t now = lmt_now_ns();
+	uint64_t now = lmt__now_ns();
 	return timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
 }
 
-int lmt_cond_init(pthread_cond_t *cond)
+int lmt__cond_init(pthread_cond_t *cond)
 {
 	pthread_condattr_t attr;
 	if (pthread_condattr_init(&attr))
@@ -24,9 +24,9 @@ int lmt_cond_init(pthread_cond_t *cond)
 	return rc ? -LMT_ENOMEM : 0;
 }
 
-void lmt_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns)
+void lmt__cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns)
 {
-	uint64_t until = lmt_deadline(LMT_SLICE_NS);
+	uint64_t until = lmt__deadline(LMT__SLICE_NS);
 	if (deadline_ns < until)
 		until = deadline_ns;
 	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
@@ -34,7 +34,7 @@ void lmt_cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t d
 	pthread_cond_timedwait(cond, lock, &ts);
 }
 
-int lmt_cq_init(struct lmt_cq_ring *q, uint32_t cap)
+int lmt__cq_init(struct lmt__cq_ring *q, uint32_t cap)
 {
 	q->first = q->count = 0;
 	q->cap = cap;
@@ -42,14 +42,14 @@ int lmt_cq_init(struct lmt_cq_ring *q, uint32_t cap)
 	return q->ring ? 0 : -LMT_ENOMEM;
 }
 
-void lmt_cq_free(struct lmt_cq_ring *q)
+void lmt__cq_free(struct lmt__cq_ring *q)
 {
 	free(q->ring);
 	q->ring = NULL;
 	q->cap = q->first = q->count = 0;
 }
 
-bool lmt_cq_push(struct lmt_cq_ring *q, uint64_t cookie, int status, uint32_t channel)
+bool lmt__cq_push(struct lmt__cq_ring *q, uint64_t cookie, int status, uint32_t channel)
 {
 	if (q->count >= q->cap)
 		return false;
@@ -58,8 +58,8 @@ bool lmt_cq_push(struct lmt_cq_ring *q, uint64_t cookie, int status, uint32_t ch
 	return true;
 }
 
-uint32_t lmt_cq_drain(struct lmt_cq_ring *q, struct lmt_completion *out, uint32_t max,
-                      atomic_uint *outstanding)
+uint32_t lmt__cq_drain(struct lmt__cq_ring *q, struct lmt_completion *out, uint32_t max,
+                       atomic_uint *outstanding)
 {
 	uint32_t n = 0;
 	while (q->count && n < max) {

@@ -27,16 +27,16 @@ int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 		return lmt__usage(s, LMT_ESTATE, "load listen: called twice");
 	struct sockaddr_storage addr;
 	socklen_t len;
-	struct lmt_net_error e;
-	int rc = lmt_net_parse(uri, &addr, &len, &e);
+	struct lmt__net_error e;
+	int rc = lmt__net_parse(uri, &addr, &len, &e);
 	if (!rc)
-		rc = lmt_net_listen((struct sockaddr *)&addr, len, 4, &s->listen_fd, &e);
+		rc = lmt__net_listen((struct sockaddr *)&addr, len, 4, &s->listen_fd, &e);
 	if (rc) {
 		atomic_store(&s->state, LMT_STATE_NEW);
 		return lmt__fail(s, rc, "%s", e.msg);
 	}
 	if (port)
-		*port = lmt_net_local_port(s->listen_fd);
+		*port = lmt__net_local_port(s->listen_fd);
 	return 0;
 }
 
@@ -449,9 +449,9 @@ static int load(struct lmt_session *s)
 
 static int accept_source(struct lmt_session *s)
 {
-	struct lmt_net_error e;
-	struct lmt_wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
-	int rc = lmt_net_accept(s->listen_fd, &w, &s->ctrl_fd, &e);
+	struct lmt__net_error e;
+	struct lmt__wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
+	int rc = lmt__net_accept(s->listen_fd, &w, &s->ctrl_fd, &e);
 	if (rc == -LMT_ETIMEDOUT)
 		return lmt__fail(s, rc, "no source connected within idle-timeout (%llu ms)",
 		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
@@ -459,7 +459,7 @@ static int accept_source(struct lmt_session *s)
 		return lmt__fail(s, rc, "waiting for the source: %s", e.msg);
 	close(s->listen_fd);
 	s->listen_fd = -1;
-	lmt_net_tune(s->ctrl_fd, 1, 0);
+	lmt__net_tune(s->ctrl_fd, 1, 0);
 	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
 	return 0;
 }

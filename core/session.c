@@ -18,7 +18,7 @@
 
 uint64_t lmt__now(void)
 {
-	return lmt_now_ns();
+	return lmt__now_ns();
 }
 
 bool lmt__is_cancelled(const struct lmt_session *s)
@@ -98,7 +98,7 @@ static int host_error(void *ctx, int code, const char *fmt, ...)
 
 static uint64_t host_now(void *ctx)
 {
-	return lmt_now_ns();
+	return lmt__now_ns();
 }
 
 static int host_option(void *ctx, const char *name, struct lmt_option_value *out)
@@ -447,12 +447,13 @@ int lmt__blocks_prepare(struct lmt_session *s)
 
 /* ---- control connection ---- */
 
-struct lmt_wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns)
+struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns)
 {
-	return (struct lmt_wait){.deadline_ns = deadline_ns, .cancelled = wait_cancelled, .ctx = s};
+	return (struct lmt__wait){
+	        .deadline_ns = deadline_ns, .cancelled = wait_cancelled, .ctx = s};
 }
 
-static int net_fail(struct lmt_session *s, int rc, const char *what, const struct lmt_net_error *e)
+static int net_fail(struct lmt_session *s, int rc, const char *what, const struct lmt__net_error *e)
 {
 	const char *peer = s->role == LMT_ROLE_SOURCE ? "destination" : "source";
 	if (rc == -LMT_ECANCELED)
@@ -464,33 +465,33 @@ static int net_fail(struct lmt_session *s, int rc, const char *what, const struc
 
 int lmt__ctrl_send(struct lmt_session *s)
 {
-	struct lmt_net_error e;
-	struct lmt_wait w = lmt__wait_until(s, lmt_now_ns() + s->idle_timeout_ns);
+	struct lmt__net_error e;
+	struct lmt__wait w = lmt__wait_until(s, lmt__now_ns() + s->idle_timeout_ns);
 	uint16_t type = (uint16_t)(s->out.data[0] | s->out.data[1] << 8);
-	int rc = lmt_net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
+	int rc = lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
 	if (rc)
 		return net_fail(s, rc, lmt__msg_name(type), &e);
-	s->last_tx_ns = lmt_now_ns();
+	s->last_tx_ns = lmt__now_ns();
 	return 0;
 }
 
 int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns)
 {
 	uint8_t hdr[LMT_PROTO_HEADER_SIZE];
-	struct lmt_net_error e;
-	struct lmt_wait w = lmt__wait_until(s, deadline_ns);
-	int rc = lmt_net_recv_all(s->ctrl_fd, hdr, sizeof(hdr), &w, &e);
+	struct lmt__net_error e;
+	struct lmt__wait w = lmt__wait_until(s, deadline_ns);
+	int rc = lmt__net_recv_all(s->ctrl_fd, hdr, sizeof(hdr), &w, &e);
 	if (rc)
 		return net_fail(s, rc, "waiting for a control message", &e);
 	struct lmt_error err = {0};
 	rc = lmt__dec_header(hdr, sizeof(hdr), h, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
-	w.deadline_ns = lmt_now_ns() + s->idle_timeout_ns;
-	rc = lmt_net_recv_all(s->ctrl_fd, s->in, h->length, &w, &e);
+	w.deadline_ns = lmt__now_ns() + s->idle_timeout_ns;
+	rc = lmt__net_recv_all(s->ctrl_fd, s->in, h->length, &w, &e);
 	if (rc)
 		return net_fail(s, rc, lmt__msg_name(h->type), &e);
-	s->last_rx_ns = lmt_now_ns();
+	s->last_rx_ns = lmt__now_ns();
 	if (h->type != LMT_MSG_ERROR)
 		return 0;
 	struct lmt_msg_status st;
@@ -631,8 +632,8 @@ int lmt__abort(struct lmt_session *s, int code)
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_FAILED);
 	if (s->ctrl_fd >= 0 && lmt__enc_status(&s->out, LMT_MSG_ERROR, &st) == 0) {
-		struct lmt_wait w = {.deadline_ns = lmt_now_ns() + 200 * 1000000ull};
-		lmt_net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, NULL);
+		struct lmt__wait w = {.deadline_ns = lmt__now_ns() + 200 * 1000000ull};
+		lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, NULL);
 	}
 	lmt__transport_close(s);
 	if (s->ctrl_fd >= 0) {

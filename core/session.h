@@ -152,7 +152,7 @@ int lmt__abort(struct lmt_session *s, int code);
 uint64_t lmt__now(void);
 bool lmt__is_cancelled(const struct lmt_session *s);
 /* A wait for the net helpers: until deadline_ns (absolute), or a cancel. */
-struct lmt_wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
+struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
 void lmt__stats_update(struct lmt_session *s);
 /* Append a finished pass to the timeline. */
 void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass);

@@ -293,16 +293,16 @@ static int setup(struct lmt_session *s, const char *uri)
 		return rc;
 	struct sockaddr_storage addr;
 	socklen_t alen;
-	struct lmt_net_error e;
-	rc = lmt_net_parse(uri, &addr, &alen, &e);
+	struct lmt__net_error e;
+	rc = lmt__net_parse(uri, &addr, &alen, &e);
 	if (rc)
 		return lmt__fail(s, rc, "%s", e.msg);
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
-	struct lmt_wait w = lmt__wait_until(s, deadline);
-	rc = lmt_net_connect((struct sockaddr *)&addr, alen, &w, &s->ctrl_fd, &e);
+	struct lmt__wait w = lmt__wait_until(s, deadline);
+	rc = lmt__net_connect((struct sockaddr *)&addr, alen, &w, &s->ctrl_fd, &e);
 	if (rc)
 		return lmt__fail(s, rc, "control connection: %s", e.msg);
-	lmt_net_tune(s->ctrl_fd, 1, 0);
+	lmt__net_tune(s->ctrl_fd, 1, 0);
 	s->last_rx_ns = s->last_tx_ns = lmt__now();
 	if ((rc = handshake(s, deadline)) || (rc = open_channels(s, deadline)))
 		return rc;

@@ -367,17 +367,17 @@ static int start_thread(lmt_endpoint *ep)
  * mapping of its own) would do so in memory about to be unmapped. */
 static void drain(lmt_endpoint *ep)
 {
-	uint64_t deadline = lmt_deadline(OFI_DRAIN_NS);
-	uint64_t quiet = lmt_deadline(OFI_DRAIN_QUIET_NS);
+	uint64_t deadline = lmt__deadline(OFI_DRAIN_NS);
+	uint64_t quiet = lmt__deadline(OFI_DRAIN_QUIET_NS);
 	uint32_t last = UINT32_MAX;
 	for (;;) {
 		pthread_mutex_lock(&ep->lock);
 		uint32_t left = ep->inflight + ep->queued;
 		pthread_mutex_unlock(&ep->lock);
-		uint64_t now = lmt_now_ns();
+		uint64_t now = lmt__now_ns();
 		if (left != last) {
 			last = left;
-			quiet = lmt_deadline(OFI_DRAIN_QUIET_NS);
+			quiet = lmt__deadline(OFI_DRAIN_QUIET_NS);
 		}
 		if (!left || now >= deadline || now >= quiet)
 			return;
@@ -412,9 +412,9 @@ static void linger(lmt_endpoint *ep)
 	ep->published = false;
 	/* One wait for all the channels of the instance. */
 	if (!inst->linger_deadline)
-		inst->linger_deadline = lmt_deadline(OFI_LINGER_NS);
+		inst->linger_deadline = lmt__deadline(OFI_LINGER_NS);
 	struct fi_cq_entry entries[OFI_CQ_BATCH];
-	while (!greeted(ep) && lmt_now_ns() < inst->linger_deadline) {
+	while (!greeted(ep) && lmt__now_ns() < inst->linger_deadline) {
 		/* Writes land only while someone drives the provider. */
 		if (!ep->thread_started &&
 		    fi_cq_read(ep->cq, entries, OFI_CQ_BATCH) == -FI_EAVAIL) {
@@ -656,7 +656,7 @@ static int should_stop(lmt_endpoint *ep, uint64_t deadline, const char *what)
 	if (inst->host->cancelled(inst->host_ctx))
 		return ofi_error(inst, LMT_ECANCELED, "ofi channel %u: cancelled while %s",
 		                 ep->channel, what);
-	if (lmt_now_ns() >= deadline)
+	if (lmt__now_ns() >= deadline)
 		return ofi_error(inst, LMT_ETIMEDOUT, "ofi channel %u: timed out after %llu ms %s",
 		                 ep->channel, (unsigned long long)(inst->timeout_ns / 1000000),
 		                 what);
@@ -697,7 +697,7 @@ static int greet(lmt_endpoint *ep)
 static int await_greeting(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	uint64_t deadline = lmt_deadline(inst->timeout_ns);
+	uint64_t deadline = lmt__deadline(inst->timeout_ns);
 	while (!greeted(ep)) {
 		pthread_mutex_lock(&inst->lock);
 		int fatal = inst->fatal;

@@ -71,7 +71,7 @@ void ofi_report(lmt_endpoint *ep, uint64_t cookie, int status)
 	pthread_mutex_lock(&inst->lock);
 	/* Never full: a write is refused while its channel has `queue`
 	 * completions unharvested. */
-	lmt_cq_push(&inst->cq, cookie, status, ep->channel);
+	lmt__cq_push(&inst->cq, cookie, status, ep->channel);
 	ep->reported++;
 	pthread_cond_broadcast(&inst->cond);
 	pthread_mutex_unlock(&inst->lock);
@@ -530,7 +530,7 @@ static int init_sync(struct lmt_instance *inst)
 {
 	if (pthread_mutex_init(&inst->lock, NULL))
 		return -LMT_ENOMEM;
-	if (lmt_cond_init(&inst->cond) == 0) {
+	if (lmt__cond_init(&inst->cond) == 0) {
 		if (pthread_mutex_init(&inst->mr_lock, NULL) == 0)
 			return 0;
 		pthread_cond_destroy(&inst->cond);
@@ -550,7 +550,7 @@ static void free_instance(struct lmt_instance *inst)
 	free(inst->eps);
 	free(inst->outstanding);
 	free(inst->flush_target);
-	lmt_cq_free(&inst->cq);
+	lmt__cq_free(&inst->cq);
 	free(inst);
 }
 
@@ -587,7 +587,7 @@ static int ofi_instance_open(const struct lmt_host *host, void *host_ctx,
 	inst->outstanding = calloc(inst->channels, sizeof(*inst->outstanding));
 	inst->flush_target = calloc(inst->channels, sizeof(*inst->flush_target));
 	if (inst->role == LMT_ROLE_SOURCE) {
-		if (lmt_cq_init(&inst->cq, inst->channels * inst->queue))
+		if (lmt__cq_init(&inst->cq, inst->channels * inst->queue))
 			inst->cq.ring = NULL;
 	}
 	if (!inst->eps || !inst->outstanding || !inst->flush_target ||
@@ -655,7 +655,7 @@ static int ofi_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 {
 	if (!inst || (!out && max))
 		return -LMT_EINVAL;
-	uint64_t deadline = lmt_deadline(timeout_ns);
+	uint64_t deadline = lmt__deadline(timeout_ns);
 	int rc = 0;
 	pthread_mutex_lock(&inst->lock);
 	for (;;) {
@@ -677,11 +677,11 @@ static int ofi_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 			rc = ofi_error(inst, LMT_ECANCELED, "ofi: cancelled");
 			goto out;
 		}
-		if (lmt_now_ns() >= deadline)
+		if (lmt__now_ns() >= deadline)
 			goto out;
-		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
-	rc = (int)lmt_cq_drain(&inst->cq, out, max, inst->outstanding);
+	rc = (int)lmt__cq_drain(&inst->cq, out, max, inst->outstanding);
 out:
 	pthread_mutex_unlock(&inst->lock);
 	return rc;
@@ -716,7 +716,7 @@ static int ofi_flush(lmt_instance *inst, uint64_t timeout_ns)
 	}
 	/* A write is reported only once visible, and the threads fence on
 	 * their own; waiting for the reports is the whole flush. */
-	uint64_t deadline = lmt_deadline(timeout_ns);
+	uint64_t deadline = lmt__deadline(timeout_ns);
 	int rc;
 	pthread_mutex_lock(&inst->lock);
 	while ((rc = flush_done(inst)) == 0) {
@@ -724,14 +724,14 @@ static int ofi_flush(lmt_instance *inst, uint64_t timeout_ns)
 			rc = ofi_error(inst, LMT_ECANCELED, "ofi: flush cancelled");
 			break;
 		}
-		if (lmt_now_ns() >= deadline) {
+		if (lmt__now_ns() >= deadline) {
 			rc = ofi_error(
 			        inst, LMT_ETIMEDOUT,
 			        "ofi: flush timed out after %llu ms with writes not yet visible",
 			        (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}
-		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
 	pthread_mutex_unlock(&inst->lock);
 	return rc < 0 ? rc : 0;

@@ -172,7 +172,7 @@ struct lmt_instance {
 	 * reported with it. `fatal` is a destination thread's error. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct lmt_cq_ring cq;
+	struct lmt__cq_ring cq;
 	int failing;
 	bool abandoned;
 	int fatal;

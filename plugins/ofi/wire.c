@@ -11,9 +11,9 @@ static const char *check_prefix(const struct lmt_blob *b, uint32_t min, uint32_t
 {
 	if (b->len < min || b->len > LMT_BLOB_MAX)
 		return "wrong length";
-	if (lmt_get32(b->data) != magic)
+	if (lmt__get32(b->data) != magic)
 		return "bad magic";
-	if (lmt_get16(b->data + 4) != OFI_WIRE_VERSION)
+	if (lmt__get16(b->data + 4) != OFI_WIRE_VERSION)
 		return "unsupported version";
 	return NULL;
 }
@@ -26,17 +26,17 @@ int ofi_addr_encode(const struct ofi_addr *a, struct lmt_blob *b)
 	if (len > LMT_BLOB_MAX || a->name_len > sizeof(a->name) || raw > OFI_RAW_KEY_MAX)
 		return -1;
 	memset(b->data, 0, OFI_ADDR_HEADER_LEN);
-	lmt_put32(b->data, OFI_MAGIC_ADDR);
-	lmt_put16(b->data + 4, OFI_WIRE_VERSION);
+	lmt__put32(b->data, OFI_MAGIC_ADDR);
+	lmt__put16(b->data + 4, OFI_WIRE_VERSION);
 	b->data[6] = a->role;
 	b->data[7] = a->flags;
-	lmt_put32(b->data + 8, a->channel);
-	lmt_put32(b->data + 12, a->addr_format);
-	lmt_put16(b->data + 16, (uint16_t)prov);
-	lmt_put16(b->data + 18, a->name_len);
-	lmt_put16(b->data + 20, (uint16_t)raw);
-	lmt_put64(b->data + 24, a->fence_base);
-	lmt_put64(b->data + 32, raw ? a->fence_key.raw_base : a->fence_key.key);
+	lmt__put32(b->data + 8, a->channel);
+	lmt__put32(b->data + 12, a->addr_format);
+	lmt__put16(b->data + 16, (uint16_t)prov);
+	lmt__put16(b->data + 18, a->name_len);
+	lmt__put16(b->data + 20, (uint16_t)raw);
+	lmt__put64(b->data + 24, a->fence_base);
+	lmt__put64(b->data + 32, raw ? a->fence_key.raw_base : a->fence_key.key);
 	uint8_t *p = b->data + OFI_ADDR_HEADER_LEN;
 	memcpy(p, a->prov_name, prov);
 	memcpy(p + prov, a->name, a->name_len);
@@ -62,12 +62,12 @@ const char *ofi_addr_decode(const struct lmt_blob *b, struct ofi_addr *a)
 	const uint8_t *d = b->data;
 	a->role = d[6];
 	a->flags = d[7];
-	a->channel = lmt_get32(d + 8);
-	a->addr_format = lmt_get32(d + 12);
-	size_t prov = lmt_get16(d + 16), raw = lmt_get16(d + 20);
-	a->name_len = lmt_get16(d + 18);
-	a->fence_base = lmt_get64(d + 24);
-	a->fence_key.key = lmt_get64(d + 32);
+	a->channel = lmt__get32(d + 8);
+	a->addr_format = lmt__get32(d + 12);
+	size_t prov = lmt__get16(d + 16), raw = lmt__get16(d + 20);
+	a->name_len = lmt__get16(d + 18);
+	a->fence_base = lmt__get64(d + 24);
+	a->fence_key.key = lmt__get64(d + 32);
 	if (a->flags & OFI_KEY_RAW) {
 		a->fence_key.raw_base = a->fence_key.key;
 		a->fence_key.key = 0;
@@ -76,7 +76,7 @@ const char *ofi_addr_decode(const struct lmt_blob *b, struct ofi_addr *a)
 		return "unknown role";
 	if (a->flags & ~OFI_KEY_FLAGS_ALL)
 		return "unknown flags";
-	if (lmt_get16(d + 22))
+	if (lmt__get16(d + 22))
 		return "reserved field not zero";
 	if (prov == 0 || prov >= OFI_PROV_NAME_MAX)
 		return "provider name length out of range";
@@ -109,21 +109,21 @@ int ofi_key_encode(const struct ofi_key_blob *k, struct lmt_blob *b)
 	}
 	if (len > LMT_BLOB_MAX)
 		return -1;
-	lmt_put32(b->data, OFI_MAGIC_KEY);
-	lmt_put16(b->data + 4, OFI_WIRE_VERSION);
+	lmt__put32(b->data, OFI_MAGIC_KEY);
+	lmt__put16(b->data + 4, OFI_WIRE_VERSION);
 	b->data[6] = k->flags;
 	b->data[7] = (uint8_t)k->count;
-	lmt_put64(b->data + 8, k->base);
-	lmt_put64(b->data + 16, k->len);
+	lmt__put64(b->data + 8, k->base);
+	lmt__put64(b->data + 16, k->len);
 	uint8_t *p = b->data + OFI_KEY_HEADER_LEN;
 	for (uint16_t i = 0; i < k->count; i++) {
 		if (raw) {
-			lmt_put16(p, k->keys[i].raw_len);
-			lmt_put64(p + 2, k->keys[i].raw_base);
+			lmt__put16(p, k->keys[i].raw_len);
+			lmt__put64(p + 2, k->keys[i].raw_base);
 			memcpy(p + 10, k->keys[i].raw, k->keys[i].raw_len);
 			p += 10u + k->keys[i].raw_len;
 		} else {
-			lmt_put64(p, k->keys[i].key);
+			lmt__put64(p, k->keys[i].key);
 			p += 8;
 		}
 	}
@@ -139,8 +139,8 @@ const char *ofi_key_decode(const struct lmt_blob *b, struct ofi_key_blob *k)
 	const uint8_t *d = b->data;
 	k->flags = d[6];
 	k->count = d[7];
-	k->base = lmt_get64(d + 8);
-	k->len = lmt_get64(d + 16);
+	k->base = lmt__get64(d + 8);
+	k->len = lmt__get64(d + 16);
 	if (k->flags & ~OFI_KEY_FLAGS_ALL)
 		return "unknown flags";
 	if (k->count == 0 || k->count > OFI_KEYS_MAX)
@@ -159,14 +159,14 @@ const char *ofi_key_decode(const struct lmt_blob *b, struct ofi_key_blob *k)
 		if (!raw) {
 			if (b->len < at + 8)
 				return "wrong length";
-			key->key = lmt_get64(d + at);
+			key->key = lmt__get64(d + at);
 			at += 8;
 			continue;
 		}
 		if (b->len < at + 10)
 			return "wrong length";
-		key->raw_len = lmt_get16(d + at);
-		key->raw_base = lmt_get64(d + at + 2);
+		key->raw_len = lmt__get16(d + at);
+		key->raw_base = lmt__get64(d + at + 2);
 		if (key->raw_len == 0 || key->raw_len > OFI_RAW_KEY_MAX)
 			return "raw key length out of range";
 		if (b->len < at + 10 + key->raw_len)

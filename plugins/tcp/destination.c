@@ -60,16 +60,16 @@ int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 		snprintf(uri, sizeof(uri), "%s:0", inst->bind_host);
 	struct sockaddr_storage ss;
 	socklen_t len;
-	struct lmt_net_error e;
-	int rc = lmt_net_parse(uri, &ss, &len, &e);
+	struct lmt__net_error e;
+	int rc = lmt__net_parse(uri, &ss, &len, &e);
 	if (rc)
 		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
-	rc = lmt_net_listen((struct sockaddr *)&ss, len, 8, &ep->listen_fd, &e);
+	rc = lmt__net_listen((struct sockaddr *)&ss, len, 8, &ep->listen_fd, &e);
 	if (rc)
 		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
 	/* Accepted connections inherit the buffers, before the handshake
 	 * fixes the window scale. */
-	lmt_net_tune(ep->listen_fd, inst->nodelay, inst->buffer_size);
+	lmt__net_tune(ep->listen_fd, inst->nodelay, inst->buffer_size);
 	struct tcp_dst_addr a = {.channel = ep->channel};
 	rc = advertise(ep, &a);
 	if (!rc && getrandom(&ep->token, sizeof(ep->token), 0) != (ssize_t)sizeof(ep->token))
@@ -82,7 +82,7 @@ int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	}
 	a.token = ep->token;
 	tcp_dst_addr_encode(&a, addr);
-	lmt_net_format((struct sockaddr *)&ss, uri, sizeof(uri));
+	lmt__net_format((struct sockaddr *)&ss, uri, sizeof(uri));
 	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: listening on %s, port %u", ep->channel, uri,
 	        a.port);
 	return 0;
@@ -111,9 +111,9 @@ static int send_ack(struct rx *rx, uint32_t magic, int code)
 {
 	uint8_t rec[TCP_ACK_LEN];
 	tcp_ack_encode(&(struct tcp_ack){.magic = magic, .code = code, .count = rx->placed}, rec);
-	struct lmt_wait w = {.cancelled = rx_stopping, .ctx = rx->ep};
-	struct lmt_net_error e;
-	int rc = lmt_net_send_all(rx->ep->fd, rec, sizeof(rec), &w, &e);
+	struct lmt__wait w = {.cancelled = rx_stopping, .ctx = rx->ep};
+	struct lmt__net_error e;
+	int rc = lmt__net_send_all(rx->ep->fd, rec, sizeof(rec), &w, &e);
 	if (rc) {
 		snprintf(rx->why, sizeof(rx->why), "sending acknowledgement: %s", e.msg);
 		return -rc;
@@ -300,7 +300,7 @@ static void drop_connection(lmt_endpoint *ep, int fd, const char *why)
 	socklen_t len = sizeof(ss);
 	char name[80] = "?";
 	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
-		lmt_net_format((struct sockaddr *)&ss, name, sizeof(name));
+		lmt__net_format((struct sockaddr *)&ss, name, sizeof(name));
 	tcp_log(ep->inst, LMT_LOG_WARN, "tcp channel %u: dropped a connection from %s: %s",
 	        ep->channel, name, why);
 	close(fd);
@@ -311,18 +311,18 @@ static int accept_source(lmt_endpoint *ep, int *out)
 {
 	struct lmt_instance *inst = ep->inst;
 	uint64_t deadline = tcp_op_deadline(inst);
-	struct lmt_wait w = tcp_wait(inst, deadline);
-	struct lmt_net_error e;
+	struct lmt__wait w = tcp_wait(inst, deadline);
+	struct lmt__net_error e;
 	for (;;) {
-		int fd, rc = lmt_net_accept(ep->listen_fd, &w, &fd, &e);
+		int fd, rc = lmt__net_accept(ep->listen_fd, &w, &fd, &e);
 		if (rc)
 			return tcp_error(inst, -rc, "tcp channel %u: waiting for the source: %s",
 			                 ep->channel, e.msg);
-		uint64_t hello_deadline = lmt_deadline(HELLO_TIMEOUT_NS);
-		struct lmt_wait hw =
+		uint64_t hello_deadline = lmt__deadline(HELLO_TIMEOUT_NS);
+		struct lmt__wait hw =
 		        tcp_wait(inst, hello_deadline < deadline ? hello_deadline : deadline);
 		uint8_t hello[TCP_HELLO_LEN];
-		rc = lmt_net_recv_all(fd, hello, sizeof(hello), &hw, &e);
+		rc = lmt__net_recv_all(fd, hello, sizeof(hello), &hw, &e);
 		if (rc == -LMT_ECANCELED) {
 			close(fd);
 			return tcp_error(inst, LMT_ECANCELED, "tcp channel %u: cancelled",
@@ -356,7 +356,7 @@ int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		return rc;
 	close(ep->listen_fd);
 	ep->listen_fd = -1;
-	lmt_net_tune(fd, inst->nodelay, inst->buffer_size);
+	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
 	ep->fd = fd;
 	if (tcp_thread_start(&ep->receiver, dest_receiver, ep)) {
 		close(fd);

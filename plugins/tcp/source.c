@@ -23,7 +23,7 @@ int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	if (!ep->ring)
 		return tcp_error(inst, LMT_ENOMEM, "tcp: out of memory");
 	if (pthread_mutex_init(&ep->lock, NULL) == 0) {
-		if (lmt_cond_init(&ep->cond) == 0) {
+		if (lmt__cond_init(&ep->cond) == 0) {
 			ep->sync_ready = true;
 			tcp_src_addr_encode(ep->channel, addr);
 			return 0;
@@ -277,16 +277,16 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 
 	struct sockaddr_storage ss;
 	socklen_t len = to_sockaddr(&a, &ss);
-	struct lmt_wait w = tcp_wait(inst, tcp_op_deadline(inst));
-	struct lmt_net_error e;
+	struct lmt__wait w = tcp_wait(inst, tcp_op_deadline(inst));
+	struct lmt__net_error e;
 	int fd;
-	int rc = lmt_net_connect((struct sockaddr *)&ss, len, &w, &fd, &e);
+	int rc = lmt__net_connect((struct sockaddr *)&ss, len, &w, &fd, &e);
 	if (rc)
 		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
-	lmt_net_tune(fd, inst->nodelay, inst->buffer_size);
+	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
 	uint8_t hello[TCP_HELLO_LEN];
 	tcp_hello_encode(ep->channel, a.token, hello);
-	rc = lmt_net_send_all(fd, hello, sizeof(hello), &w, &e);
+	rc = lmt__net_send_all(fd, hello, sizeof(hello), &w, &e);
 	if (rc) {
 		close(fd);
 		return tcp_error(inst, -rc, "tcp channel %u: sending hello: %s", ep->channel,
@@ -303,7 +303,7 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	}
 	tcp_go_live(ep);
 	char name[80];
-	lmt_net_format((struct sockaddr *)&ss, name, sizeof(name));
+	lmt__net_format((struct sockaddr *)&ss, name, sizeof(name));
 	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: connected to %s", ep->channel, name);
 	return 0;
 }

@@ -46,14 +46,14 @@ int tcp_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 
 uint64_t tcp_op_deadline(const struct lmt_instance *inst)
 {
-	return inst->timeout_ns ? lmt_deadline(inst->timeout_ns) : UINT64_MAX;
+	return inst->timeout_ns ? lmt__deadline(inst->timeout_ns) : UINT64_MAX;
 }
 
-struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns)
+struct lmt__wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns)
 {
-	return (struct lmt_wait){.deadline_ns = deadline_ns == UINT64_MAX ? 0 : deadline_ns,
-	                         .cancelled = inst->host->cancelled,
-	                         .ctx = inst->host_ctx};
+	return (struct lmt__wait){.deadline_ns = deadline_ns == UINT64_MAX ? 0 : deadline_ns,
+	                          .cancelled = inst->host->cancelled,
+	                          .ctx = inst->host_ctx};
 }
 
 /* Whether every live source channel has completed its writes, after a
@@ -71,8 +71,8 @@ void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status)
 	struct lmt_instance *inst = ep->inst;
 	pthread_mutex_lock(&inst->lock);
 	for (uint64_t seq = from; seq < to; seq++)
-		if (!lmt_cq_push(&inst->cq, ep->ring[seq % TCP_QUEUE_DEPTH].cookie, status,
-		                 ep->channel))
+		if (!lmt__cq_push(&inst->cq, ep->ring[seq % TCP_QUEUE_DEPTH].cookie, status,
+		                  ep->channel))
 			break;
 	if (status == 0)
 		ep->acked = to;
@@ -177,12 +177,12 @@ static int init_sync(struct lmt_instance *inst)
 {
 	if (pthread_mutex_init(&inst->lock, NULL))
 		return -LMT_ENOMEM;
-	if (lmt_cond_init(&inst->cond)) {
+	if (lmt__cond_init(&inst->cond)) {
 		pthread_mutex_destroy(&inst->lock);
 		return -LMT_ENOMEM;
 	}
 	if (pthread_mutex_init(&inst->mr_lock, NULL) == 0) {
-		if (lmt_cond_init(&inst->mr_cond) == 0)
+		if (lmt__cond_init(&inst->mr_cond) == 0)
 			return 0;
 		pthread_mutex_destroy(&inst->mr_lock);
 	}
@@ -196,7 +196,7 @@ static void free_instance(struct lmt_instance *inst)
 	free(inst->eps);
 	free(inst->outstanding);
 	free(inst->flush_target);
-	lmt_cq_free(&inst->cq);
+	lmt__cq_free(&inst->cq);
 	free(inst);
 }
 
@@ -253,7 +253,7 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 	inst->outstanding = calloc(inst->channels, sizeof(*inst->outstanding));
 	inst->flush_target = calloc(inst->channels, sizeof(*inst->flush_target));
 	if (inst->role == LMT_ROLE_SOURCE) {
-		if (lmt_cq_init(&inst->cq, inst->channels * TCP_QUEUE_DEPTH))
+		if (lmt__cq_init(&inst->cq, inst->channels * TCP_QUEUE_DEPTH))
 			inst->cq.ring = NULL;
 	}
 	if (!inst->eps || !inst->outstanding || !inst->flush_target ||
@@ -435,11 +435,11 @@ static void tcp_mr_deregister(lmt_instance *inst, lmt_mr *mr)
 	uint64_t deadline = tcp_op_deadline(inst);
 	bool cut = false;
 	while (mr->busy) {
-		if (!cut && (lmt_now_ns() >= deadline || inst->host->cancelled(inst->host_ctx))) {
+		if (!cut && (lmt__now_ns() >= deadline || inst->host->cancelled(inst->host_ctx))) {
 			cut_off_receivers(inst, mr);
 			cut = true;
 		}
-		lmt_cond_wait_slice(&inst->mr_cond, &inst->mr_lock, UINT64_MAX);
+		lmt__cond_wait_slice(&inst->mr_cond, &inst->mr_lock, UINT64_MAX);
 	}
 	pthread_mutex_unlock(&inst->mr_lock);
 	free(mr);
@@ -517,7 +517,7 @@ static int tcp_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 {
 	if (!inst || (!out && max))
 		return -LMT_EINVAL;
-	uint64_t deadline = lmt_deadline(timeout_ns);
+	uint64_t deadline = lmt__deadline(timeout_ns);
 	int rc = 0;
 	pthread_mutex_lock(&inst->lock);
 	/* Completions come before the fatal error: a failed channel queues
@@ -531,11 +531,11 @@ static int tcp_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 			rc = tcp_error(inst, LMT_ECANCELED, "tcp: cancelled");
 			goto out;
 		}
-		if (lmt_now_ns() >= deadline)
+		if (lmt__now_ns() >= deadline)
 			goto out;
-		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
-	rc = (int)lmt_cq_drain(&inst->cq, out, max, inst->outstanding);
+	rc = (int)lmt__cq_drain(&inst->cq, out, max, inst->outstanding);
 out:
 	pthread_mutex_unlock(&inst->lock);
 	return rc;
@@ -570,7 +570,7 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 			pthread_mutex_unlock(&ep->lock);
 		}
 	}
-	uint64_t deadline = lmt_deadline(timeout_ns);
+	uint64_t deadline = lmt__deadline(timeout_ns);
 	int rc;
 	pthread_mutex_lock(&inst->lock);
 	while ((rc = flush_done(inst)) == 0) {
@@ -578,12 +578,12 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 			rc = tcp_error(inst, LMT_ECANCELED, "tcp: flush cancelled");
 			break;
 		}
-		if (lmt_now_ns() >= deadline) {
+		if (lmt__now_ns() >= deadline) {
 			rc = tcp_error(inst, LMT_ETIMEDOUT, "tcp: flush timed out after %llu ms",
 			               (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}
-		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
 	pthread_mutex_unlock(&inst->lock);
 	return rc < 0 ? rc : 0;

@@ -98,7 +98,7 @@ struct lmt_instance {
 	 * `fatal` follows once every channel has completed its writes. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct lmt_cq_ring cq;
+	struct lmt__cq_ring cq;
 	int failing;            /* -LMT_E* */
 	int fatal;              /* -LMT_E* */
 	uint64_t *flush_target; /* by channel, used by flush only */
@@ -116,7 +116,7 @@ struct lmt_instance {
 int tcp_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
 /* The deadline of a blocking call: the instance timeout from now (0 = none). */
 uint64_t tcp_op_deadline(const struct lmt_instance *inst);
-struct lmt_wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns);
+struct lmt__wait tcp_wait(const struct lmt_instance *inst, uint64_t deadline_ns);
 /* Push completions for writes [from, to) of a source endpoint. A non-zero
  * status also makes it the channel's final one. */
 void tcp_complete(lmt_endpoint *ep, uint64_t from, uint64_t to, int status);

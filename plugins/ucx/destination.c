@@ -294,7 +294,7 @@ static void stand_down(lmt_endpoint *ep, bool drive)
 		send_acks(ep, true);
 		ucx_ep_close_now(ep, true);
 		uint64_t deadline = ucx_close_deadline(ep->inst);
-		while (ep->recvs && !atomic_load(&ep->cut) && lmt_now_ns() < deadline)
+		while (ep->recvs && !atomic_load(&ep->cut) && lmt__now_ns() < deadline)
 			if (!ucx_drive(ep))
 				ucx_wait_events(ep, 1);
 	}

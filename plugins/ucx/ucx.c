@@ -38,7 +38,7 @@ uint64_t ucx_close_deadline(const struct lmt_instance *inst)
 	uint64_t bound = inst->host->cancelled(inst->host_ctx) ? UCX_CANCEL_NS : UCX_CLOSE_NS;
 	if (inst->timeout_ns && inst->timeout_ns < bound)
 		bound = inst->timeout_ns;
-	return lmt_deadline(bound);
+	return lmt__deadline(bound);
 }
 
 /* Whether every live source channel has completed its writes, after a
@@ -59,7 +59,7 @@ void ucx_complete(lmt_endpoint *ep, struct ucx_slot *slot, int status)
 	pthread_mutex_lock(&inst->lock);
 	/* Cannot overflow: a channel has at most UCX_QUEUE_DEPTH writes
 	 * posted and not harvested. */
-	lmt_cq_push(&inst->cq, slot->cookie, status, ep->channel);
+	lmt__cq_push(&inst->cq, slot->cookie, status, ep->channel);
 	pthread_mutex_lock(&ep->lock);
 	slot->busy = false;
 	slot->rkey = NULL;
@@ -293,12 +293,12 @@ static int init_sync(struct lmt_instance *inst)
 {
 	if (pthread_mutex_init(&inst->lock, NULL))
 		return -LMT_ENOMEM;
-	if (lmt_cond_init(&inst->cond)) {
+	if (lmt__cond_init(&inst->cond)) {
 		pthread_mutex_destroy(&inst->lock);
 		return -LMT_ENOMEM;
 	}
 	if (pthread_mutex_init(&inst->mr_lock, NULL) == 0) {
-		if (lmt_cond_init(&inst->mr_cond) == 0)
+		if (lmt__cond_init(&inst->mr_cond) == 0)
 			return 0;
 		pthread_mutex_destroy(&inst->mr_lock);
 	}
@@ -311,7 +311,7 @@ static void free_instance(struct lmt_instance *inst)
 {
 	free(inst->eps);
 	free(inst->outstanding);
-	lmt_cq_free(&inst->cq);
+	lmt__cq_free(&inst->cq);
 	free(inst);
 }
 
@@ -347,7 +347,7 @@ static int ucx_instance_open(const struct lmt_host *host, void *host_ctx,
 	inst->eps = calloc(inst->channels, sizeof(*inst->eps));
 	inst->outstanding = calloc(inst->channels, sizeof(*inst->outstanding));
 	if (inst->role == LMT_ROLE_SOURCE) {
-		if (lmt_cq_init(&inst->cq, inst->channels * UCX_QUEUE_DEPTH))
+		if (lmt__cq_init(&inst->cq, inst->channels * UCX_QUEUE_DEPTH))
 			inst->cq.ring = NULL;
 	}
 	if (!inst->eps || !inst->outstanding || (inst->role == LMT_ROLE_SOURCE && !inst->cq.ring)) {
@@ -580,17 +580,17 @@ static void ucx_mr_deregister(lmt_instance *inst, lmt_mr *mr)
 	}
 	/* Receives into it finish, or are cut off past the deadline (soon
 	 * after a cancel). */
-	uint64_t deadline = inst->timeout_ns ? lmt_deadline(inst->timeout_ns) : UINT64_MAX;
-	uint64_t soon = lmt_deadline(UCX_CLOSE_NS);
+	uint64_t deadline = inst->timeout_ns ? lmt__deadline(inst->timeout_ns) : UINT64_MAX;
+	uint64_t soon = lmt__deadline(UCX_CLOSE_NS);
 	bool cut = false;
 	while (mr->busy) {
-		uint64_t now = lmt_now_ns();
+		uint64_t now = lmt__now_ns();
 		if (!cut &&
 		    (now >= deadline || (now >= soon && inst->host->cancelled(inst->host_ctx)))) {
 			ucx_dest_cut(inst, mr);
 			cut = true;
 		}
-		lmt_cond_wait_slice(&inst->mr_cond, &inst->mr_lock, cut ? UINT64_MAX : deadline);
+		lmt__cond_wait_slice(&inst->mr_cond, &inst->mr_lock, cut ? UINT64_MAX : deadline);
 	}
 	pthread_mutex_unlock(&inst->mr_lock);
 	if (mr->memh)
@@ -684,7 +684,7 @@ static int ucx_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 {
 	if (!inst || (!out && max))
 		return -LMT_EINVAL;
-	uint64_t deadline = lmt_deadline(timeout_ns);
+	uint64_t deadline = lmt__deadline(timeout_ns);
 	int rc = 0;
 	pthread_mutex_lock(&inst->lock);
 	/* Completions come before the fatal error: a failed channel queues
@@ -698,11 +698,11 @@ static int ucx_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t
 			rc = ucx_error(inst, LMT_ECANCELED, "ucx: cancelled");
 			goto out;
 		}
-		if (lmt_now_ns() >= deadline)
+		if (lmt__now_ns() >= deadline)
 			goto out;
-		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
-	rc = (int)lmt_cq_drain(&inst->cq, out, max, inst->outstanding);
+	rc = (int)lmt__cq_drain(&inst->cq, out, max, inst->outstanding);
 out:
 	pthread_mutex_unlock(&inst->lock);
 	return rc;
@@ -742,7 +742,7 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 			ucx_wake(ep);
 		}
 	}
-	uint64_t deadline = lmt_deadline(timeout_ns);
+	uint64_t deadline = lmt__deadline(timeout_ns);
 	int rc;
 	pthread_mutex_lock(&inst->lock);
 	while ((rc = flush_done(inst, targets)) == 0) {
@@ -750,14 +750,14 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 			rc = ucx_error(inst, LMT_ECANCELED, "ucx: flush cancelled");
 			break;
 		}
-		if (lmt_now_ns() >= deadline) {
+		if (lmt__now_ns() >= deadline) {
 			rc = ucx_error(inst, LMT_ETIMEDOUT,
 			               "ucx: flush timed out after %llu ms with writes not yet "
 			               "visible",
 			               (unsigned long long)(timeout_ns / 1000000));
 			break;
 		}
-		lmt_cond_wait_slice(&inst->cond, &inst->lock, deadline);
+		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
 	pthread_mutex_unlock(&inst->lock);
 	free(targets);

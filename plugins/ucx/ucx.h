@@ -167,7 +167,7 @@ struct lmt_instance {
 	 * its writes; on the destination `fatal` is set at once. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct lmt_cq_ring cq;
+	struct lmt__cq_ring cq;
 	int failing;
 	int fatal;
 	atomic_int failing_hint; /* `failing`, for channel threads to poll */

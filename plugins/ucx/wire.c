@@ -12,10 +12,10 @@ const char *ucx_addr_encode(uint32_t magic, uint32_t channel, const void *worker
 	if (len == 0 || len > UCX_ADDR_MAX)
 		return "worker address does not fit an address blob";
 	memset(b->data, 0, UCX_ADDR_HEADER_LEN);
-	lmt_put32(b->data, magic);
-	lmt_put16(b->data + 4, UCX_WIRE_VERSION);
-	lmt_put32(b->data + 8, channel);
-	lmt_put32(b->data + 12, (uint32_t)len);
+	lmt__put32(b->data, magic);
+	lmt__put16(b->data + 4, UCX_WIRE_VERSION);
+	lmt__put32(b->data + 8, channel);
+	lmt__put32(b->data + 12, (uint32_t)len);
 	memcpy(b->data + UCX_ADDR_HEADER_LEN, worker, len);
 	b->len = UCX_ADDR_HEADER_LEN + (uint32_t)len;
 	return NULL;
@@ -25,17 +25,17 @@ const char *ucx_addr_decode(const struct lmt_blob *b, uint32_t magic, struct ucx
 {
 	if (b->len < UCX_ADDR_HEADER_LEN || b->len > LMT_BLOB_MAX)
 		return "wrong length";
-	a->magic = lmt_get32(b->data);
+	a->magic = lmt__get32(b->data);
 	if (a->magic != magic)
 		return a->magic == UCX_MAGIC_SRC_ADDR || a->magic == UCX_MAGIC_DST_ADDR
 		               ? "the blob of the wrong side"
 		               : "bad magic";
-	if (lmt_get16(b->data + 4) != UCX_WIRE_VERSION)
+	if (lmt__get16(b->data + 4) != UCX_WIRE_VERSION)
 		return "unsupported version";
-	if (lmt_get16(b->data + 6) != 0)
+	if (lmt__get16(b->data + 6) != 0)
 		return "reserved field not zero";
-	a->channel = lmt_get32(b->data + 8);
-	a->len = lmt_get32(b->data + 12);
+	a->channel = lmt__get32(b->data + 8);
+	a->len = lmt__get32(b->data + 12);
 	if (a->len == 0)
 		return "empty worker address";
 	if (a->len != b->len - UCX_ADDR_HEADER_LEN)
@@ -50,12 +50,12 @@ const char *ucx_key_encode(const struct ucx_key *k, const void *rkey, size_t rke
 	if (rkey_len == 0 || rkey_len > UCX_RKEY_MAX)
 		return "packed rkey does not fit a key blob";
 	memset(b->data, 0, UCX_KEY_HEADER_LEN);
-	lmt_put32(b->data, UCX_MAGIC_KEY);
-	lmt_put16(b->data + 4, UCX_WIRE_VERSION);
-	lmt_put32(b->data + 8, k->region);
-	lmt_put32(b->data + 12, (uint32_t)rkey_len);
-	lmt_put64(b->data + 16, k->base);
-	lmt_put64(b->data + 24, k->len);
+	lmt__put32(b->data, UCX_MAGIC_KEY);
+	lmt__put16(b->data + 4, UCX_WIRE_VERSION);
+	lmt__put32(b->data + 8, k->region);
+	lmt__put32(b->data + 12, (uint32_t)rkey_len);
+	lmt__put64(b->data + 16, k->base);
+	lmt__put64(b->data + 24, k->len);
 	memcpy(b->data + UCX_KEY_HEADER_LEN, rkey, rkey_len);
 	b->len = UCX_KEY_HEADER_LEN + (uint32_t)rkey_len;
 	return NULL;
@@ -65,16 +65,16 @@ const char *ucx_key_decode(const struct lmt_blob *b, struct ucx_key *k)
 {
 	if (b->len < UCX_KEY_HEADER_LEN || b->len > LMT_BLOB_MAX)
 		return "wrong length";
-	if (lmt_get32(b->data) != UCX_MAGIC_KEY)
+	if (lmt__get32(b->data) != UCX_MAGIC_KEY)
 		return "bad magic";
-	if (lmt_get16(b->data + 4) != UCX_WIRE_VERSION)
+	if (lmt__get16(b->data + 4) != UCX_WIRE_VERSION)
 		return "unsupported version";
-	if (lmt_get16(b->data + 6) != 0)
+	if (lmt__get16(b->data + 6) != 0)
 		return "reserved field not zero";
-	k->region = lmt_get32(b->data + 8);
-	k->rkey_len = lmt_get32(b->data + 12);
-	k->base = lmt_get64(b->data + 16);
-	k->len = lmt_get64(b->data + 24);
+	k->region = lmt__get32(b->data + 8);
+	k->rkey_len = lmt__get32(b->data + 12);
+	k->base = lmt__get64(b->data + 16);
+	k->len = lmt__get64(b->data + 24);
 	if (k->region == 0)
 		return "region id 0";
 	if (k->len == 0)
@@ -91,12 +91,12 @@ const char *ucx_key_decode(const struct lmt_blob *b, struct ucx_key *k)
 
 void ucx_write_encode(const struct ucx_write *w, uint8_t *out)
 {
-	lmt_put32(out, UCX_MAGIC_WRITE);
-	lmt_put32(out + 4, w->region);
-	lmt_put64(out + 8, w->offset);
-	lmt_put64(out + 16, w->len);
-	lmt_put32(out + 24, w->slot);
-	lmt_put32(out + 28, w->generation);
+	lmt__put32(out, UCX_MAGIC_WRITE);
+	lmt__put32(out + 4, w->region);
+	lmt__put64(out + 8, w->offset);
+	lmt__put64(out + 16, w->len);
+	lmt__put32(out + 24, w->slot);
+	lmt__put32(out + 28, w->generation);
 }
 
 const char *ucx_write_decode(const void *in, size_t len, struct ucx_write *w)
@@ -104,23 +104,23 @@ const char *ucx_write_decode(const void *in, size_t len, struct ucx_write *w)
 	const uint8_t *p = in;
 	if (len != UCX_WRITE_HEADER_LEN || !p)
 		return "write header of the wrong length";
-	if (lmt_get32(p) != UCX_MAGIC_WRITE)
+	if (lmt__get32(p) != UCX_MAGIC_WRITE)
 		return "bad write magic";
-	w->region = lmt_get32(p + 4);
-	w->offset = lmt_get64(p + 8);
-	w->len = lmt_get64(p + 16);
-	w->slot = lmt_get32(p + 24);
-	w->generation = lmt_get32(p + 28);
+	w->region = lmt__get32(p + 4);
+	w->offset = lmt__get64(p + 8);
+	w->len = lmt__get64(p + 16);
+	w->slot = lmt__get32(p + 24);
+	w->generation = lmt__get32(p + 28);
 	return NULL;
 }
 
 void ucx_note_encode(const struct ucx_note *n, uint8_t *out)
 {
-	lmt_put32(out, UCX_MAGIC_NOTE);
-	lmt_put16(out + 4, n->kind);
-	lmt_put16(out + 6, 0);
-	lmt_put32(out + 8, (uint32_t)n->code);
-	lmt_put32(out + 12, n->count);
+	lmt__put32(out, UCX_MAGIC_NOTE);
+	lmt__put16(out + 4, n->kind);
+	lmt__put16(out + 6, 0);
+	lmt__put32(out + 8, (uint32_t)n->code);
+	lmt__put32(out + 12, n->count);
 }
 
 const char *ucx_note_decode(const void *in, size_t len, struct ucx_note *n)
@@ -128,12 +128,12 @@ const char *ucx_note_decode(const void *in, size_t len, struct ucx_note *n)
 	const uint8_t *p = in;
 	if (len != UCX_NOTE_HEADER_LEN || !p)
 		return "notice header of the wrong length";
-	if (lmt_get32(p) != UCX_MAGIC_NOTE)
+	if (lmt__get32(p) != UCX_MAGIC_NOTE)
 		return "bad notice magic";
-	n->kind = lmt_get16(p + 4);
-	n->code = (int32_t)lmt_get32(p + 8);
-	n->count = lmt_get32(p + 12);
-	if (lmt_get16(p + 6) != 0)
+	n->kind = lmt__get16(p + 4);
+	n->code = (int32_t)lmt__get32(p + 8);
+	n->count = lmt__get32(p + 12);
+	if (lmt__get16(p + 6) != 0)
 		return "reserved field not zero";
 	if (n->kind != UCX_NOTE_ACK && n->kind != UCX_NOTE_BYE && n->kind != UCX_NOTE_ERROR)
 		return "unknown notice kind";
@@ -144,12 +144,12 @@ const char *ucx_note_decode(const void *in, size_t len, struct ucx_note *n)
 
 void ucx_entry_encode(uint32_t slot, uint32_t generation, uint8_t *out)
 {
-	lmt_put32(out, slot);
-	lmt_put32(out + 4, generation);
+	lmt__put32(out, slot);
+	lmt__put32(out + 4, generation);
 }
 
 void ucx_entry_decode(const uint8_t *in, uint32_t *slot, uint32_t *generation)
 {
-	*slot = lmt_get32(in);
-	*generation = lmt_get32(in + 4);
+	*slot = lmt__get32(in);
+	*generation = lmt__get32(in + 4);
 }

@@ -209,7 +209,7 @@ void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpo
 		ep->idle_since = 0;
 		return;
 	}
-	uint64_t now = lmt_now_ns();
+	uint64_t now = lmt__now_ns();
 	if (!ep->idle_since)
 		ep->idle_since = now;
 	/* Waking a sleeping thread costs more than a short spin, and shared
@@ -294,8 +294,8 @@ static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool driv
 	void *req = ucp_ep_close_nbx(uep, &params);
 	if (!UCS_PTR_IS_PTR(req))
 		return;
-	uint64_t deadline = lmt_deadline(UCX_FORCE_NS);
-	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS && lmt_now_ns() < deadline)
+	uint64_t deadline = lmt__deadline(UCX_FORCE_NS);
+	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS && lmt__now_ns() < deadline)
 		if (!ucx_drive(ep))
 			ucx_wait_events(ep, 1);
 	/* Still running: UCX frees it when it ends. */
@@ -343,7 +343,7 @@ bool ucx_goodbye(lmt_endpoint *ep)
 	uint64_t deadline = ucx_close_deadline(ep->inst);
 	/* The peer's BYE, and our own notices on their way. */
 	while ((!ep->peer_bye || ep->notes_in_flight) && !ep->transport_failed &&
-	       lmt_now_ns() < deadline)
+	       lmt__now_ns() < deadline)
 		if (!ucx_drive(ep))
 			ucx_wait_events(ep, 1);
 	return ep->peer_bye;

@@ -7,22 +7,22 @@
 
 static const char *check_prefix(const struct lmt_blob *b, uint32_t len, uint32_t magic)
 {
-	return lmt_blob_check(b, len, magic, VERBS_WIRE_VERSION);
+	return lmt__blob_check(b, len, magic, VERBS_WIRE_VERSION);
 }
 
 void verbs_addr_encode(const struct verbs_addr *a, struct lmt_blob *b)
 {
 	memset(b->data, 0, VERBS_ADDR_LEN);
 	b->len = VERBS_ADDR_LEN;
-	lmt_put32(b->data, VERBS_MAGIC_ADDR);
-	lmt_put16(b->data + 4, VERBS_WIRE_VERSION);
+	lmt__put32(b->data, VERBS_MAGIC_ADDR);
+	lmt__put16(b->data + 4, VERBS_WIRE_VERSION);
 	b->data[6] = a->role;
 	b->data[7] = a->link;
 	b->data[8] = a->mtu;
-	lmt_put32(b->data + 12, a->channel);
-	lmt_put32(b->data + 16, a->qpn);
-	lmt_put32(b->data + 20, a->psn);
-	lmt_put16(b->data + 24, a->lid);
+	lmt__put32(b->data + 12, a->channel);
+	lmt__put32(b->data + 16, a->qpn);
+	lmt__put32(b->data + 20, a->psn);
+	lmt__put16(b->data + 24, a->lid);
 	memcpy(b->data + 28, a->gid, 16);
 }
 
@@ -42,10 +42,10 @@ const char *verbs_addr_decode(const struct lmt_blob *b, struct verbs_addr *a)
 	a->role = b->data[6];
 	a->link = b->data[7];
 	a->mtu = b->data[8];
-	a->channel = lmt_get32(b->data + 12);
-	a->qpn = lmt_get32(b->data + 16);
-	a->psn = lmt_get32(b->data + 20);
-	a->lid = lmt_get16(b->data + 24);
+	a->channel = lmt__get32(b->data + 12);
+	a->qpn = lmt__get32(b->data + 16);
+	a->psn = lmt__get32(b->data + 20);
+	a->lid = lmt__get16(b->data + 24);
 	memcpy(a->gid, b->data + 28, 16);
 	if (!all_zero(b->data + 9, 3) || !all_zero(b->data + 26, 2))
 		return "reserved field not zero";
@@ -70,11 +70,11 @@ void verbs_key_encode(const struct verbs_key *k, struct lmt_blob *b)
 {
 	memset(b->data, 0, VERBS_KEY_LEN);
 	b->len = VERBS_KEY_LEN;
-	lmt_put32(b->data, VERBS_MAGIC_KEY);
-	lmt_put16(b->data + 4, VERBS_WIRE_VERSION);
-	lmt_put32(b->data + 8, k->rkey);
-	lmt_put64(b->data + 16, k->addr);
-	lmt_put64(b->data + 24, k->len);
+	lmt__put32(b->data, VERBS_MAGIC_KEY);
+	lmt__put16(b->data + 4, VERBS_WIRE_VERSION);
+	lmt__put32(b->data + 8, k->rkey);
+	lmt__put64(b->data + 16, k->addr);
+	lmt__put64(b->data + 24, k->len);
 }
 
 const char *verbs_key_decode(const struct lmt_blob *b, struct verbs_key *k)
@@ -82,9 +82,9 @@ const char *verbs_key_decode(const struct lmt_blob *b, struct verbs_key *k)
 	const char *why = check_prefix(b, VERBS_KEY_LEN, VERBS_MAGIC_KEY);
 	if (why)
 		return why;
-	k->rkey = lmt_get32(b->data + 8);
-	k->addr = lmt_get64(b->data + 16);
-	k->len = lmt_get64(b->data + 24);
+	k->rkey = lmt__get32(b->data + 8);
+	k->addr = lmt__get64(b->data + 16);
+	k->len = lmt__get64(b->data + 24);
 	if (!all_zero(b->data + 6, 2) || !all_zero(b->data + 12, 4))
 		return "reserved field not zero";
 	if (k->len == 0)

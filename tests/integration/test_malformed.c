@@ -106,11 +106,11 @@ static uint16_t read_reply(int fd, struct lmt_msg_status *st, uint8_t *payload)
 	uint8_t h[8];
 	struct lmt_msg_header hdr;
 	struct lmt_error err = {0};
-	struct lmt_wait w = {.deadline_ns = lmt_now_ns() + 5000000000ull};
-	if (lmt_net_recv_all(fd, h, 8, &w, NULL))
+	struct lmt__wait w = {.deadline_ns = lmt__now_ns() + 5000000000ull};
+	if (lmt__net_recv_all(fd, h, 8, &w, NULL))
 		return 0;
 	assert_int_equal(lmt__dec_header(h, 8, &hdr, &err), 0);
-	assert_int_equal(lmt_net_recv_all(fd, payload, hdr.length, &w, NULL), 0);
+	assert_int_equal(lmt__net_recv_all(fd, payload, hdr.length, &w, NULL), 0);
 	reply_length = hdr.length;
 	if (st && (hdr.type == LMT_MSG_HELLO_REPLY || hdr.type == LMT_MSG_ERROR ||
 	           hdr.type == LMT_MSG_COMPLETE_ACK))
@@ -323,7 +323,7 @@ static int h_error(void *c, int code, const char *fmt, ...)
 
 static uint64_t h_now(void *c)
 {
-	return lmt_now_ns();
+	return lmt__now_ns();
 }
 
 static int h_option(void *c, const char *name, struct lmt_option_value *out)
