@@ -2,7 +2,9 @@
  * (checked by token), and place incoming writes straight into registered
  * regions from a receiver thread that acknowledges them. */
 #define _GNU_SOURCE
-#include "tcp.h"
+#include "destination.h"
+
+#include "region.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,29 +26,29 @@ static int advertise(lmt_endpoint *ep, struct tcp_dst_addr *a)
 	struct sockaddr_storage ss = {0};
 	socklen_t len = sizeof(ss);
 	if (getsockname(ep->listen_fd, (struct sockaddr *)&ss, &len) != 0)
-		return tcp_error(inst, LMT_EIO, "tcp channel %u: getsockname: %s", ep->channel,
-		                 strerror(errno));
+		return putil_error(&inst->base, LMT_EIO, "tcp channel %u: getsockname: %s",
+		                   ep->channel, strerror(errno));
 	bool wildcard;
 	if (ss.ss_family == AF_INET) {
 		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
 		a->family = TCP_FAMILY_IPV4;
 		a->port = ntohs(in->sin_port);
 		wildcard = in->sin_addr.s_addr == htonl(INADDR_ANY) &&
-		           inet_pton(AF_INET, inst->local_host, &in->sin_addr) != 1;
+		           inet_pton(AF_INET, inst->base.local_host, &in->sin_addr) != 1;
 		memcpy(a->ip, &in->sin_addr, 4);
 	} else {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
 		a->family = TCP_FAMILY_IPV6;
 		a->port = ntohs(in6->sin6_port);
 		wildcard = IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) &&
-		           inet_pton(AF_INET6, inst->local_host, &in6->sin6_addr) != 1;
+		           inet_pton(AF_INET6, inst->base.local_host, &in6->sin6_addr) != 1;
 		memcpy(a->ip, &in6->sin6_addr, 16);
 	}
 	if (wildcard)
-		return tcp_error(inst, LMT_EINVAL,
-		                 "tcp channel %u: listening on a wildcard address, and no local "
-		                 "address of that family to advertise",
-		                 ep->channel);
+		return putil_error(&inst->base, LMT_EINVAL,
+		                   "tcp channel %u: listening on a wildcard address, and no local "
+		                   "address of that family to advertise",
+		                   ep->channel);
 	return 0;
 }
 
@@ -63,18 +65,18 @@ int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	struct lmt__net_error e;
 	int rc = lmt__net_parse(uri, &ss, &len, &e);
 	if (rc)
-		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
 	rc = lmt__net_listen((struct sockaddr *)&ss, len, 8, &ep->listen_fd, &e);
 	if (rc)
-		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
 	/* Accepted connections inherit the buffers, before the handshake
 	 * fixes the window scale. */
 	lmt__net_tune(ep->listen_fd, inst->nodelay, inst->buffer_size);
 	struct tcp_dst_addr a = {.channel = ep->channel};
 	rc = advertise(ep, &a);
 	if (!rc && getrandom(&ep->token, sizeof(ep->token), 0) != (ssize_t)sizeof(ep->token))
-		rc = tcp_error(inst, LMT_EIO, "tcp channel %u: getrandom: %s", ep->channel,
-		               strerror(errno));
+		rc = putil_error(&inst->base, LMT_EIO, "tcp channel %u: getrandom: %s", ep->channel,
+		                 strerror(errno));
 	if (rc) {
 		close(ep->listen_fd);
 		ep->listen_fd = -1;
@@ -83,8 +85,8 @@ int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	a.token = ep->token;
 	tcp_dst_addr_encode(&a, addr);
 	lmt__net_format((struct sockaddr *)&ss, uri, sizeof(uri));
-	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: listening on %s, port %u", ep->channel, uri,
-	        a.port);
+	putil_log(&inst->base, LMT_LOG_DEBUG, "tcp channel %u: listening on %s, port %u",
+	          ep->channel, uri, a.port);
 	return 0;
 }
 
@@ -187,40 +189,6 @@ static int recv_header(struct rx *rx, uint8_t *header)
 	return 0;
 }
 
-/* Take a reference on the region a header targets, if the write fits. */
-static struct lmt_mr *claim_region(struct rx *rx, const struct tcp_header *h)
-{
-	struct lmt_instance *inst = rx->ep->inst;
-	pthread_mutex_lock(&inst->mr_lock);
-	struct lmt_mr *mr = tcp_region_find(inst, h->region);
-	if (!mr || !mr->remote_write) {
-		snprintf(rx->why, sizeof(rx->why), "write of %llu bytes to unknown region %u",
-		         (unsigned long long)h->len, h->region);
-		mr = NULL;
-	} else if (h->len > mr->len || h->offset > mr->len - h->len) {
-		snprintf(rx->why, sizeof(rx->why),
-		         "write of %llu bytes at offset %llu outside region %u (%llu bytes)",
-		         (unsigned long long)h->len, (unsigned long long)h->offset, h->region,
-		         (unsigned long long)mr->len);
-		mr = NULL;
-	} else {
-		mr->busy++;
-		rx->ep->busy_region = mr;
-	}
-	pthread_mutex_unlock(&inst->mr_lock);
-	return mr;
-}
-
-static void release_region(struct rx *rx, struct lmt_mr *mr)
-{
-	struct lmt_instance *inst = rx->ep->inst;
-	pthread_mutex_lock(&inst->mr_lock);
-	rx->ep->busy_region = NULL;
-	if (--mr->busy == 0)
-		pthread_cond_broadcast(&inst->mr_cond);
-	pthread_mutex_unlock(&inst->mr_lock);
-}
-
 /* Place writes until the source says BYE (0) or something fails (an
  * LMT_E* code, the reason in rx->why). */
 static int receive_loop(struct rx *rx)
@@ -247,11 +215,12 @@ static int receive_loop(struct rx *rx)
 			         (unsigned long long)h.seq, (unsigned long long)rx->placed);
 			return LMT_EPROTO;
 		}
-		struct lmt_mr *mr = claim_region(rx, &h);
+		struct lmt_mr *mr = tcp_region_claim(rx->ep, h.region, h.offset, h.len, rx->why,
+		                                     sizeof(rx->why));
 		if (!mr)
 			return LMT_EPROTO;
 		rc = recv_exact(rx, mr->addr + h.offset, h.len);
-		release_region(rx, mr);
+		tcp_region_release(rx->ep, mr);
 		if (rc)
 			return rc;
 		rx->placed++;
@@ -278,17 +247,17 @@ static void *dest_receiver(void *arg)
 	if (code == 0) {
 		if (rx.placed > rx.acked)
 			send_ack(&rx, TCP_MAGIC_ACK, 0);
-		tcp_log(ep->inst, LMT_LOG_DEBUG,
-		        "tcp channel %u: closed by the source after %llu "
-		        "writes",
-		        ep->channel, (unsigned long long)rx.placed);
+		putil_log(&ep->inst->base, LMT_LOG_DEBUG,
+		          "tcp channel %u: closed by the source after %llu "
+		          "writes",
+		          ep->channel, (unsigned long long)rx.placed);
 		return NULL;
 	}
-	(void)tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, rx.why);
+	(void)putil_error(&ep->inst->base, code, "tcp channel %u: %s", ep->channel, rx.why);
 	if (code == LMT_EPROTO)
 		send_ack(&rx, TCP_MAGIC_ERROR, code);
 	shutdown(ep->fd, SHUT_RDWR);
-	tcp_set_fatal(ep->inst, -code);
+	putil_channels_set_fatal(&ep->inst->channels, -code);
 	return NULL;
 }
 
@@ -301,8 +270,8 @@ static void drop_connection(lmt_endpoint *ep, int fd, const char *why)
 	char name[80] = "?";
 	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
 		lmt__net_format((struct sockaddr *)&ss, name, sizeof(name));
-	tcp_log(ep->inst, LMT_LOG_WARN, "tcp channel %u: dropped a connection from %s: %s",
-	        ep->channel, name, why);
+	putil_log(&ep->inst->base, LMT_LOG_WARN, "tcp channel %u: dropped a connection from %s: %s",
+	          ep->channel, name, why);
 	close(fd);
 }
 
@@ -310,23 +279,24 @@ static void drop_connection(lmt_endpoint *ep, int fd, const char *why)
 static int accept_source(lmt_endpoint *ep, int *out)
 {
 	struct lmt_instance *inst = ep->inst;
-	uint64_t deadline = tcp_op_deadline(inst);
-	struct lmt__wait w = tcp_wait(inst, deadline);
+	uint64_t deadline = putil_call_deadline(&inst->base);
+	struct lmt__wait w = putil_wait(&inst->base, deadline);
 	struct lmt__net_error e;
 	for (;;) {
 		int fd, rc = lmt__net_accept(ep->listen_fd, &w, &fd, &e);
 		if (rc)
-			return tcp_error(inst, -rc, "tcp channel %u: waiting for the source: %s",
-			                 ep->channel, e.msg);
+			return putil_error(&inst->base, -rc,
+			                   "tcp channel %u: waiting for the source: %s",
+			                   ep->channel, e.msg);
 		uint64_t hello_deadline = lmt__deadline(HELLO_TIMEOUT_NS);
-		struct lmt__wait hw =
-		        tcp_wait(inst, hello_deadline < deadline ? hello_deadline : deadline);
+		struct lmt__wait hw = putil_wait(
+		        &inst->base, hello_deadline < deadline ? hello_deadline : deadline);
 		uint8_t hello[TCP_HELLO_LEN];
 		rc = lmt__net_recv_all(fd, hello, sizeof(hello), &hw, &e);
 		if (rc == -LMT_ECANCELED) {
 			close(fd);
-			return tcp_error(inst, LMT_ECANCELED, "tcp channel %u: cancelled",
-			                 ep->channel);
+			return putil_error(&inst->base, LMT_ECANCELED, "tcp channel %u: cancelled",
+			                   ep->channel);
 		}
 		const char *why = rc ? e.msg : tcp_hello_check(hello, ep->channel, ep->token);
 		if (!why) {
@@ -345,11 +315,12 @@ int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	if (!why && channel != ep->channel)
 		why = "address of another channel";
 	if (why)
-		return tcp_error(inst, LMT_EPROTO,
-		                 "tcp channel %u: bad address blob from the source: %s",
-		                 ep->channel, why);
+		return putil_error(&inst->base, LMT_EPROTO,
+		                   "tcp channel %u: bad address blob from the source: %s",
+		                   ep->channel, why);
 	if (ep->listen_fd < 0)
-		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: not listening", ep->channel);
+		return putil_error(&inst->base, LMT_ESTATE, "tcp channel %u: not listening",
+		                   ep->channel);
 	int fd = -1;
 	int rc = accept_source(ep, &fd);
 	if (rc)
@@ -358,14 +329,14 @@ int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	ep->listen_fd = -1;
 	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
 	ep->fd = fd;
-	if (tcp_thread_start(&ep->receiver, dest_receiver, ep)) {
+	if (putil_thread_start(&ep->receiver, dest_receiver, ep)) {
 		close(fd);
 		ep->fd = -1;
-		return tcp_error(inst, LMT_ENOMEM, "tcp channel %u: cannot start the receiver",
-		                 ep->channel);
+		return putil_error(&inst->base, LMT_ENOMEM,
+		                   "tcp channel %u: cannot start the receiver", ep->channel);
 	}
 	ep->receiver_started = true;
-	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: source connected", ep->channel);
+	putil_log(&inst->base, LMT_LOG_DEBUG, "tcp channel %u: source connected", ep->channel);
 	return 0;
 }
 

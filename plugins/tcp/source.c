@@ -1,7 +1,7 @@
 /* Source side of a TCP channel: connect to the destination, queue writes, send
  * them from a sender thread, turn acknowledgements into completions. */
 #define _GNU_SOURCE
-#include "tcp.h"
+#include "source.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,7 +21,7 @@ int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	struct lmt_instance *inst = ep->inst;
 	ep->ring = calloc(TCP_QUEUE_DEPTH, sizeof(*ep->ring));
 	if (!ep->ring)
-		return tcp_error(inst, LMT_ENOMEM, "tcp: out of memory");
+		return putil_error(&inst->base, LMT_ENOMEM, "tcp: out of memory");
 	if (pthread_mutex_init(&ep->lock, NULL) == 0) {
 		if (lmt__cond_init(&ep->cond) == 0) {
 			ep->sync_ready = true;
@@ -31,7 +31,7 @@ int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 		pthread_mutex_destroy(&ep->lock);
 	}
 	free(ep->ring);
-	return tcp_error(inst, LMT_ENOMEM, "tcp: cannot create locks");
+	return putil_error(&inst->base, LMT_ENOMEM, "tcp: cannot create locks");
 }
 
 /* Mark the channel down with its first error, and wake both threads.
@@ -50,7 +50,8 @@ static void fail_locked(lmt_endpoint *ep, int code, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(msg, sizeof(msg), fmt, ap);
 		va_end(ap);
-		ep->broken = tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel, msg);
+		ep->broken =
+		        putil_error(&ep->inst->base, code, "tcp channel %u: %s", ep->channel, msg);
 	}
 	shutdown(ep->fd, SHUT_RDWR);
 	pthread_cond_broadcast(&ep->cond);
@@ -134,6 +135,35 @@ static void *source_sender(void *arg)
 	return NULL;
 }
 
+/* Another channel failed, so the session is over: take this one down with
+ * `status` unless it is down already. Called under the channel table's
+ * lock. */
+static void break_channel(void *arg, int status)
+{
+	lmt_endpoint *ep = arg;
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->broken) {
+		ep->broken = status;
+		shutdown(ep->fd, SHUT_RDWR);
+		pthread_cond_broadcast(&ep->cond);
+	}
+	pthread_mutex_unlock(&ep->lock);
+}
+
+/* Queue completions for writes [from, to); a non-zero status also settles
+ * the channel with it. */
+static void complete_range(lmt_endpoint *ep, uint64_t from, uint64_t to, int status)
+{
+	struct putil_channels *c = &ep->inst->channels;
+	pthread_mutex_lock(&c->lock);
+	for (uint64_t seq = from; seq < to; seq++)
+		putil_channels_complete_locked(c, ep->channel,
+		                               ep->ring[seq % TCP_QUEUE_DEPTH].cookie, status);
+	if (status)
+		putil_channels_settle_locked(c, ep->channel, status);
+	pthread_mutex_unlock(&c->lock);
+}
+
 /* Read acknowledgement records until the stream ends or breaks; completes
  * acknowledged writes as it goes. Returns 0 after an orderly BYE, or an
  * LMT_E* code with its reason in `why`. */
@@ -185,7 +215,7 @@ static int read_acks(lmt_endpoint *ep, uint64_t *acked, char *why, size_t size)
 				         (unsigned long long)count, (unsigned long long)head);
 				return LMT_EPROTO;
 			}
-			tcp_complete(ep, *acked, count, 0);
+			complete_range(ep, *acked, count, 0);
 			*acked = count;
 		}
 		if (bye)
@@ -221,9 +251,9 @@ static void *source_acker(void *arg)
 	pthread_mutex_unlock(&ep->lock);
 
 	if (failed)
-		tcp_fail_all(ep->inst, status);
+		putil_channels_fail(&ep->inst->channels, status, break_channel);
 	/* The sender is gone: the rest of the ring can be failed safely. */
-	tcp_complete(ep, acked, head, status);
+	complete_range(ep, acked, head, status);
 	return NULL;
 }
 
@@ -246,9 +276,9 @@ static socklen_t to_sockaddr(const struct tcp_dst_addr *a, struct sockaddr_stora
 
 static int start_threads(lmt_endpoint *ep)
 {
-	if (tcp_thread_start(&ep->sender, source_sender, ep))
+	if (putil_thread_start(&ep->sender, source_sender, ep))
 		return -LMT_ENOMEM;
-	if (tcp_thread_start(&ep->acker, source_acker, ep) == 0) {
+	if (putil_thread_start(&ep->acker, source_acker, ep) == 0) {
 		ep->threads_started = true;
 		return 0;
 	}
@@ -268,29 +298,29 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	if (!why && a.channel != ep->channel)
 		why = "address of another channel";
 	if (why)
-		return tcp_error(inst, LMT_EPROTO,
-		                 "tcp channel %u: bad address blob from the destination: %s",
-		                 ep->channel, why);
+		return putil_error(&inst->base, LMT_EPROTO,
+		                   "tcp channel %u: bad address blob from the destination: %s",
+		                   ep->channel, why);
 	if (ep->connected)
-		return tcp_error(inst, LMT_ESTATE, "tcp channel %u: already connected",
-		                 ep->channel);
+		return putil_error(&inst->base, LMT_ESTATE, "tcp channel %u: already connected",
+		                   ep->channel);
 
 	struct sockaddr_storage ss;
 	socklen_t len = to_sockaddr(&a, &ss);
-	struct lmt__wait w = tcp_wait(inst, tcp_op_deadline(inst));
+	struct lmt__wait w = putil_wait(&inst->base, putil_call_deadline(&inst->base));
 	struct lmt__net_error e;
 	int fd;
 	int rc = lmt__net_connect((struct sockaddr *)&ss, len, &w, &fd, &e);
 	if (rc)
-		return tcp_error(inst, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
 	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
 	uint8_t hello[TCP_HELLO_LEN];
 	tcp_hello_encode(ep->channel, a.token, hello);
 	rc = lmt__net_send_all(fd, hello, sizeof(hello), &w, &e);
 	if (rc) {
 		close(fd);
-		return tcp_error(inst, -rc, "tcp channel %u: sending hello: %s", ep->channel,
-		                 e.msg);
+		return putil_error(&inst->base, -rc, "tcp channel %u: sending hello: %s",
+		                   ep->channel, e.msg);
 	}
 	ep->fd = fd;
 	ep->connected = true;
@@ -298,13 +328,13 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		ep->connected = false;
 		ep->fd = -1;
 		close(fd);
-		return tcp_error(inst, LMT_ENOMEM, "tcp channel %u: cannot start threads",
-		                 ep->channel);
+		return putil_error(&inst->base, LMT_ENOMEM, "tcp channel %u: cannot start threads",
+		                   ep->channel);
 	}
-	tcp_go_live(ep);
+	putil_channels_go_live(&inst->channels, ep->channel, break_channel);
 	char name[80];
 	lmt__net_format((struct sockaddr *)&ss, name, sizeof(name));
-	tcp_log(inst, LMT_LOG_DEBUG, "tcp channel %u: connected to %s", ep->channel, name);
+	putil_log(&inst->base, LMT_LOG_DEBUG, "tcp channel %u: connected to %s", ep->channel, name);
 	return 0;
 }
 
@@ -315,8 +345,8 @@ int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	if (!ep->connected || ep->broken) {
 		int code = ep->connected ? -ep->broken : LMT_ESTATE;
 		pthread_mutex_unlock(&ep->lock);
-		return tcp_error(ep->inst, code, "tcp channel %u: %s", ep->channel,
-		                 code == LMT_ESTATE ? "not connected" : "channel is down");
+		return putil_error(&ep->inst->base, code, "tcp channel %u: %s", ep->channel,
+		                   code == LMT_ESTATE ? "not connected" : "channel is down");
 	}
 	struct tcp_slot *slot = &ep->ring[ep->head % TCP_QUEUE_DEPTH];
 	struct tcp_header h = {.magic = TCP_MAGIC_WRITE,
@@ -334,26 +364,16 @@ int tcp_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	return 0;
 }
 
-void tcp_source_break(lmt_endpoint *ep, int status)
-{
-	pthread_mutex_lock(&ep->lock);
-	if (!ep->broken) {
-		ep->broken = status;
-		shutdown(ep->fd, SHUT_RDWR);
-		pthread_cond_broadcast(&ep->cond);
-	}
-	pthread_mutex_unlock(&ep->lock);
-}
-
 void tcp_source_ep_close(lmt_endpoint *ep)
 {
 	if (ep->threads_started) {
 		/* An idle channel says BYE; a busy one is cut, since the peer
 		 * may never drain what is queued. A send whose writes were all
 		 * acknowledged is only about to return. */
-		pthread_mutex_lock(&ep->inst->lock);
-		uint64_t acked = ep->acked;
-		pthread_mutex_unlock(&ep->inst->lock);
+		struct putil_channels *c = &ep->inst->channels;
+		pthread_mutex_lock(&c->lock);
+		uint64_t acked = c->ch[ep->channel].reported;
+		pthread_mutex_unlock(&c->lock);
 		pthread_mutex_lock(&ep->lock);
 		atomic_store(&ep->stopping, true);
 		bool busy = ep->taken != ep->head || (ep->sending && acked < ep->taken);

@@ -1,0 +1,62 @@
+/* Registrations and peer keys of a plugin instance: lists that let
+ * instance_close release whatever the core did not, and a table that
+ * finds a destination region by the id a write names. Part of the plugin
+ * utility layer. */
+#ifndef LMT_PUTIL_REGISTRY_H
+#define LMT_PUTIL_REGISTRY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "putil_base.h"
+
+#define putil_container_of(ptr, type, member)                                                      \
+	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* An intrusive, circular, doubly linked list. */
+struct putil_link {
+	struct putil_link *prev, *next;
+};
+
+struct putil_region {
+	uint64_t id;
+	void *mr;
+};
+
+struct putil_registry {
+	pthread_mutex_t lock; /* the lists, the table, and the plugin's own
+	                         registration state (busy counts) */
+	pthread_cond_t cond;  /* broadcast when the plugin's state changes */
+	struct putil_link mrs;
+	struct putil_link rkeys;
+	struct putil_region *table; /* sorted by id */
+	size_t count, cap;
+	uint64_t next_id, max_id;
+};
+
+/* 0, or an error recorded through the host. Ids run from 1 to max_id. */
+int putil_registry_init(struct putil_registry *r, const struct putil_instance *base,
+                        uint64_t max_id);
+/* Call once the lists are empty. */
+void putil_registry_fini(struct putil_registry *r);
+
+/* List membership, under the registry's lock. */
+void putil_registry_add_mr(struct putil_registry *r, struct putil_link *link);
+void putil_registry_add_rkey(struct putil_registry *r, struct putil_link *link);
+void putil_registry_unlink(struct putil_registry *r, struct putil_link *link);
+/* The first of a list, or NULL when empty: instance_close releases them
+ * one by one. */
+struct putil_link *putil_registry_first_mr(struct putil_registry *r);
+struct putil_link *putil_registry_first_rkey(struct putil_registry *r);
+
+/* Give `mr` an id in the table: 0, or -LMT_ENOMEM / -LMT_EOVERFLOW
+ * recorded. Takes the lock. */
+int putil_registry_insert(struct putil_registry *r, const struct putil_instance *base, void *mr,
+                          uint64_t *id);
+/* With the lock held: the region of `id`, or NULL; remove one. */
+void *putil_registry_find_locked(const struct putil_registry *r, uint64_t id);
+void putil_registry_remove_locked(struct putil_registry *r, uint64_t id);
+
+#endif
