@@ -263,6 +263,7 @@ static void child_main(const struct cell *c, int out, uint16_t port)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct run r = {.cell = c, .port = port};
+	char child_error[600] = "";
 	int rc;
 	if (c->child == DESTINATION) {
 		struct bench_ram ram;
@@ -273,6 +274,8 @@ static void child_main(const struct cell *c, int out, uint16_t port)
 			_exit(2);
 		run_destination(&r);
 		rc = r.rc;
+		snprintf(child_error, sizeof(child_error), "%s",
+		         lmt_session_error(r.session)->message);
 		lmt_session_free(r.session);
 		munmap(ram.base, RAM_BYTES);
 	} else {
@@ -283,9 +286,14 @@ static void child_main(const struct cell *c, int out, uint16_t port)
 		r.session = source_session(c, &g);
 		run_source(&r);
 		rc = r.rc;
+		snprintf(child_error, sizeof(child_error), "%s",
+		         lmt_session_error(r.session)->message);
 		lmt_session_free(r.session);
 		guest_close(&g);
 	}
+	if (rc)
+		fprintf(stderr, "    (the %s in the child failed: %s)\n",
+		        c->child == DESTINATION ? "destination" : "source", child_error);
 	close(out);
 	/* exit(), not _exit(): a sanitized build checks this side for leaks. */
 	exit(rc == 0 ? 0 : 1);
