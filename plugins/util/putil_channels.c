@@ -12,20 +12,20 @@ int putil_channels_init(struct putil_channels *c, const struct putil_instance *b
 	c->ch = calloc(c->count, sizeof(*c->ch));
 	if (base->role == LMT_ROLE_SOURCE)
 		c->ring = calloc((size_t)c->count * depth, sizeof(*c->ring));
-	if (!c->ch || (base->role == LMT_ROLE_SOURCE && !c->ring)) {
-		free(c->ch);
-		free(c->ring);
-		return putil_error(base, LMT_ENOMEM, "%s: out of memory for %u channels",
-		                   base->name, c->count);
+	const char *what = "out of memory for the channels";
+	if (c->ch && (base->role != LMT_ROLE_SOURCE || c->ring)) {
+		what = "cannot create locks";
+		if (pthread_mutex_init(&c->lock, NULL) == 0) {
+			if (lmt__cond_init(&c->cond) == 0)
+				return 0;
+			pthread_mutex_destroy(&c->lock);
+		}
 	}
-	if (pthread_mutex_init(&c->lock, NULL) == 0) {
-		if (lmt__cond_init(&c->cond) == 0)
-			return 0;
-		pthread_mutex_destroy(&c->lock);
-	}
+	/* Left empty: putil_channels_fini and lookups see no channels. */
 	free(c->ch);
 	free(c->ring);
-	return putil_error(base, LMT_ENOMEM, "%s: cannot create locks", base->name);
+	*c = (struct putil_channels){.base = base};
+	return putil_error(base, LMT_ENOMEM, "%s: %s", base->name, what);
 }
 
 void putil_channels_fini(struct putil_channels *c)
