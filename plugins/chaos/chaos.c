@@ -3,11 +3,9 @@
  * completions, a failed write, a stalled transport, a dropped channel or
  * control connection, or the death or stop of its own process. */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -112,7 +110,6 @@ struct lmt_instance {
 	void *ctx;
 	const struct lmt_plugin *inner;
 	struct lmt_instance *in; /* the wrapped plugin's instance */
-	enum lmt_role role;
 	uint32_t channels;
 	struct lmt_endpoint **eps;
 
@@ -287,7 +284,6 @@ static int chaos_instance_open(const struct lmt_host *host, void *ctx,
 	i->host = host;
 	i->ctx = ctx;
 	i->inner = host->inner(ctx);
-	i->role = params->role;
 	i->opened_ns = host->now_ns(ctx);
 	i->channels = params->channels;
 	i->eps = calloc(params->channels, sizeof(*i->eps));

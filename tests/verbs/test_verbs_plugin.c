@@ -33,7 +33,7 @@
 #define MAX_EVENTS 8
 #define MAX_MODIFY 64
 
-/* The plugin's descriptor, from verbs.c compiled into this test. */
+/* The plugin's descriptor, from plugin.c compiled into this test. */
 int lmt_plugin_entry(uint32_t core_abi, const struct lmt_plugin **out);
 static const struct lmt_plugin *plugin;
 static const struct lmt_plugin_ops *ops;

@@ -1,19 +1,21 @@
-/* Internals shared by the verbs plugin's files: instance, endpoints (one RC
- * queue pair each), registrations and the helpers each file offers. */
-#ifndef LMT_VERBS_H
-#define LMT_VERBS_H
+/* The verbs plugin's objects: instance (device, port, PD and CQ), endpoint
+ * (one RC queue pair per channel), registration and peer key. Types only;
+ * every file of the plugin includes it. */
+#ifndef LMT_VERBS_INSTANCE_H
+#define LMT_VERBS_INSTANCE_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <infiniband/verbs.h>
 #include <lmt/plugin.h>
 
+#include "putil_base.h"
+#include "putil_channels.h"
+#include "putil_registry.h"
 #include "wire.h"
 
 #define VERBS_MAX_CHANNELS 64u
-#define VERBS_SLICE_NS 100000000ull /* how often blocking calls poll cancelled */
 #define VERBS_DEFAULT_DEPTH 64u
 #define VERBS_DEFAULT_SIGNAL 16u
 
@@ -28,21 +30,18 @@
 #define VERBS_SEQ_BITS 48
 #define VERBS_SEQ_MASK ((UINT64_C(1) << VERBS_SEQ_BITS) - 1)
 
-#define verbs_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
-#define verbs_error(inst, code, ...) (inst)->host->error((inst)->host_ctx, code, __VA_ARGS__)
-
 struct lmt_mr {
+	struct putil_link link; /* released by instance_close if the core did not */
 	struct ibv_mr *mr;
 	uint8_t *addr;
 	uint64_t len;
-	struct lmt_mr *prev, *next; /* instance list, for instance_close */
 };
 
 struct lmt_rkey {
+	struct putil_link link;
 	uint32_t rkey;
 	uint64_t addr;
 	uint64_t len;
-	struct lmt_rkey *prev, *next;
 };
 
 enum verbs_wr_flags {
@@ -77,11 +76,7 @@ struct lmt_endpoint {
 };
 
 struct lmt_instance {
-	const struct lmt_host *host;
-	void *host_ctx;
-	enum lmt_role role;
-	uint32_t channels;
-	uint64_t timeout_ns;
+	struct putil_instance base;
 	uint32_t depth;           /* queue-depth: writes per channel */
 	uint32_t signal_interval; /* signal one write in this many */
 	bool odp;
@@ -105,35 +100,14 @@ struct lmt_instance {
 	struct ibv_cq *cq;
 	bool armed;              /* a CQ event was requested and not yet read */
 	unsigned unacked_events; /* CQ events read but not acknowledged */
-	lmt_endpoint **eps;      /* by channel; NULL when closed */
 
-	/* Completions harvested from the CQ and not yet handed to the core. */
-	struct lmt_completion *pending;
-	uint32_t pending_cap, pending_first, pending_count;
-	int fatal; /* -LMT_E* once the instance failed */
-
-	pthread_mutex_t mr_lock; /* the lists: the destination registers while
-	                            another thread may run progress */
-	struct lmt_mr *mrs;
-	struct lmt_rkey *rkeys;
+	/* The endpoints, the completions the CQ retired and the core has not
+	 * harvested, and the failure. The CQ is polled by the core's progress
+	 * itself, not by channel threads. */
+	struct putil_channels channels;
+	/* Registrations and peer keys, for instance_close. The destination
+	 * registers while another thread may run progress. */
+	struct putil_registry registry;
 };
-
-/* device.c: pick and open the device, port and GID (options in inst), and
- * fill the device fields of inst. Closes what it opened on failure. */
-int verbs_device_open(struct lmt_instance *inst, const char *device, int port, int gid_index,
-                      const char *local_host);
-
-/* datapath.c */
-int verbs_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr, lmt_rkey *rkey,
-                uint64_t offset, uint64_t cookie);
-int verbs_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t max,
-                   uint64_t timeout_ns);
-int verbs_flush(lmt_instance *inst, uint64_t timeout_ns);
-/* Fail the instance with `code`: every outstanding write of every channel
- * is queued as a completion with that status. */
-void verbs_fail_all(struct lmt_instance *inst, int code);
-/* Read and acknowledge pending asynchronous events; fatal ones fail the
- * instance. */
-void verbs_async_events(struct lmt_instance *inst);
 
 #endif

@@ -1,7 +1,8 @@
-/* Device, port and GID selection for the verbs plugin: the first device with
- * an active port unless told otherwise, and on Ethernet a RoCE v2 GID. */
+/* Device, port and GID selection for the verbs plugin (see port.h): the
+ * first device with an active port unless told otherwise, and on Ethernet a
+ * RoCE v2 GID. */
 #define _GNU_SOURCE
-#include "verbs.h"
+#include "port.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,28 +84,29 @@ static int query_gid(struct lmt_instance *inst, int index, struct ibv_gid_entry 
 /* On Ethernet: the GID given by verbs.gid-index, else the RoCE v2 GID of the
  * control connection's address, else the first RoCE v2 IPv4 GID, else the
  * first RoCE v2 GID. */
-static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len, const char *local_host)
+static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len)
 {
 	struct ibv_gid_entry e;
 	char text[INET6_ADDRSTRLEN];
 	if (want >= 0) {
 		if (want >= table_len)
-			return verbs_error(inst, LMT_ENOTFOUND,
+			return putil_error(&inst->base, LMT_ENOTFOUND,
 			                   "verbs.gid-index=%d: %s port %u has %d GID entries",
 			                   want, inst->device, inst->port, table_len);
 		if (query_gid(inst, want, &e) || gid_is_zero(&e.gid))
-			return verbs_error(inst, LMT_ENOTFOUND,
+			return putil_error(&inst->base, LMT_ENOTFOUND,
 			                   "verbs.gid-index=%d: entry empty on %s port %u", want,
 			                   inst->device, inst->port);
 		if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
-			verbs_log(inst, LMT_LOG_WARN, "verbs.gid-index=%d is a %s GID, not RoCE v2",
-			          want, gid_type_name(e.gid_type));
+			putil_log(&inst->base, LMT_LOG_WARN,
+			          "verbs.gid-index=%d is a %s GID, not RoCE v2", want,
+			          gid_type_name(e.gid_type));
 		inst->gid_index = want;
 		inst->gid = e.gid;
 		return 0;
 	}
 	union ibv_gid local;
-	bool have_local = local_host && host_to_gid(local_host, &local);
+	bool have_local = host_to_gid(inst->base.local_host, &local);
 	int match = -1, first_v4 = -1, first_v2 = -1;
 	struct verbs_text found = {.len = 0};
 	union ibv_gid gids[3];
@@ -134,7 +136,7 @@ static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len, con
 	}
 	int pick = match >= 0 ? 0 : first_v4 >= 0 ? 1 : first_v2 >= 0 ? 2 : -1;
 	if (pick < 0)
-		return verbs_error(inst, LMT_ENOTFOUND,
+		return putil_error(&inst->base, LMT_ENOTFOUND,
 		                   "%s port %u: no RoCE v2 GID (found: %s); set verbs.gid-index",
 		                   inst->device, inst->port, found.len ? found.buf : "none");
 	inst->gid_index = pick == 0 ? match : pick == 1 ? first_v4 : first_v2;
@@ -142,22 +144,21 @@ static int pick_roce_gid(struct lmt_instance *inst, int want, int table_len, con
 	return 0;
 }
 
-static int pick_gid(struct lmt_instance *inst, const struct ibv_port_attr *pa, int want,
-                    const char *local_host)
+static int pick_gid(struct lmt_instance *inst, const struct ibv_port_attr *pa, int want)
 {
 	if (pa->link_layer == IBV_LINK_LAYER_ETHERNET) {
 		inst->link = VERBS_LINK_ETHERNET;
-		return pick_roce_gid(inst, want, pa->gid_tbl_len, local_host);
+		return pick_roce_gid(inst, want, pa->gid_tbl_len);
 	}
 	inst->link = VERBS_LINK_IB;
 	if (pa->lid == 0 || pa->lid >= 0xc000u)
-		return verbs_error(inst, LMT_ENOTFOUND,
+		return putil_error(&inst->base, LMT_ENOTFOUND,
 		                   "%s port %u: no unicast LID (%u); is a subnet manager running?",
 		                   inst->device, inst->port, pa->lid);
 	inst->gid_index = want >= 0 ? want : 0;
 	if (inst->gid_index >= pa->gid_tbl_len ||
 	    ibv_query_gid(inst->ctx, inst->port, inst->gid_index, &inst->gid))
-		return verbs_error(inst, LMT_ENOTFOUND,
+		return putil_error(&inst->base, LMT_ENOTFOUND,
 		                   "verbs.gid-index=%d: no such GID on %s port %u", inst->gid_index,
 		                   inst->device, inst->port);
 	return 0;
@@ -187,8 +188,8 @@ static int try_device(struct lmt_instance *inst, struct ibv_device *dev, int wan
 	}
 	unsigned ports = attr.orig_attr.phys_port_cnt;
 	if (want > (int)ports) {
-		rc = verbs_error(inst, LMT_ENOTFOUND, "verbs.port=%d: %s has %u port%s", want,
-		                 inst->device, ports, ports == 1 ? "" : "s");
+		rc = putil_error(&inst->base, LMT_ENOTFOUND, "verbs.port=%d: %s has %u port%s",
+		                 want, inst->device, ports, ports == 1 ? "" : "s");
 		ibv_close_device(inst->ctx);
 		inst->ctx = NULL;
 		return rc;
@@ -228,12 +229,12 @@ static int open_port(struct lmt_instance *inst, const char *device, int port,
 	errno = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list)
-		return verbs_error(inst, LMT_ENOTFOUND,
+		return putil_error(&inst->base, LMT_ENOTFOUND,
 		                   "no RDMA device: ibv_get_device_list failed (%s)",
 		                   strerror(errno ? errno : ENODEV));
 	if (n <= 0) {
 		ibv_free_device_list(list);
-		return verbs_error(inst, LMT_ENOTFOUND,
+		return putil_error(&inst->base, LMT_ENOTFOUND,
 		                   "no RDMA device: ibv_get_device_list returned none");
 	}
 	struct verbs_text why = {.len = 0};
@@ -249,7 +250,7 @@ static int open_port(struct lmt_instance *inst, const char *device, int port,
 				const char *name = ibv_get_device_name(list[i]);
 				text_add(&why, "%s%s", i ? ", " : "", name ? name : "?");
 			}
-			rc = verbs_error(inst, LMT_ENOTFOUND,
+			rc = putil_error(&inst->base, LMT_ENOTFOUND,
 			                 "verbs.device=%s: not found; devices: %s", device,
 			                 why.buf);
 			ibv_free_device_list(list);
@@ -265,13 +266,12 @@ static int open_port(struct lmt_instance *inst, const char *device, int port,
 	if (rc < 0)
 		return rc;
 	if (rc == 0)
-		return verbs_error(inst, LMT_ENOTFOUND, "no active RDMA port: %s",
+		return putil_error(&inst->base, LMT_ENOTFOUND, "no active RDMA port: %s",
 		                   why.len ? why.buf : "none found");
 	return 0;
 }
 
-int verbs_device_open(struct lmt_instance *inst, const char *device, int port, int gid_index,
-                      const char *local_host)
+int verbs_port_open(struct lmt_instance *inst, const char *device, int port, int gid_index)
 {
 	struct ibv_port_attr pa;
 	int rc = open_port(inst, device, port, &pa);
@@ -280,15 +280,16 @@ int verbs_device_open(struct lmt_instance *inst, const char *device, int port, i
 	inst->mtu = pa.active_mtu;
 	inst->lid = pa.lid;
 	inst->max_msg = pa.max_msg_sz ? pa.max_msg_sz : UINT32_MAX;
-	if ((rc = pick_gid(inst, &pa, gid_index, local_host))) {
+	if ((rc = pick_gid(inst, &pa, gid_index))) {
 		ibv_close_device(inst->ctx);
 		inst->ctx = NULL;
 		return rc;
 	}
 	char text[INET6_ADDRSTRLEN];
 	gid_format(&inst->gid, text, sizeof(text));
-	verbs_log(inst, LMT_LOG_INFO, "verbs: %s port %u (%s), GID %d %s, MTU %d", inst->device,
-	          inst->port, inst->link == VERBS_LINK_ETHERNET ? "RoCE" : "InfiniBand",
-	          inst->gid_index, text, 128 << inst->mtu);
+	putil_log(&inst->base, LMT_LOG_INFO, "verbs: %s port %u (%s), GID %d %s, MTU %d",
+	          inst->device, inst->port,
+	          inst->link == VERBS_LINK_ETHERNET ? "RoCE" : "InfiniBand", inst->gid_index, text,
+	          128 << inst->mtu);
 	return 0;
 }
