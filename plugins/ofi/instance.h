@@ -123,10 +123,10 @@ struct lmt_endpoint {
 	void *tail_desc;
 	uint64_t writes, transfers; /* posted to the provider: writes, and as how many */
 	/* Source failure: `broken` is the session's failure once the channel
-	 * table broke this channel; `abandoned` (under `lock`) once every
+	 * table broke this channel; `abandoned` (set under `lock`) once every
 	 * write it owed was reported with it. */
 	atomic_int broken;
-	bool abandoned;
+	atomic_bool abandoned;
 
 	/* Destination: the address went out (a source may be connecting),
 	 * and whether the greeting arrived. */

@@ -155,13 +155,15 @@ static void report_owed(lmt_endpoint *ep, int status)
 
 void lfi_source_abandon(lmt_endpoint *ep)
 {
+	/* Once abandoned, never the lock again: progress calls this every
+	 * time, and a thread may be stuck in the provider holding it. */
 	int status = atomic_load(&ep->broken);
-	if (!status)
+	if (!status || atomic_load(&ep->abandoned))
 		return;
 	pthread_mutex_lock(&ep->lock);
-	bool first = !ep->abandoned;
+	bool first = !atomic_load(&ep->abandoned);
 	if (first) {
-		ep->abandoned = true;
+		atomic_store(&ep->abandoned, true);
 		report_owed(ep, status);
 	}
 	pthread_mutex_unlock(&ep->lock);
@@ -499,7 +501,7 @@ int lfi_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *lo
 	pthread_mutex_lock(&ep->lock);
 	/* The channel's thread may have reported what it owed since: a
 	 * write accepted now would never be. */
-	bool abandoned = ep->abandoned;
+	bool abandoned = atomic_load(&ep->abandoned);
 	ssize_t posted = abandoned ? 0 : accept_write(ep, local, len, desc, rkey, offset, cookie);
 	pthread_mutex_unlock(&ep->lock);
 	if (abandoned)
