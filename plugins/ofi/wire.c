@@ -5,7 +5,7 @@
 
 #include "bytes.h"
 
-#define OFI_KEY_FLAGS_ALL (OFI_KEY_VIRT | OFI_KEY_RAW)
+#define LFI_KEY_FLAGS_ALL (LFI_KEY_VIRT | LFI_KEY_RAW)
 
 static const char *check_prefix(const struct lmt_blob *b, uint32_t min, uint32_t magic)
 {
@@ -13,21 +13,21 @@ static const char *check_prefix(const struct lmt_blob *b, uint32_t min, uint32_t
 		return "wrong length";
 	if (lmt__get32(b->data) != magic)
 		return "bad magic";
-	if (lmt__get16(b->data + 4) != OFI_WIRE_VERSION)
+	if (lmt__get16(b->data + 4) != LFI_WIRE_VERSION)
 		return "unsupported version";
 	return NULL;
 }
 
-int ofi_addr_encode(const struct ofi_addr *a, struct lmt_blob *b)
+int lfi_addr_encode(const struct lfi_addr *a, struct lmt_blob *b)
 {
 	size_t prov = strnlen(a->prov_name, sizeof(a->prov_name));
-	size_t raw = a->flags & OFI_KEY_RAW ? a->fence_key.raw_len : 0;
-	size_t len = OFI_ADDR_HEADER_LEN + prov + a->name_len + raw;
-	if (len > LMT_BLOB_MAX || a->name_len > sizeof(a->name) || raw > OFI_RAW_KEY_MAX)
+	size_t raw = a->flags & LFI_KEY_RAW ? a->fence_key.raw_len : 0;
+	size_t len = LFI_ADDR_HEADER_LEN + prov + a->name_len + raw;
+	if (len > LMT_BLOB_MAX || a->name_len > sizeof(a->name) || raw > LFI_RAW_KEY_MAX)
 		return -1;
-	memset(b->data, 0, OFI_ADDR_HEADER_LEN);
-	lmt__put32(b->data, OFI_MAGIC_ADDR);
-	lmt__put16(b->data + 4, OFI_WIRE_VERSION);
+	memset(b->data, 0, LFI_ADDR_HEADER_LEN);
+	lmt__put32(b->data, LFI_MAGIC_ADDR);
+	lmt__put16(b->data + 4, LFI_WIRE_VERSION);
 	b->data[6] = a->role;
 	b->data[7] = a->flags;
 	lmt__put32(b->data + 8, a->channel);
@@ -37,7 +37,7 @@ int ofi_addr_encode(const struct ofi_addr *a, struct lmt_blob *b)
 	lmt__put16(b->data + 20, (uint16_t)raw);
 	lmt__put64(b->data + 24, a->fence_base);
 	lmt__put64(b->data + 32, raw ? a->fence_key.raw_base : a->fence_key.key);
-	uint8_t *p = b->data + OFI_ADDR_HEADER_LEN;
+	uint8_t *p = b->data + LFI_ADDR_HEADER_LEN;
 	memcpy(p, a->prov_name, prov);
 	memcpy(p + prov, a->name, a->name_len);
 	memcpy(p + prov + a->name_len, a->fence_key.raw, raw);
@@ -53,9 +53,9 @@ static bool printable(const uint8_t *p, size_t len)
 	return true;
 }
 
-const char *ofi_addr_decode(const struct lmt_blob *b, struct ofi_addr *a)
+const char *lfi_addr_decode(const struct lmt_blob *b, struct lfi_addr *a)
 {
-	const char *why = check_prefix(b, OFI_ADDR_HEADER_LEN, OFI_MAGIC_ADDR);
+	const char *why = check_prefix(b, LFI_ADDR_HEADER_LEN, LFI_MAGIC_ADDR);
 	if (why)
 		return why;
 	memset(a, 0, sizeof(*a));
@@ -68,25 +68,25 @@ const char *ofi_addr_decode(const struct lmt_blob *b, struct ofi_addr *a)
 	a->name_len = lmt__get16(d + 18);
 	a->fence_base = lmt__get64(d + 24);
 	a->fence_key.key = lmt__get64(d + 32);
-	if (a->flags & OFI_KEY_RAW) {
+	if (a->flags & LFI_KEY_RAW) {
 		a->fence_key.raw_base = a->fence_key.key;
 		a->fence_key.key = 0;
 	}
 	if (a->role != LMT_ROLE_SOURCE && a->role != LMT_ROLE_DESTINATION)
 		return "unknown role";
-	if (a->flags & ~OFI_KEY_FLAGS_ALL)
+	if (a->flags & ~LFI_KEY_FLAGS_ALL)
 		return "unknown flags";
 	if (lmt__get16(d + 22))
 		return "reserved field not zero";
-	if (prov == 0 || prov >= OFI_PROV_NAME_MAX)
+	if (prov == 0 || prov >= LFI_PROV_NAME_MAX)
 		return "provider name length out of range";
-	if (a->name_len == 0 || a->name_len > OFI_NAME_MAX)
+	if (a->name_len == 0 || a->name_len > LFI_NAME_MAX)
 		return "endpoint name length out of range";
-	if ((a->flags & OFI_KEY_RAW) ? raw > OFI_RAW_KEY_MAX : raw != 0)
+	if ((a->flags & LFI_KEY_RAW) ? raw > LFI_RAW_KEY_MAX : raw != 0)
 		return "fence key does not match its flags";
-	if (b->len != OFI_ADDR_HEADER_LEN + prov + a->name_len + raw)
+	if (b->len != LFI_ADDR_HEADER_LEN + prov + a->name_len + raw)
 		return "wrong length";
-	const uint8_t *p = d + OFI_ADDR_HEADER_LEN;
+	const uint8_t *p = d + LFI_ADDR_HEADER_LEN;
 	if (!printable(p, prov))
 		return "provider name not printable";
 	memcpy(a->prov_name, p, prov);
@@ -96,26 +96,26 @@ const char *ofi_addr_decode(const struct lmt_blob *b, struct ofi_addr *a)
 	return NULL;
 }
 
-int ofi_key_encode(const struct ofi_key_blob *k, struct lmt_blob *b)
+int lfi_key_encode(const struct lfi_key_blob *k, struct lmt_blob *b)
 {
-	bool raw = k->flags & OFI_KEY_RAW;
-	if (k->count == 0 || k->count > OFI_KEYS_MAX)
+	bool raw = k->flags & LFI_KEY_RAW;
+	if (k->count == 0 || k->count > LFI_KEYS_MAX)
 		return -1;
-	size_t len = OFI_KEY_HEADER_LEN;
+	size_t len = LFI_KEY_HEADER_LEN;
 	for (uint16_t i = 0; i < k->count; i++) {
-		if (raw && (k->keys[i].raw_len == 0 || k->keys[i].raw_len > OFI_RAW_KEY_MAX))
+		if (raw && (k->keys[i].raw_len == 0 || k->keys[i].raw_len > LFI_RAW_KEY_MAX))
 			return -1;
 		len += raw ? 10u + k->keys[i].raw_len : 8u;
 	}
 	if (len > LMT_BLOB_MAX)
 		return -1;
-	lmt__put32(b->data, OFI_MAGIC_KEY);
-	lmt__put16(b->data + 4, OFI_WIRE_VERSION);
+	lmt__put32(b->data, LFI_MAGIC_KEY);
+	lmt__put16(b->data + 4, LFI_WIRE_VERSION);
 	b->data[6] = k->flags;
 	b->data[7] = (uint8_t)k->count;
 	lmt__put64(b->data + 8, k->base);
 	lmt__put64(b->data + 16, k->len);
-	uint8_t *p = b->data + OFI_KEY_HEADER_LEN;
+	uint8_t *p = b->data + LFI_KEY_HEADER_LEN;
 	for (uint16_t i = 0; i < k->count; i++) {
 		if (raw) {
 			lmt__put16(p, k->keys[i].raw_len);
@@ -131,9 +131,9 @@ int ofi_key_encode(const struct ofi_key_blob *k, struct lmt_blob *b)
 	return 0;
 }
 
-const char *ofi_key_decode(const struct lmt_blob *b, struct ofi_key_blob *k)
+const char *lfi_key_decode(const struct lmt_blob *b, struct lfi_key_blob *k)
 {
-	const char *why = check_prefix(b, OFI_KEY_HEADER_LEN, OFI_MAGIC_KEY);
+	const char *why = check_prefix(b, LFI_KEY_HEADER_LEN, LFI_MAGIC_KEY);
 	if (why)
 		return why;
 	const uint8_t *d = b->data;
@@ -141,20 +141,20 @@ const char *ofi_key_decode(const struct lmt_blob *b, struct ofi_key_blob *k)
 	k->count = d[7];
 	k->base = lmt__get64(d + 8);
 	k->len = lmt__get64(d + 16);
-	if (k->flags & ~OFI_KEY_FLAGS_ALL)
+	if (k->flags & ~LFI_KEY_FLAGS_ALL)
 		return "unknown flags";
-	if (k->count == 0 || k->count > OFI_KEYS_MAX)
+	if (k->count == 0 || k->count > LFI_KEYS_MAX)
 		return "key count out of range";
 	if (k->len == 0)
 		return "empty region";
-	if (!(k->flags & OFI_KEY_VIRT) && k->base)
+	if (!(k->flags & LFI_KEY_VIRT) && k->base)
 		return "base address without virtual addressing";
 	if (k->base > UINT64_MAX - k->len)
 		return "region wraps around the address space";
-	bool raw = k->flags & OFI_KEY_RAW;
-	size_t at = OFI_KEY_HEADER_LEN;
+	bool raw = k->flags & LFI_KEY_RAW;
+	size_t at = LFI_KEY_HEADER_LEN;
 	for (uint16_t i = 0; i < k->count; i++) {
-		struct ofi_key *key = &k->keys[i];
+		struct lfi_key *key = &k->keys[i];
 		memset(key, 0, sizeof(*key));
 		if (!raw) {
 			if (b->len < at + 8)
@@ -167,7 +167,7 @@ const char *ofi_key_decode(const struct lmt_blob *b, struct ofi_key_blob *k)
 			return "wrong length";
 		key->raw_len = lmt__get16(d + at);
 		key->raw_base = lmt__get64(d + at + 2);
-		if (key->raw_len == 0 || key->raw_len > OFI_RAW_KEY_MAX)
+		if (key->raw_len == 0 || key->raw_len > LFI_RAW_KEY_MAX)
 			return "raw key length out of range";
 		if (b->len < at + 10 + key->raw_len)
 			return "wrong length";

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "sync.h"
 
@@ -154,4 +155,10 @@ int putil_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 	int rc = pthread_create(thread, NULL, fn, arg);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rc ? -LMT_ENOMEM : 0;
+}
+
+void putil_nap(uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ns};
+	nanosleep(&ts, NULL);
 }

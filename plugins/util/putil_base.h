@@ -72,4 +72,8 @@ int putil_wait_check(const struct putil_instance *base, uint64_t deadline_ns, ui
  * signals belong to its own threads. 0 or -LMT_ENOMEM. */
 int putil_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
 
+/* Sleep `ns` nanoseconds (less than a second), for a thread that polls
+ * something it cannot wait on. */
+void putil_nap(uint64_t ns);
+
 #endif

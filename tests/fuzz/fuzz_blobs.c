@@ -26,8 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct ucx_key ukey;
 	struct ucx_write uwrite;
 	struct ucx_note unote;
-	struct ofi_addr oaddr;
-	struct ofi_key_blob okey;
+	struct lfi_addr oaddr;
+	struct lfi_key_blob okey;
 	switch (data[0] % 11) {
 	case 0:
 		tcp_dst_addr_decode(&b, &dst);
@@ -57,10 +57,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ucx_note_decode(b.data, b.len, &unote);
 		break;
 	case 9:
-		ofi_addr_decode(&b, &oaddr);
+		lfi_addr_decode(&b, &oaddr);
 		break;
 	default:
-		ofi_key_decode(&b, &okey);
+		lfi_key_decode(&b, &okey);
 		break;
 	}
 	return 0;

@@ -758,7 +758,7 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	BAD_KEY(b.data[0] ^= 1);              /* magic */
 	BAD_KEY(b.data[4] = 9);               /* version */
 	BAD_KEY(b.data[6] |= 0x80);           /* unknown flag */
-	BAD_KEY(b.data[6] ^= OFI_KEY_VIRT);   /* other addressing than ours */
+	BAD_KEY(b.data[6] ^= LFI_KEY_VIRT);   /* other addressing than ours */
 	BAD_KEY(b.data[7] = 0);               /* no key */
 	BAD_KEY(b.data[7] = 2);               /* two keys without FI_MR_ENDPOINT */
 	BAD_KEY(memset(b.data + 16, 0, 8));   /* empty region */
@@ -780,16 +780,16 @@ static void test_forged_raw_key_is_rejected(void **state)
 	struct region r;
 	region_open(&r, p, 4096, 6);
 	struct lmt_blob b = r.key;
-	struct ofi_key_blob k;
-	assert_null(ofi_key_decode(&b, &k));
-	assert_int_equal(k.flags, OFI_KEY_RAW);
+	struct lfi_key_blob k;
+	assert_null(lfi_key_decode(&b, &k));
+	assert_int_equal(k.flags, LFI_KEY_RAW);
 	assert_int_equal(k.keys[0].raw_len, 24);
-	b.data[OFI_KEY_HEADER_LEN + 10 + 3] ^= 0x10; /* a bit of the raw key */
+	b.data[LFI_KEY_HEADER_LEN + 10 + 3] ^= 0x10; /* a bit of the raw key */
 	expect_bad_key(p, &b, LMT_EPROTO);
 	assert_non_null(strstr(p->src_host.error, "fi_mr_map_raw"));
 	b = r.key;
-	b.data[OFI_KEY_HEADER_LEN] = 0; /* raw length 0 */
-	b.data[OFI_KEY_HEADER_LEN + 1] = 0;
+	b.data[LFI_KEY_HEADER_LEN] = 0; /* raw length 0 */
+	b.data[LFI_KEY_HEADER_LEN + 1] = 0;
 	expect_bad_key(p, &b, LMT_EPROTO);
 	region_close(&r, p);
 	pair_close(p);
@@ -807,9 +807,9 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	struct lmt_blob daddr, saddr, b;
 	assert_int_equal(plugin->ops.ep_open(src, 0, &sep, &saddr), 0);
 	assert_int_equal(plugin->ops.ep_open(dst, 0, &dep, &daddr), 0);
-	struct ofi_addr a;
-	assert_null(ofi_addr_decode(&daddr, &a));
-	size_t name_at = OFI_ADDR_HEADER_LEN + strlen(a.prov_name);
+	struct lfi_addr a;
+	assert_null(lfi_addr_decode(&daddr, &a));
+	size_t name_at = LFI_ADDR_HEADER_LEN + strlen(a.prov_name);
 #define BAD_ADDR(edit)                                                                             \
 	do {                                                                                       \
 		b = daddr;                                                                         \
@@ -832,7 +832,7 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	BAD_ADDR(b.data[18] = 0xff; b.data[19] = 1); /* endpoint name too long */
 	BAD_ADDR(b.data[20] = 3);                    /* raw fence key without raw keys */
 	BAD_ADDR(b.data[22] = 1);                    /* reserved */
-	BAD_ADDR(b.data[OFI_ADDR_HEADER_LEN] = 1);   /* provider name not printable */
+	BAD_ADDR(b.data[LFI_ADDR_HEADER_LEN] = 1);   /* provider name not printable */
 	if (a.addr_format == FI_SOCKADDR_IN)
 		BAD_ADDR(b.data[name_at] ^= 0x7); /* not AF_INET */
 	if (a.addr_format == FI_ADDR_STR)
@@ -859,13 +859,13 @@ static void test_another_provider_on_the_peer_is_a_mismatch(void **state)
 	struct lmt_blob daddr, saddr;
 	assert_int_equal(plugin->ops.ep_open(src, 0, &sep, &saddr), 0);
 	assert_int_equal(plugin->ops.ep_open(dst, 0, &dep, &daddr), 0);
-	struct ofi_addr a;
-	assert_null(ofi_addr_decode(&daddr, &a));
+	struct lfi_addr a;
+	assert_null(lfi_addr_decode(&daddr, &a));
 	/* Same format as lmtfake's, so that only the provider differs. */
 	struct lmt_blob b;
 	a.addr_format = FI_FORMAT_UNSPEC;
 	a.name_len = 16;
-	assert_int_equal(ofi_addr_encode(&a, &b), 0);
+	assert_int_equal(lfi_addr_encode(&a, &b), 0);
 	assert_int_equal(plugin->ops.ep_connect(sep, &b), -LMT_EMISMATCH);
 	assert_non_null(strstr(sh.error, "the destination uses provider tcp;ofi_rxm, this side "
 	                                 "lmtfake"));

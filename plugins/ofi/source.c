@@ -1,0 +1,518 @@
+/* Source side of a libfabric channel: writes and their completions, the
+ * fences that make writes visible without delivery completion, coalescing,
+ * the greeting, and what a failure owes the core: every write reported
+ * once, with the error. */
+#define _GNU_SOURCE
+#include "source.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "provider.h"
+
+#define LFI_NONE UINT32_MAX
+#define LFI_COALESCE_MAX (64u << 20)   /* largest merged write */
+#define LFI_COALESCE_WINDOW (1u << 20) /* coalescing: bytes in flight before writes wait */
+#define LFI_DRAIN_NS 1000000000ull     /* longest wait for writes in flight at close */
+#define LFI_DRAIN_QUIET_NS 50000000ull /* ... given up when none completes for this long */
+
+/* ---- Operations ----------------------------------------------------------- */
+
+static void op_free(lmt_endpoint *ep, struct lfi_op *op)
+{
+	op->state = LFI_OP_FREE;
+	op->riders = LFI_NONE;
+	op->next = ep->free_head;
+	ep->free_head = (uint32_t)(op - ep->ops);
+}
+
+/* Queue a write's completion for the core. Called with ep->lock held. */
+static void report(lmt_endpoint *ep, uint64_t cookie, int status)
+{
+	/* Never full: a write is refused while its channel has `queue`
+	 * completions unharvested. */
+	putil_channels_complete(&ep->inst->channels, ep->channel, cookie, status);
+}
+
+/* Report every pending write the last fence made visible. Called with
+ * ep->lock held. */
+static void release_pending(lmt_endpoint *ep)
+{
+	uint32_t *link = &ep->pending_head;
+	while (*link != LFI_NONE) {
+		struct lfi_op *op = &ep->ops[*link];
+		if (op->seq >= ep->visible_seq) {
+			link = &op->next;
+			continue;
+		}
+		*link = op->next;
+		report(ep, op->cookie, 0);
+		op_free(ep, op);
+	}
+}
+
+/* Post one RMA operation on one buffer: a write, or a fence read. Called
+ * with ep->lock held. */
+static ssize_t post_rma(lmt_endpoint *ep, bool write, void *buf, size_t len, void *desc,
+                        uint64_t addr, uint64_t key, void *context, uint64_t flags)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct fi_rma_iov rma = {.addr = addr, .len = len, .key = key};
+	struct fi_msg_rma msg = {.msg_iov = &iov,
+	                         .desc = &desc,
+	                         .iov_count = 1,
+	                         .addr = ep->peer,
+	                         .rma_iov = &rma,
+	                         .rma_iov_count = 1,
+	                         .context = context};
+	return write ? fi_writemsg(ep->ep, &msg, flags) : fi_readmsg(ep->ep, &msg, flags);
+}
+
+int lfi_source_open(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	ep->free_head = ep->pending_head = ep->queued_head = ep->queued_tail = LFI_NONE;
+	if (pthread_mutex_init(&ep->lock, NULL))
+		return putil_error(&inst->base, LMT_ENOMEM, "ofi: cannot create locks");
+	ep->lock_ready = true;
+	ep->ops = calloc(inst->queue, sizeof(*ep->ops));
+	if (!ep->ops)
+		return putil_error(&inst->base, LMT_ENOMEM, "ofi: out of memory");
+	for (uint32_t i = inst->queue; i-- > 0;)
+		op_free(ep, &ep->ops[i]);
+	return 0;
+}
+
+void lfi_source_close(lmt_endpoint *ep)
+{
+	if (ep->lock_ready)
+		pthread_mutex_destroy(&ep->lock);
+	free(ep->ops);
+}
+
+/* ---- Failure -------------------------------------------------------------- */
+
+/* The channel table's break callback, run under its lock for each live
+ * channel once the source fails. Reporting what the channel owes takes
+ * ep->lock, which completion handling holds while it reports into the
+ * table (ep->lock, then the table's lock), so this only marks the channel
+ * and wakes its thread; lfi_source_abandon does the rest outside the
+ * table's lock. */
+static void break_channel(void *arg, int status)
+{
+	lmt_endpoint *ep = arg;
+	atomic_store(&ep->broken, status);
+	/* Without a wait object (util CQs), there is nothing to signal. */
+	if (ep->inst->cq_wait)
+		fi_cq_signal(ep->cq);
+}
+
+void lfi_source_fail(struct lmt_instance *inst, int code)
+{
+	putil_channels_fail(&inst->channels, code, break_channel);
+}
+
+void lfi_source_go_live(lmt_endpoint *ep)
+{
+	putil_channels_go_live(&ep->inst->channels, ep->channel, break_channel);
+}
+
+/* Report every write the channel still owes with `status`: those the
+ * provider has (their completions, when they come, are dropped), those
+ * queued behind them and those waiting for a fence. Called with ep->lock
+ * held. */
+static void report_owed(lmt_endpoint *ep, int status)
+{
+	for (uint32_t i = 0; i < ep->inst->queue; i++) {
+		struct lfi_op *op = &ep->ops[i];
+		if (op->state == LFI_OP_POSTED) {
+			report(ep, op->cookie, status);
+			for (uint32_t r = op->riders; r != LFI_NONE; r = ep->ops[r].next)
+				report(ep, ep->ops[r].cookie, status);
+			op->state = LFI_OP_ABANDONED;
+		}
+	}
+	/* Queued writes never reached the provider. */
+	while (ep->queued_head != LFI_NONE) {
+		struct lfi_op *op = &ep->ops[ep->queued_head];
+		ep->queued_head = op->next;
+		report(ep, op->cookie, status);
+		op_free(ep, op);
+	}
+	ep->queued_tail = LFI_NONE;
+	ep->queued = 0;
+	/* Pending writes are done with the provider: free them outright. */
+	while (ep->pending_head != LFI_NONE) {
+		struct lfi_op *op = &ep->ops[ep->pending_head];
+		ep->pending_head = op->next;
+		report(ep, op->cookie, status);
+		op_free(ep, op);
+	}
+}
+
+void lfi_source_abandon(lmt_endpoint *ep)
+{
+	/* Once abandoned, never the lock again: progress calls this every
+	 * time, and a thread may be stuck in the provider holding it. */
+	int status = atomic_load(&ep->broken);
+	if (!status || atomic_load(&ep->abandoned))
+		return;
+	pthread_mutex_lock(&ep->lock);
+	bool first = !atomic_load(&ep->abandoned);
+	if (first) {
+		atomic_store(&ep->abandoned, true);
+		report_owed(ep, status);
+	}
+	pthread_mutex_unlock(&ep->lock);
+	if (first)
+		putil_channels_settle(&ep->inst->channels, ep->channel, status);
+}
+
+void lfi_source_abandon_all(struct lmt_instance *inst)
+{
+	for (uint32_t c = 0; c < inst->channels.count; c++) {
+		lmt_endpoint *ep = putil_channels_endpoint(&inst->channels, c);
+		if (ep)
+			lfi_source_abandon(ep);
+	}
+}
+
+/* ---- Completions, coalescing, fences -------------------------------------- */
+
+/* Coalescing: while the channel has less than LFI_COALESCE_WINDOW bytes in
+ * flight, post the writes queued, each run of them that follows each other
+ * in both memories under one key as a single write. Called with ep->lock
+ * held. */
+static void post_queued(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (!inst->coalesce)
+		return;
+	while (ep->queued_head != LFI_NONE && ep->inflight_bytes < LFI_COALESCE_WINDOW) {
+		struct lfi_op *head = &ep->ops[ep->queued_head], *last = head;
+		size_t len = head->len;
+		uint32_t count = 1;
+		while (last->next != LFI_NONE) {
+			struct lfi_op *n = &ep->ops[last->next];
+			if (n->buf != last->buf + last->len || n->addr != last->addr + last->len ||
+			    n->key != head->key || n->desc != head->desc ||
+			    n->len > LFI_COALESCE_MAX - len || len + n->len > inst->max_msg)
+				break;
+			len += n->len;
+			last = n;
+			count++;
+		}
+		ssize_t rc = post_rma(ep, true, head->buf, len, head->desc, head->addr, head->key,
+		                      &head->ctx, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+		if (rc == -FI_EAGAIN)
+			return; /* the channel's thread tries again */
+		ep->queued_head = last->next;
+		if (ep->queued_head == LFI_NONE)
+			ep->queued_tail = LFI_NONE;
+		ep->queued -= count;
+		head->riders = count > 1 ? head->next : LFI_NONE;
+		last->next = LFI_NONE;
+		for (uint32_t r = head->riders; r != LFI_NONE; r = ep->ops[r].next)
+			ep->ops[r].state = LFI_OP_RIDER;
+		if (rc == 0) {
+			head->state = LFI_OP_POSTED;
+			head->len = len;
+			ep->inflight++;
+			ep->inflight_bytes += len;
+			ep->transfers++;
+			ep->writes += count;
+			continue;
+		}
+		int err = putil_error(
+		        &inst->base, lfi_code((int)-rc),
+		        "ofi channel %u: fi_writemsg of %zu bytes (%u writes merged): %s",
+		        ep->channel, len, count, fi_strerror((int)-rc));
+		lfi_source_fail(inst, err);
+		for (uint32_t r = head->riders, next; r != LFI_NONE; r = next) {
+			next = ep->ops[r].next;
+			report(ep, ep->ops[r].cookie, err);
+			op_free(ep, &ep->ops[r]);
+		}
+		report(ep, head->cookie, err);
+		op_free(ep, head);
+		return;
+	}
+}
+
+void lfi_source_post_queued(lmt_endpoint *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	post_queued(ep);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+void lfi_source_done(lmt_endpoint *ep, void *context, int status)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (context == &ep->greeting_op)
+		return; /* an error was reported with the error entry */
+	pthread_mutex_lock(&ep->lock);
+	if (context == &ep->fence_op) {
+		ep->inflight--;
+		ep->fence_inflight = false;
+		if (status == 0) {
+			ep->visible_seq = ep->fence_seq;
+			release_pending(ep);
+		}
+		pthread_mutex_unlock(&ep->lock);
+		return;
+	}
+	struct lfi_op *op = context;
+	size_t index = (size_t)(op - ep->ops);
+	if (!ep->ops || op < ep->ops || index >= inst->queue || op != &ep->ops[index]) {
+		pthread_mutex_unlock(&ep->lock);
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ofi channel %u: completion of an unknown operation", ep->channel);
+		return;
+	}
+	if (op->state == LFI_OP_ABANDONED || op->state == LFI_OP_POSTED) {
+		ep->inflight--;
+		ep->inflight_bytes -= op->len;
+	}
+	/* The writes merged into this one end with it; abandoned ones were
+	 * reported already. */
+	for (uint32_t r = op->riders, next; r != LFI_NONE; r = next) {
+		next = ep->ops[r].next;
+		if (op->state == LFI_OP_POSTED)
+			report(ep, ep->ops[r].cookie, status);
+		op_free(ep, &ep->ops[r]);
+	}
+	op->riders = LFI_NONE;
+	if (op->state == LFI_OP_ABANDONED) {
+		op_free(ep, op);
+	} else if (op->state == LFI_OP_POSTED) {
+		if (status || inst->visibility == LFI_DELIVERY || op->seq < ep->visible_seq) {
+			report(ep, op->cookie, status);
+			op_free(ep, op);
+		} else {
+			op->state = LFI_OP_PENDING;
+			op->next = ep->pending_head;
+			ep->pending_head = (uint32_t)index;
+		}
+	}
+	post_queued(ep);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+void lfi_source_fence(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	pthread_mutex_lock(&ep->lock);
+	if (ep->fence_inflight || ep->pending_head == LFI_NONE) {
+		pthread_mutex_unlock(&ep->lock);
+		return;
+	}
+	void *desc = ep->fence_mr ? fi_mr_desc(ep->fence_mr) : NULL;
+	ssize_t rc = post_rma(ep, false, &ep->fence_buf[0], sizeof(ep->fence_buf[0]), desc,
+	                      ep->fence_base, ep->fence_key, &ep->fence_op.ctx,
+	                      FI_COMPLETION | inst->fence_flags);
+	if (rc == 0) {
+		ep->inflight++;
+		ep->fence_inflight = true;
+		ep->fence_seq = ep->next_seq;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	if (rc && rc != -FI_EAGAIN)
+		lfi_source_fail(inst, putil_error(&inst->base, lfi_code((int)-rc),
+		                                  "ofi channel %u: fence read: %s", ep->channel,
+		                                  fi_strerror((int)-rc)));
+}
+
+int lfi_source_greet(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	uint64_t flags =
+	        FI_COMPLETION | (inst->visibility == LFI_DELIVERY ? FI_DELIVERY_COMPLETE : 0);
+	void *desc = ep->fence_mr ? fi_mr_desc(ep->fence_mr) : NULL;
+	ssize_t rc = 0;
+	pthread_mutex_lock(&ep->lock);
+	if (!ep->greeting_posted) {
+		ep->fence_buf[1] = lfi_greeting(ep->channel);
+		rc = post_rma(ep, true, &ep->fence_buf[1], sizeof(ep->fence_buf[1]), desc,
+		              ep->fence_base, ep->fence_key, &ep->greeting_op.ctx, flags);
+		ep->greeting_posted = rc == 0;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	if (rc == -FI_EAGAIN)
+		return 1;
+	if (rc)
+		return putil_error(&inst->base, lfi_code((int)-rc), "ofi channel %u: greeting: %s",
+		                   ep->channel, fi_strerror((int)-rc));
+	return 0;
+}
+
+void lfi_source_drain(lmt_endpoint *ep)
+{
+	uint64_t deadline = lmt__deadline(LFI_DRAIN_NS);
+	uint64_t quiet = lmt__deadline(LFI_DRAIN_QUIET_NS);
+	uint32_t last = UINT32_MAX;
+	for (;;) {
+		pthread_mutex_lock(&ep->lock);
+		uint32_t left = ep->inflight + ep->queued;
+		pthread_mutex_unlock(&ep->lock);
+		uint64_t now = lmt__now_ns();
+		if (left != last) {
+			last = left;
+			quiet = lmt__deadline(LFI_DRAIN_QUIET_NS);
+		}
+		if (!left || now >= deadline || now >= quiet)
+			return;
+		putil_nap(LFI_POLL_NAP_NS);
+	}
+}
+
+/* ---- Writes --------------------------------------------------------------- */
+
+/* Index of the key or MR that `channel` uses. */
+static uint32_t key_index(const struct lmt_instance *inst, uint32_t channel)
+{
+	return (inst->mr_mode & FI_MR_ENDPOINT) ? channel : 0;
+}
+
+/* The descriptor of the source memory, when the provider wants one. */
+static int local_desc(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *mr, void **desc)
+{
+	struct lmt_instance *inst = ep->inst;
+	*desc = NULL;
+	if (!inst->local_mr || !len)
+		return 0;
+	const uint8_t *p = local;
+	uint32_t index = key_index(inst, ep->channel);
+	if (!mr || p < mr->addr || len > mr->len || (size_t)(p - mr->addr) > mr->len - len)
+		return putil_error(&inst->base, LMT_EINVAL,
+		                   "ofi channel %u: source memory %p (+%zu) is not inside the "
+		                   "registration given, and the provider needs FI_MR_LOCAL",
+		                   ep->channel, local, len);
+	if (index >= mr->count || !mr->mr[index])
+		return putil_error(&inst->base, LMT_ESTATE,
+		                   "ofi channel %u: the source registration has no part for this "
+		                   "channel",
+		                   ep->channel);
+	*desc = fi_mr_desc(mr->mr[index]);
+	return 0;
+}
+
+/* Hold a write back behind the channel's writes in flight (coalescing).
+ * Called with ep->lock held. */
+static void queue_write(lmt_endpoint *ep, struct lfi_op *op, const void *local, size_t len,
+                        void *desc, uint64_t remote, uint64_t key, uint64_t cookie)
+{
+	ep->free_head = op->next;
+	*op = (struct lfi_op){.cookie = cookie,
+	                      .seq = ep->next_seq++,
+	                      .next = LFI_NONE,
+	                      .state = LFI_OP_QUEUED,
+	                      .buf = (uint8_t *)local,
+	                      .len = len,
+	                      .desc = desc,
+	                      .addr = remote,
+	                      .key = key,
+	                      .riders = LFI_NONE};
+	if (ep->queued_tail == LFI_NONE)
+		ep->queued_head = (uint32_t)(op - ep->ops);
+	else
+		ep->ops[ep->queued_tail].next = (uint32_t)(op - ep->ops);
+	ep->queued_tail = (uint32_t)(op - ep->ops);
+	ep->queued++;
+}
+
+/* Accept a write: 0, -LMT_EAGAIN, or the provider's refusal as a negative
+ * libfabric error number. Called with ep->lock held. */
+static ssize_t accept_write(lmt_endpoint *ep, const void *local, size_t len, void *desc,
+                            lmt_rkey *rkey, uint64_t offset, uint64_t cookie)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (len == 0) {
+		/* Nothing to place: visible at once. */
+		ep->next_seq++;
+		report(ep, cookie, 0);
+		return 0;
+	}
+	if (ep->free_head == LFI_NONE)
+		return -FI_EAGAIN;
+	struct lfi_op *op = &ep->ops[ep->free_head];
+	uint64_t remote = rkey->base + offset, key = rkey->key[key_index(inst, ep->channel)];
+	bool same_key = ep->tail_key == key && ep->tail_desc == desc;
+	ep->tail_key = key;
+	ep->tail_desc = desc;
+	if (inst->coalesce && same_key &&
+	    (ep->queued_head != LFI_NONE || ep->inflight_bytes >= LFI_COALESCE_WINDOW)) {
+		/* Under the key of the last write, while the channel is busy:
+		 * it waits, and goes with the writes it continues once the
+		 * bytes in flight fall below the window. A write under another
+		 * key (a chunk window of its own, without pin-all) could never
+		 * merge and goes at once; so does any write while the channel
+		 * is not busy. The core never has overlapping writes in flight,
+		 * so order does not matter. */
+		queue_write(ep, op, local, len, desc, remote, key, cookie);
+		return 0;
+	}
+	uint64_t flags = FI_COMPLETION;
+	if (inst->visibility == LFI_DELIVERY)
+		flags |= FI_DELIVERY_COMPLETE;
+	/* Posting under the lock keeps seq in posting order, which fences
+	 * rely on, and lets no completion overtake the bookkeeping. */
+	op->cookie = cookie;
+	op->seq = ep->next_seq;
+	op->state = LFI_OP_POSTED;
+	op->riders = LFI_NONE;
+	ssize_t posted = post_rma(ep, true, (void *)local, len, desc, remote, key, &op->ctx, flags);
+	if (posted) {
+		op->state = LFI_OP_FREE;
+		return posted;
+	}
+	ep->free_head = op->next;
+	ep->next_seq++;
+	ep->inflight++;
+	op->len = len;
+	ep->inflight_bytes += len;
+	ep->transfers++;
+	ep->writes++;
+	return 0;
+}
+
+static int session_failed(lmt_endpoint *ep, int failing)
+{
+	return putil_error(&ep->inst->base, -failing, "ofi channel %u: the session failed",
+	                   ep->channel);
+}
+
+int lfi_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *local_mr,
+                     lmt_rkey *rkey, uint64_t offset, uint64_t cookie)
+{
+	struct lmt_instance *inst = ep->inst;
+	void *desc;
+	int rc = local_desc(ep, local, len, local_mr, &desc);
+	if (rc)
+		return rc;
+	int failing = putil_channels_failing(&inst->channels);
+	if (failing)
+		return session_failed(ep, failing);
+	if ((rc = putil_channels_admit(&inst->channels, ep->channel)))
+		return rc;
+	pthread_mutex_lock(&ep->lock);
+	/* The channel's thread may have reported what it owed since: a
+	 * write accepted now would never be. */
+	bool abandoned = atomic_load(&ep->abandoned);
+	ssize_t posted = abandoned ? 0 : accept_write(ep, local, len, desc, rkey, offset, cookie);
+	pthread_mutex_unlock(&ep->lock);
+	if (abandoned)
+		return session_failed(ep, atomic_load(&ep->broken));
+	if (posted == 0) {
+		putil_channels_posted(&inst->channels, ep->channel);
+		return 0;
+	}
+	if (posted == -FI_EAGAIN)
+		return -LMT_EAGAIN;
+	return putil_error(&inst->base, lfi_code((int)-posted),
+	                   "ofi channel %u: fi_writemsg of %zu bytes: %s", ep->channel, len,
+	                   fi_strerror((int)-posted));
+}
