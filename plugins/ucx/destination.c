@@ -30,8 +30,8 @@ static void refuse(lmt_endpoint *ep, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	int rc = ucx_error(ep->inst, LMT_EPROTO, "ucx channel %u: %s", ep->channel, msg);
-	ucx_set_fatal(ep->inst, rc);
+	int rc = putil_error(&ep->inst->base, LMT_EPROTO, "ucx channel %u: %s", ep->channel, msg);
+	putil_channels_set_fatal(&ep->inst->channels, rc);
 	ucx_send_note(ep, UCX_NOTE_ERROR, LMT_EPROTO);
 }
 
@@ -50,8 +50,8 @@ static void dest_fail(lmt_endpoint *ep, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	ep->failure = ucx_error(ep->inst, code, "ucx channel %u: %s", ep->channel, msg);
-	ucx_set_fatal(ep->inst, ep->failure);
+	ep->failure = putil_error(&ep->inst->base, code, "ucx channel %u: %s", ep->channel, msg);
+	putil_channels_set_fatal(&ep->inst->channels, ep->failure);
 }
 
 static void dest_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
@@ -67,9 +67,9 @@ static void dest_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
 /* Take a reference on the region a write targets, if it fits. */
 static struct lmt_mr *claim(lmt_endpoint *ep, const struct ucx_write *w, char *why, size_t size)
 {
-	struct lmt_instance *inst = ep->inst;
-	pthread_mutex_lock(&inst->mr_lock);
-	struct lmt_mr *mr = ucx_region_find(inst, w->region);
+	struct putil_registry *r = &ep->inst->registry;
+	pthread_mutex_lock(&r->lock);
+	struct lmt_mr *mr = putil_registry_find_locked(r, w->region);
 	if (!mr || !mr->remote_write) {
 		snprintf(why, size, "write of %llu bytes to unknown region %u",
 		         (unsigned long long)w->len, w->region);
@@ -83,16 +83,17 @@ static struct lmt_mr *claim(lmt_endpoint *ep, const struct ucx_write *w, char *w
 	} else {
 		mr->busy++;
 	}
-	pthread_mutex_unlock(&inst->mr_lock);
+	pthread_mutex_unlock(&r->lock);
 	return mr;
 }
 
 static void release(struct lmt_instance *inst, struct lmt_mr *mr)
 {
-	pthread_mutex_lock(&inst->mr_lock);
+	struct putil_registry *r = &inst->registry;
+	pthread_mutex_lock(&r->lock);
 	if (--mr->busy == 0)
-		pthread_cond_broadcast(&inst->mr_cond);
-	pthread_mutex_unlock(&inst->mr_lock);
+		pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
 }
 
 /* Let go of every receive still running: their regions may go, and the
@@ -331,7 +332,7 @@ int ucx_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	struct lmt_instance *inst = ep->inst;
 	ep->acks = malloc((size_t)UCX_QUEUE_DEPTH * UCX_NOTE_ENTRY_LEN);
 	if (!ep->acks)
-		return ucx_error(inst, LMT_ENOMEM, "ucx: out of memory");
+		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
 	int rc = ucx_worker_open(ep, true);
 	if (!rc)
 		rc = ucx_set_handler(ep, UCX_AM_WRITE, dest_write);
@@ -352,12 +353,12 @@ int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	if (!why && a.channel != ep->channel)
 		why = "address of another channel";
 	if (why)
-		return ucx_error(inst, LMT_EPROTO,
-		                 "ucx channel %u: bad address blob from the source: %s",
-		                 ep->channel, why);
+		return putil_error(&inst->base, LMT_EPROTO,
+		                   "ucx channel %u: bad address blob from the source: %s",
+		                   ep->channel, why);
 	if (ep->ep || ep->thread_started)
-		return ucx_error(inst, LMT_ESTATE, "ucx channel %u: already connected",
-		                 ep->channel);
+		return putil_error(&inst->base, LMT_ESTATE, "ucx channel %u: already connected",
+		                   ep->channel);
 	/* Acknowledgements go back on an endpoint of our own. */
 	int rc = ucx_endpoint_create(ep, &a, dest_ep_failed);
 	if (rc)
@@ -366,23 +367,25 @@ int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 		ucx_ep_close_now(ep, true);
 		return rc;
 	}
-	ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: connected to the source", ep->channel);
+	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx channel %u: connected to the source",
+	          ep->channel);
 	return 0;
 }
 
 void ucx_dest_cut(struct lmt_instance *inst, struct lmt_mr *mr)
 {
-	ucx_error(inst, LMT_ETIMEDOUT, "ucx: region %u deregistered while data was arriving",
-	          mr->id);
-	pthread_mutex_lock(&inst->lock);
-	for (uint32_t c = 0; c < inst->channels; c++) {
-		lmt_endpoint *ep = inst->eps[c];
+	putil_error(&inst->base, LMT_ETIMEDOUT,
+	            "ucx: region %u deregistered while data was arriving", mr->id);
+	struct putil_channels *c = &inst->channels;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->count; i++) {
+		lmt_endpoint *ep = putil_channels_endpoint(c, i);
 		if (ep) {
 			atomic_store(&ep->cut, true);
 			ucx_wake(ep);
 		}
 	}
-	pthread_mutex_unlock(&inst->lock);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void ucx_dest_ep_close(lmt_endpoint *ep)

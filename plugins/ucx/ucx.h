@@ -12,13 +12,13 @@
 
 #include <lmt/plugin.h>
 
-#include "net.h"
-#include "sync.h"
+#include "putil_base.h"
+#include "putil_channels.h"
+#include "putil_registry.h"
 #include "wire.h"
 
 #define UCX_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
 #define UCX_MAX_CHANNELS 256u
-#define UCX_SLICE_NS 100000000ull     /* how often blocking calls poll cancelled */
 #define UCX_CLOSE_NS 500000000ull     /* longest orderly goodbye per channel, */
 #define UCX_CANCEL_NS 100000000ull    /* or once the session is cancelled */
 #define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
@@ -26,9 +26,6 @@
 #define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
 #define UCX_LIST_MAX 256u             /* longest ucx.tls or ucx.devices, with its NUL */
 #define UCX_MM_RX_BUFS_GROW "64"      /* see tune_shared_memory() */
-
-#define ucx_log(inst, level, ...) (inst)->host->log((inst)->host_ctx, level, __VA_ARGS__)
-#define ucx_error(inst, code, ...) (inst)->host->error((inst)->host_ctx, code, __VA_ARGS__)
 
 enum ucx_transfer {
 	UCX_TRANSFER_AUTO = 0,
@@ -38,7 +35,8 @@ enum ucx_transfer {
 
 /* A registered range. On the destination it is mapped with ucp_mem_map
  * (for puts) and found by id when an active message names it; `busy`
- * counts receives placing data into it right now (under inst->mr_lock). */
+ * counts receives placing data into it right now (under the registry's
+ * lock). */
 struct lmt_mr {
 	uint32_t id;
 	bool remote_write;
@@ -56,17 +54,15 @@ struct lmt_rkey {
 	uint8_t packed[UCX_RKEY_MAX];
 	ucp_rkey_h *unpacked;
 	atomic_uint users;
-	struct lmt_rkey *prev, *next; /* instance list, under mr_lock */
+	struct putil_link link; /* released by instance_close if the core did not */
 };
 
-/* One write on the source. `busy`, the generation and `seq` change under
- * ep->lock; the rest belongs to the channel thread once queued. */
+/* One write on the source. The generation changes under ep->lock; the
+ * rest belongs to the channel thread once queued. */
 struct ucx_slot {
 	lmt_endpoint *ep;
 	uint32_t index;
 	uint32_t generation;
-	bool busy;
-	uint64_t seq;
 	const void *local;
 	size_t len;
 	lmt_rkey *rkey;
@@ -117,8 +113,10 @@ struct lmt_endpoint {
 	uint32_t free_count;
 	uint32_t *queue;
 	uint64_t queue_head, queue_tail;
-	uint64_t posted; /* writes accepted; the next write's seq */
-	int broken;      /* -LMT_E* once writes are refused */
+	int broken; /* -LMT_E* once writes are refused */
+	/* -LMT_E*: another channel failed the session; set under the channel
+	 * table's lock, polled by the channel thread. */
+	atomic_int session_failed;
 
 	/* Owned by the channel thread (or whoever runs the worker). */
 	int failure; /* -LMT_E* the channel is down with */
@@ -131,11 +129,6 @@ struct lmt_endpoint {
 	uint64_t epoch; /* puts posted now belong to this flush */
 	bool flushing;
 	uint64_t flush_covers;
-
-	/* Under inst->lock: the channel joined the instance, and its final
-	 * status (-LMT_E*) once every write of a failed channel completed. */
-	bool live;
-	int final;
 
 	/* Destination. */
 	struct ucx_recv *recvs; /* rendezvous receives running */
@@ -150,51 +143,19 @@ struct lmt_endpoint {
 };
 
 struct lmt_instance {
-	const struct lmt_host *host;
-	void *host_ctx;
-	enum lmt_role role;
-	uint32_t channels;
-	uint64_t timeout_ns;
+	struct putil_instance base;
 	enum ucx_transfer transfer;
 	bool use_put;
 	bool peer_failure; /* endpoints try UCP_ERR_HANDLING_MODE_PEER */
 	ucp_context_h context;
-	lmt_endpoint **eps;       /* by channel; NULL when closed */
-	atomic_uint *outstanding; /* by channel: posted, completion not harvested */
-
-	/* Completion queue and errors. On the source `failing` is the first
-	 * channel failure and `fatal` follows once every channel completed
-	 * its writes; on the destination `fatal` is set at once. */
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct lmt__cq_ring cq;
-	int failing;
-	int fatal;
-	atomic_int failing_hint; /* `failing`, for channel threads to poll */
-
-	/* Regions (sorted by id; ids only grow) and imported keys. */
-	pthread_mutex_t mr_lock;
-	pthread_cond_t mr_cond;
-	struct lmt_mr **regions;
-	size_t region_count, region_cap;
-	uint32_t next_region;
-	struct lmt_rkey *rkeys;
-	struct lmt_instance *log_next; /* log.c's list of live instances */
+	struct putil_channels channels; /* endpoints, completions, failure */
+	struct putil_registry registry; /* regions by id, peer keys */
+	struct lmt_instance *log_next;  /* log.c's list of live instances */
 };
 
 /* ucx.c */
 /* When an orderly close stops waiting: sooner once cancelled. */
 uint64_t ucx_close_deadline(const struct lmt_instance *inst);
-/* Source: queue a completion and free its slot. */
-void ucx_complete(lmt_endpoint *ep, struct ucx_slot *slot, int status);
-/* Source: a channel failed, so the session is over; tell every channel. */
-void ucx_fail_all(struct lmt_instance *inst, int status);
-/* Source: a channel finished every write after a failure. */
-void ucx_settled(lmt_endpoint *ep, int status);
-/* Destination: record a channel's fatal error for progress to return. */
-void ucx_set_fatal(struct lmt_instance *inst, int code);
-/* Find a region by id; call with mr_lock held. */
-struct lmt_mr *ucx_region_find(struct lmt_instance *inst, uint32_t id);
 
 /* log.c: UCX's messages go to the host logger of a live instance, from
  * before the instance opens its UCP context to after it closes it. */
@@ -245,8 +206,6 @@ int ucx_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
 void ucx_source_ep_close(lmt_endpoint *ep);
 int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *rkey,
                      uint64_t offset, uint64_t cookie);
-/* Seq of the oldest write still running on the channel, or `posted`. */
-uint64_t ucx_source_oldest(lmt_endpoint *ep);
 /* Destroy the rkeys this channel unpacked. */
 void ucx_source_drop_rkeys(lmt_endpoint *ep);
 
@@ -255,7 +214,7 @@ int ucx_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr);
 int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
 void ucx_dest_ep_close(lmt_endpoint *ep);
 /* Stop placing data on every channel with a receive into `mr`. Called
- * with mr_lock held. */
+ * with the registry's lock held. */
 void ucx_dest_cut(struct lmt_instance *inst, struct lmt_mr *mr);
 
 #endif

@@ -6,7 +6,6 @@
 
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -59,14 +58,14 @@ static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
 	ucs_status_t st = ucp_worker_create(inst->context, &params, worker);
 	if (st != UCS_OK) {
 		*worker = NULL;
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot create a worker (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot create a worker (%s)", ep->channel,
+		                   ucs_status_string(st));
 	}
 	if (ucp_worker_get_efd(*worker, efd) != UCS_OK) {
 		*efd = -1;
-		ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: no wake-up descriptor, polling",
-		        ep->channel);
+		putil_log(&inst->base, LMT_LOG_DEBUG,
+		          "ucx channel %u: no wake-up descriptor, polling", ep->channel);
 	}
 	return 0;
 }
@@ -91,9 +90,9 @@ int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
 	};
 	ucs_status_t st = ucp_worker_set_am_recv_handler(ep->worker, &handler);
 	if (st != UCS_OK)
-		return ucx_error(ep->inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot set a handler (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&ep->inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot set a handler (%s)", ep->channel,
+		                   ucs_status_string(st));
 	return 0;
 }
 
@@ -104,16 +103,16 @@ int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 	size_t len;
 	ucs_status_t st = ucp_worker_get_address(ep->worker, &worker, &len);
 	if (st != UCS_OK)
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot get the worker address (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot get the worker address (%s)",
+		                   ep->channel, ucs_status_string(st));
 	const char *why = ucx_addr_encode(magic, ep->channel, worker, len, addr);
 	ucp_worker_release_address(ep->worker, worker);
 	if (why)
-		return ucx_error(inst, LMT_EOVERFLOW,
-		                 "ucx channel %u: the worker address is %zu bytes, an address "
-		                 "blob carries %u: restrict ucx.tls or ucx.devices",
-		                 ep->channel, len, UCX_ADDR_MAX);
+		return putil_error(&inst->base, LMT_EOVERFLOW,
+		                   "ucx channel %u: the worker address is %zu bytes, an address "
+		                   "blob carries %u: restrict ucx.tls or ucx.devices",
+		                   ep->channel, len, UCX_ADDR_MAX);
 	return 0;
 }
 
@@ -149,9 +148,9 @@ int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_h
 	}
 	if (st != UCS_OK) {
 		ep->ep = NULL;
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot reach the peer's worker (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot reach the peer's worker (%s)",
+		                   ep->channel, ucs_status_string(st));
 	}
 	ep->closed = false;
 	return 0;
@@ -159,15 +158,9 @@ int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_h
 
 int ucx_thread_start(lmt_endpoint *ep, void *(*fn)(void *))
 {
-	/* The embedding VMM's signals belong to its own threads. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&ep->thread, NULL, fn, ep);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc)
-		return ucx_error(ep->inst, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
-		                 ep->channel);
+	if (putil_thread_start(&ep->thread, fn, ep))
+		return putil_error(&ep->inst->base, LMT_ENOMEM,
+		                   "ucx channel %u: cannot start a thread", ep->channel);
 	ep->thread_started = true;
 	return 0;
 }
