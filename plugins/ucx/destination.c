@@ -2,7 +2,7 @@
  * puts emulated by UCX land, and places writes sent as active messages into
  * registered regions after checking them, then acknowledges them. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "destination.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,9 +10,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "channel.h"
+#include "region.h"
+
 #define ACK_EVERY 16           /* placed writes per acknowledgement, at most */
 #define ACK_BYTES (512u << 10) /* placed bytes per acknowledgement, at most */
 #define MAX_RECEIVES 4096u     /* rendezvous receives at once, per channel */
+
+/* A rendezvous receive placing one write into a region. */
+struct ucx_recv {
+	lmt_endpoint *ep;
+	ucp_ep_h reply_ep; /* UCX's endpoint for the source's connection */
+	struct lmt_mr *mr;
+	uint32_t slot, generation;
+	uint64_t len;
+	bool abandoned; /* the region was let go; the request may still finish */
+	struct ucx_recv *prev, *next;
+};
 
 /* ---- Failures -------------------------------------------------------------- */
 
@@ -62,39 +76,7 @@ static void dest_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
 	dest_fail(ep, LMT_ECONN, "the source went away (%s)", ucs_status_string(status));
 }
 
-/* ---- Regions ------------------------------------------------------------------ */
-
-/* Take a reference on the region a write targets, if it fits. */
-static struct lmt_mr *claim(lmt_endpoint *ep, const struct ucx_write *w, char *why, size_t size)
-{
-	struct putil_registry *r = &ep->inst->registry;
-	pthread_mutex_lock(&r->lock);
-	struct lmt_mr *mr = putil_registry_find_locked(r, w->region);
-	if (!mr || !mr->remote_write) {
-		snprintf(why, size, "write of %llu bytes to unknown region %u",
-		         (unsigned long long)w->len, w->region);
-		mr = NULL;
-	} else if (w->len > mr->len || w->offset > mr->len - w->len) {
-		snprintf(why, size,
-		         "write of %llu bytes at offset %llu outside region %u (%llu bytes)",
-		         (unsigned long long)w->len, (unsigned long long)w->offset, w->region,
-		         (unsigned long long)mr->len);
-		mr = NULL;
-	} else {
-		mr->busy++;
-	}
-	pthread_mutex_unlock(&r->lock);
-	return mr;
-}
-
-static void release(struct lmt_instance *inst, struct lmt_mr *mr)
-{
-	struct putil_registry *r = &inst->registry;
-	pthread_mutex_lock(&r->lock);
-	if (--mr->busy == 0)
-		pthread_cond_broadcast(&r->cond);
-	pthread_mutex_unlock(&r->lock);
-}
+/* ---- Receives ----------------------------------------------------------------- */
 
 /* Let go of every receive still running: their regions may go, and the
  * worker is not driven again, so nothing more is placed. */
@@ -105,7 +87,7 @@ static void abandon(lmt_endpoint *ep)
 		ep->recvs = r->next;
 		ep->recv_count--;
 		r->abandoned = true;
-		release(ep->inst, r->mr);
+		ucx_region_release(ep->inst, r->mr);
 		r->mr = NULL;
 		r->prev = NULL;
 		r->next = ep->abandoned;
@@ -162,7 +144,7 @@ static void received(void *request, ucs_status_t status, size_t length, void *us
 		return;
 	}
 	unlink_receive(ep, r);
-	release(ep->inst, r->mr);
+	ucx_region_release(ep->inst, r->mr);
 	if (status != UCS_OK || length != r->len)
 		dest_fail(ep, status == UCS_OK ? LMT_EPROTO : ucx_status_code(status),
 		          "receiving a write of %llu bytes failed (%s)", (unsigned long long)r->len,
@@ -180,7 +162,7 @@ static ucs_status_t receive(lmt_endpoint *ep, struct lmt_mr *mr, const struct uc
 {
 	struct ucx_recv *r = ep->recv_count < MAX_RECEIVES ? calloc(1, sizeof(*r)) : NULL;
 	if (!r) {
-		release(ep->inst, mr);
+		ucx_region_release(ep->inst, mr);
 		dest_fail(ep, LMT_ENOMEM, "too many writes arriving at once");
 		return UCS_ERR_NO_MEMORY;
 	}
@@ -233,7 +215,7 @@ static ucs_status_t dest_write(void *arg, const void *header, size_t header_leng
 		       length);
 		return rndv ? UCS_ERR_REJECTED : UCS_OK;
 	}
-	struct lmt_mr *mr = claim(ep, &w, why, sizeof(why));
+	struct lmt_mr *mr = ucx_region_claim(ep->inst, w.region, w.offset, w.len, why, sizeof(why));
 	if (!mr) {
 		refuse(ep, "%s", why);
 		return rndv ? UCS_ERR_REJECTED : UCS_OK;
@@ -244,7 +226,7 @@ static ucs_status_t dest_write(void *arg, const void *header, size_t header_leng
 		                                                                  : NULL);
 	if (length)
 		memcpy(mr->addr + w.offset, data, length);
-	release(ep->inst, mr);
+	ucx_region_release(ep->inst, mr);
 	placed(ep, w.slot, w.generation, length);
 	return UCS_OK;
 }
@@ -370,22 +352,6 @@ int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx channel %u: connected to the source",
 	          ep->channel);
 	return 0;
-}
-
-void ucx_dest_cut(struct lmt_instance *inst, struct lmt_mr *mr)
-{
-	putil_error(&inst->base, LMT_ETIMEDOUT,
-	            "ucx: region %u deregistered while data was arriving", mr->id);
-	struct putil_channels *c = &inst->channels;
-	pthread_mutex_lock(&c->lock);
-	for (uint32_t i = 0; i < c->count; i++) {
-		lmt_endpoint *ep = putil_channels_endpoint(c, i);
-		if (ep) {
-			atomic_store(&ep->cut, true);
-			ucx_wake(ep);
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
 }
 
 void ucx_dest_ep_close(lmt_endpoint *ep)

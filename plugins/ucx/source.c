@@ -3,21 +3,43 @@
  * destination acknowledges them) or as puts (complete once a flush covering
  * them completes). Either way a completion means the bytes are visible. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "source.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "channel.h"
+#include "region.h"
+
 #define SUBMIT_BATCH 32          /* writes taken from the queue at a time */
 #define FLUSH_EVERY 16           /* puts per flush, at most */
 #define FLUSH_BYTES (8ull << 20) /* bytes put per flush, at most */
 
+/* One write. The generation changes under ep->lock; the rest belongs to
+ * the channel thread once queued. */
+struct ucx_slot {
+	lmt_endpoint *ep;
+	uint32_t index;
+	uint32_t generation;
+	const void *local;
+	size_t len;
+	lmt_rkey *rkey;
+	uint64_t offset;
+	uint64_t cookie;
+	uint8_t header[UCX_WRITE_HEADER_LEN];
+	bool posted, sent, acked;
+	int status;     /* first error of this write, -LMT_E* */
+	uint64_t epoch; /* puts: the flush that makes it visible */
+};
+
 /* ---- Failures -------------------------------------------------------------- */
 
-/* Another channel failed the session: this one goes down with `status` at
- * its thread's next round. Called under the channel table's lock. */
+/* Another channel failed the session: this one goes down with `status`.
+ * Only the channel's thread may drive its worker, so it is told and woken
+ * here, and breaks the channel at its next round. Called under the
+ * channel table's lock. */
 static void break_channel(void *arg, int status)
 {
 	lmt_endpoint *ep = arg;
@@ -348,12 +370,12 @@ static void shutdown_channel(lmt_endpoint *ep)
 	/* UCX wants rkeys gone before their endpoint, once nothing uses
 	 * them; a forced close purges what still does. */
 	if (!ep->in_flight)
-		ucx_source_drop_rkeys(ep);
+		ucx_rkeys_drop(ep->inst, ep->channel);
 	ucx_ep_close_now(ep, true);
 	if (!ep->failure)
 		source_break(ep, -LMT_ECANCELED, false);
 	settle(ep);
-	ucx_source_drop_rkeys(ep);
+	ucx_rkeys_drop(ep->inst, ep->channel);
 }
 
 static void *source_thread(void *arg)
@@ -478,19 +500,6 @@ int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	return 0;
 }
 
-void ucx_source_drop_rkeys(lmt_endpoint *ep)
-{
-	struct putil_registry *r = &ep->inst->registry;
-	pthread_mutex_lock(&r->lock);
-	for (struct putil_link *link = r->rkeys.next; link != &r->rkeys; link = link->next) {
-		struct lmt_rkey *rkey = putil_container_of(link, struct lmt_rkey, link);
-		if (rkey->unpacked[ep->channel])
-			ucp_rkey_destroy(rkey->unpacked[ep->channel]);
-		rkey->unpacked[ep->channel] = NULL;
-	}
-	pthread_mutex_unlock(&r->lock);
-}
-
 void ucx_source_ep_close(lmt_endpoint *ep)
 {
 	if (ep->thread_started) {
@@ -502,7 +511,7 @@ void ucx_source_ep_close(lmt_endpoint *ep)
 		ucx_ep_close_now(ep, true);
 	}
 	if (ep->worker)
-		ucx_source_drop_rkeys(ep);
+		ucx_rkeys_drop(ep->inst, ep->channel);
 	ucx_worker_close(ep);
 	if (ep->lock_ready)
 		pthread_mutex_destroy(&ep->lock);

@@ -1,14 +1,25 @@
-/* The UCX plugin: descriptor, options, instances (one UCP context each),
- * registrations, remote keys, progress and flush. Channels are in
- * worker.c, source.c and destination.c. */
+/* The UCX plugin: descriptor, options, instances (one UCP context each)
+ * and the ops that dispatch to the source and destination sides of a
+ * channel. Each channel is one UCP worker with a thread of its own. Below
+ * it: source.c and destination.c (the two ends of a channel), region.c
+ * (registrations and peer keys), channel.c (a channel's worker, endpoint,
+ * thread and notices), log_relay.c (UCX's log lines), wire.c (the
+ * formats). */
 #define _GNU_SOURCE
-#include "ucx.h"
-
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "channel.h"
+#include "destination.h"
+#include "instance.h"
+#include "log_relay.h"
+#include "region.h"
+#include "source.h"
+
+#define UCX_MAX_CHANNELS 256u
+#define UCX_LIST_MAX 256u        /* longest ucx.tls or ucx.devices, with its NUL */
+#define UCX_MM_RX_BUFS_GROW "64" /* see tune_shared_memory() */
 
 static const char *const ucx_transfer_names[] = {"auto", "am", "put", NULL};
 
@@ -30,16 +41,6 @@ static const struct lmt_option_desc ucx_options[] = {
          .doc = "how writes move: put (one-sided RMA), am (active messages the destination "
                 "places), auto (put over InfiniBand RC/DC only)"},
 };
-
-/* ---- Helpers for the other files -------------------------------------- */
-
-uint64_t ucx_close_deadline(const struct lmt_instance *inst)
-{
-	uint64_t bound = putil_cancelled(&inst->base) ? UCX_CANCEL_NS : UCX_CLOSE_NS;
-	if (inst->base.timeout_ns && inst->base.timeout_ns < bound)
-		bound = inst->base.timeout_ns;
-	return lmt__deadline(bound);
-}
 
 /* ---- Instances --------------------------------------------------------- */
 
@@ -208,23 +209,14 @@ static int ucx_instance_open(const struct lmt_host *host, void *host_ctx,
 	if (!inst)
 		return host->error(host_ctx, LMT_ENOMEM, "ucx: out of memory"), -LMT_ENOMEM;
 	putil_instance_init(&inst->base, "ucx", host, host_ctx, params);
-	if ((rc = putil_channels_init(&inst->channels, &inst->base, UCX_QUEUE_DEPTH))) {
-		free(inst);
-		return rc;
-	}
-	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT32_MAX))) {
-		putil_channels_fini(&inst->channels);
-		free(inst);
-		return rc;
-	}
+	if ((rc = putil_channels_init(&inst->channels, &inst->base, UCX_QUEUE_DEPTH)))
+		goto free_instance;
+	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT32_MAX)))
+		goto free_channels;
+	/* UCX's messages while it reads its configuration reach the host too. */
 	ucx_log_attach(inst);
-	if ((rc = open_context(inst))) {
-		ucx_log_detach(inst);
-		putil_registry_fini(&inst->registry);
-		putil_channels_fini(&inst->channels);
-		free(inst);
-		return rc;
-	}
+	if ((rc = open_context(inst)))
+		goto detach;
 	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx: %s instance, %u channels%s",
 	          inst->base.role == LMT_ROLE_SOURCE ? "source" : "destination",
 	          inst->base.channels,
@@ -233,12 +225,15 @@ static int ucx_instance_open(const struct lmt_host *host, void *host_ctx,
 	                                                  : ", writes as active messages");
 	*out = inst;
 	return 0;
-}
 
-static void free_rkey(struct lmt_rkey *rkey)
-{
-	free(rkey->unpacked);
-	free(rkey);
+detach:
+	ucx_log_detach(inst);
+	putil_registry_fini(&inst->registry);
+free_channels:
+	putil_channels_fini(&inst->channels);
+free_instance:
+	free(inst);
+	return rc;
 }
 
 static void ucx_instance_close(lmt_instance *inst)
@@ -250,22 +245,10 @@ static void ucx_instance_close(lmt_instance *inst)
 		if (ep)
 			ucx_ep_close(ep);
 	}
-	struct putil_registry *r = &inst->registry;
-	for (size_t i = 0; i < r->count; i++) {
-		struct lmt_mr *mr = r->table[i].mr;
-		if (mr->memh)
-			ucp_mem_unmap(inst->context, mr->memh);
-		free(mr);
-	}
-	r->count = 0;
-	struct putil_link *link;
-	while ((link = putil_registry_first_rkey(r))) {
-		putil_registry_unlink(r, link);
-		free_rkey(putil_container_of(link, struct lmt_rkey, link));
-	}
+	ucx_regions_release_all(inst);
 	ucp_cleanup(inst->context);
 	ucx_log_detach(inst);
-	putil_registry_fini(r);
+	putil_registry_fini(&inst->registry);
 	putil_channels_fini(&inst->channels);
 	free(inst);
 }
@@ -319,150 +302,6 @@ static void ucx_ep_close(lmt_endpoint *ep)
 	else
 		ucx_dest_ep_close(ep);
 	free(ep);
-}
-
-/* ---- Registrations ----------------------------------------------------- */
-
-/* Map `mr` for puts and describe it in `key`. */
-static int map_region(struct lmt_instance *inst, struct lmt_mr *mr, struct lmt_blob *key)
-{
-	ucp_mem_map_params_t params = {
-	        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-	                      UCP_MEM_MAP_PARAM_FIELD_PROT,
-	        .address = mr->addr,
-	        .length = mr->len,
-	        .prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
-	                UCP_MEM_MAP_PROT_REMOTE_WRITE,
-	};
-	ucs_status_t st = ucp_mem_map(inst->context, &params, &mr->memh);
-	if (st != UCS_OK) {
-		mr->memh = NULL;
-		return putil_error(
-		        &inst->base, ucx_status_code(st), "ucx: cannot map %llu bytes at %p (%s)",
-		        (unsigned long long)mr->len, (void *)mr->addr, ucs_status_string(st));
-	}
-	void *packed;
-	size_t packed_len;
-	st = ucp_rkey_pack(inst->context, mr->memh, &packed, &packed_len);
-	if (st != UCS_OK)
-		return putil_error(&inst->base, ucx_status_code(st),
-		                   "ucx: cannot pack an rkey (%s)", ucs_status_string(st));
-	struct ucx_key k = {.region = mr->id, .base = (uintptr_t)mr->addr, .len = mr->len};
-	const char *why = ucx_key_encode(&k, packed, packed_len, key);
-	ucp_rkey_buffer_release(packed);
-	if (why)
-		return putil_error(&inst->base, LMT_EOVERFLOW,
-		                   "ucx: the packed rkey is %zu bytes, a key blob carries %u: "
-		                   "restrict ucx.tls or ucx.devices",
-		                   packed_len, UCX_RKEY_MAX);
-	return 0;
-}
-
-static void ucx_mr_deregister(lmt_instance *inst, lmt_mr *mr);
-
-static int ucx_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t access,
-                           lmt_mr **out, struct lmt_blob *key)
-{
-	if (!inst || !out)
-		return -LMT_EINVAL;
-	bool remote = access & LMT_MR_REMOTE_WRITE;
-	if (!addr || !len || (remote && !key) || (uintptr_t)addr > UINTPTR_MAX - len)
-		return putil_error(&inst->base, LMT_EINVAL,
-		                   "ucx: cannot register %zu bytes at %p%s", len, addr,
-		                   remote && !key ? " without a key blob" : "");
-	struct lmt_mr *mr = calloc(1, sizeof(*mr));
-	if (!mr)
-		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
-	mr->addr = addr;
-	mr->len = len;
-	uint64_t id;
-	int rc = putil_registry_insert(&inst->registry, &inst->base, mr, &id);
-	if (rc) {
-		free(mr);
-		return rc;
-	}
-	mr->id = (uint32_t)id;
-	if (remote && (rc = map_region(inst, mr, key)) != 0) {
-		ucx_mr_deregister(inst, mr);
-		return rc;
-	}
-	if (!remote && key)
-		key->len = 0;
-	/* Writes may name it only now that it is complete. */
-	pthread_mutex_lock(&inst->registry.lock);
-	mr->remote_write = remote;
-	pthread_mutex_unlock(&inst->registry.lock);
-	*out = mr;
-	return 0;
-}
-
-static void ucx_mr_deregister(lmt_instance *inst, lmt_mr *mr)
-{
-	if (!inst || !mr)
-		return;
-	struct putil_registry *r = &inst->registry;
-	pthread_mutex_lock(&r->lock);
-	if (putil_registry_find_locked(r, mr->id) == mr)
-		putil_registry_remove_locked(r, mr->id);
-	/* Receives into it finish, or are cut off past the deadline (soon
-	 * after a cancel). */
-	uint64_t deadline = putil_call_deadline(&inst->base);
-	uint64_t soon = lmt__deadline(UCX_CLOSE_NS);
-	bool cut = false;
-	while (mr->busy) {
-		uint64_t now = lmt__now_ns();
-		if (!cut && (now >= deadline || (now >= soon && putil_cancelled(&inst->base)))) {
-			ucx_dest_cut(inst, mr);
-			cut = true;
-		}
-		lmt__cond_wait_slice(&r->cond, &r->lock, cut ? UINT64_MAX : deadline);
-	}
-	pthread_mutex_unlock(&r->lock);
-	if (mr->memh)
-		ucp_mem_unmap(inst->context, mr->memh);
-	free(mr);
-}
-
-static int ucx_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt_rkey **out)
-{
-	if (!inst || !key || !out)
-		return -LMT_EINVAL;
-	*out = NULL;
-	struct ucx_key k;
-	const char *why = ucx_key_decode(key, &k);
-	if (why)
-		return putil_error(&inst->base, LMT_EPROTO, "ucx: bad key blob (%u bytes): %s",
-		                   key->len, why);
-	struct lmt_rkey *rkey = calloc(1, sizeof(*rkey));
-	if (rkey)
-		rkey->unpacked = calloc(inst->base.channels, sizeof(*rkey->unpacked));
-	if (!rkey || !rkey->unpacked) {
-		free(rkey);
-		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
-	}
-	memcpy(rkey->packed, k.rkey, k.rkey_len);
-	rkey->key = k;
-	rkey->key.rkey = rkey->packed;
-	putil_registry_add_rkey(&inst->registry, &rkey->link);
-	*out = rkey;
-	return 0;
-}
-
-static void ucx_rkey_release(lmt_instance *inst, lmt_rkey *rkey)
-{
-	if (!inst || !rkey)
-		return;
-	/* An rkey unpacked on a channel, or still in use, waits for the
-	 * channel's close (UCX wants it destroyed before its endpoint). */
-	pthread_mutex_lock(&inst->registry.lock);
-	bool idle = atomic_load(&rkey->users) == 0;
-	for (uint32_t c = 0; idle && c < inst->channels.count; c++)
-		idle = !rkey->unpacked[c];
-	pthread_mutex_unlock(&inst->registry.lock);
-	if (idle) {
-		putil_registry_unlink(&inst->registry, &rkey->link);
-		free_rkey(rkey);
-	}
 }
 
 /* ---- Data path --------------------------------------------------------- */

@@ -1,14 +1,19 @@
-/* What both sides of a UCX channel do with their UCP worker: create it,
+/* What both ends of a UCX channel do with their UCP worker: create it,
  * connect an endpoint, run a thread that sleeps on the worker's wake-up
  * descriptor, send notices, and close without the peer's help. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "channel.h"
 
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define UCX_CANCEL_NS 100000000ull    /* longest goodbye once the session is cancelled */
+#define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
+#define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
+#define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
 
 struct note_buffer {
 	lmt_endpoint *ep;
@@ -44,6 +49,14 @@ int ucx_status_code(ucs_status_t status)
 	default:
 		return LMT_EIO;
 	}
+}
+
+uint64_t ucx_close_deadline(const struct lmt_instance *inst)
+{
+	uint64_t bound = putil_cancelled(&inst->base) ? UCX_CANCEL_NS : UCX_CLOSE_NS;
+	if (inst->base.timeout_ns && inst->base.timeout_ns < bound)
+		bound = inst->base.timeout_ns;
+	return lmt__deadline(bound);
 }
 
 static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
@@ -188,7 +201,9 @@ void ucx_wait_events(lmt_endpoint *ep, int timeout_ms)
 	poll(p, ep->reply_worker ? 2 : 1, timeout_ms);
 }
 
-void ucx_idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *))
+/* Sleep until the worker has events, at most `timeout_ms`, unless the
+ * endpoint is stopping or `ready` says there is work already. */
+static void idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *))
 {
 	atomic_store(&ep->sleeping, true);
 	if (!atomic_load(&ep->stopping) && !(ready && ready(ep)))
@@ -212,7 +227,7 @@ void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpo
 		sched_yield();
 		return;
 	}
-	ucx_idle(ep, pending ? 1 : 100, ready);
+	idle(ep, pending ? 1 : 100, ready);
 	ep->idle_since = 0;
 }
 
@@ -275,6 +290,24 @@ ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code)
 	return ucx_send_notice(ep, kind, code, NULL, 0);
 }
 
+/* Orderly goodbye: send BYE and wait (bounded) for the peer's. */
+static void goodbye(lmt_endpoint *ep)
+{
+	if (!ep->ep || ep->closed || ep->transport_failed)
+		return;
+	if (!ep->bye_sent) {
+		ep->bye_sent = true;
+		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
+			return;
+	}
+	uint64_t deadline = ucx_close_deadline(ep->inst);
+	/* The peer's BYE, and our own notices on their way. */
+	while ((!ep->peer_bye || ep->notes_in_flight) && !ep->transport_failed &&
+	       lmt__now_ns() < deadline)
+		if (!ucx_drive(ep))
+			ucx_wait_events(ep, 1);
+}
+
 /* Close `uep`, bounded. UCX 1.13 asserts when a worker is destroyed
  * with requests still tracked on one of its endpoints, and when the peer
  * does not answer only a forced close purges them. */
@@ -303,7 +336,7 @@ void ucx_ep_close_now(lmt_endpoint *ep, bool drive)
 	 * whose peer still runs is closed by force: force only a peer that
 	 * failed or does not answer a goodbye, and flush the others. */
 	if (drive && !ep->transport_failed)
-		ucx_goodbye(ep);
+		goodbye(ep);
 	ucp_ep_h uep = ep->ep;
 	ep->closed = true;
 	ep->ep = NULL;
@@ -322,22 +355,4 @@ void ucx_peer_bye(lmt_endpoint *ep)
 		ep->bye_sent = true;
 		ucx_send_note(ep, UCX_NOTE_BYE, 0);
 	}
-}
-
-bool ucx_goodbye(lmt_endpoint *ep)
-{
-	if (!ep->ep || ep->closed || ep->transport_failed)
-		return ep->peer_bye;
-	if (!ep->bye_sent) {
-		ep->bye_sent = true;
-		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
-			return ep->peer_bye;
-	}
-	uint64_t deadline = ucx_close_deadline(ep->inst);
-	/* The peer's BYE, and our own notices on their way. */
-	while ((!ep->peer_bye || ep->notes_in_flight) && !ep->transport_failed &&
-	       lmt__now_ns() < deadline)
-		if (!ucx_drive(ep))
-			ucx_wait_events(ep, 1);
-	return ep->peer_bye;
 }

@@ -1,7 +1,7 @@
 /* UCX's own log messages, routed to the host's logger of a live instance:
  * left alone, UCX prints them to stdout, which a plugin never does. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "log_relay.h"
 
 #include <stdarg.h>
 #include <stdio.h>
