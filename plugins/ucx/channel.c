@@ -83,7 +83,7 @@ static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
 	return 0;
 }
 
-int ucx_worker_open(lmt_endpoint *ep, bool reply_worker)
+static int open_workers(lmt_endpoint *ep, bool reply_worker)
 {
 	int rc = create_worker(ep, &ep->worker, &ep->efd);
 	if (!rc && reply_worker)
@@ -91,7 +91,7 @@ int ucx_worker_open(lmt_endpoint *ep, bool reply_worker)
 	return rc;
 }
 
-int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
+static int set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
 {
 	ucp_am_handler_param_t handler = {
 	        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
@@ -109,7 +109,7 @@ int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
 	return 0;
 }
 
-int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
+static int worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 {
 	struct lmt_instance *inst = ep->inst;
 	ucp_address_t *worker;
@@ -129,6 +129,20 @@ int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 	return 0;
 }
 
+int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
+                     ucp_am_recv_callback_t on_note, struct lmt_blob *addr)
+{
+	bool source = ep->inst->base.role == LMT_ROLE_SOURCE;
+	int rc = open_workers(ep, !source);
+	if (!rc && on_write)
+		rc = set_handler(ep, UCX_AM_WRITE, on_write);
+	if (!rc)
+		rc = set_handler(ep, UCX_AM_NOTE, on_note);
+	if (!rc)
+		rc = worker_blob(ep, source ? UCX_MAGIC_SRC_ADDR : UCX_MAGIC_DST_ADDR, addr);
+	return rc;
+}
+
 void ucx_worker_close(lmt_endpoint *ep)
 {
 	if (ep->reply_worker)
@@ -139,7 +153,8 @@ void ucx_worker_close(lmt_endpoint *ep)
 	ep->efd = ep->reply_efd = -1;
 }
 
-int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_handler_cb_t failed)
+static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
+                           ucp_err_handler_cb_t failed)
 {
 	struct lmt_instance *inst = ep->inst;
 	ucp_worker_h worker = ep->reply_worker ? ep->reply_worker : ep->worker;
@@ -169,13 +184,44 @@ int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_h
 	return 0;
 }
 
-int ucx_thread_start(lmt_endpoint *ep, void *(*fn)(void *))
+int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
+                        ucp_err_handler_cb_t failed, void *(*thread)(void *))
 {
-	if (putil_thread_start(&ep->thread, fn, ep))
-		return putil_error(&ep->inst->base, LMT_ENOMEM,
-		                   "ucx channel %u: cannot start a thread", ep->channel);
+	struct lmt_instance *inst = ep->inst;
+	bool source = inst->base.role == LMT_ROLE_SOURCE;
+	struct ucx_addr a;
+	const char *why =
+	        ucx_addr_decode(peer_addr, source ? UCX_MAGIC_DST_ADDR : UCX_MAGIC_SRC_ADDR, &a);
+	if (!why && a.channel != ep->channel)
+		why = "address of another channel";
+	if (why)
+		return putil_error(&inst->base, LMT_EPROTO,
+		                   "ucx channel %u: bad address blob from the %s: %s", ep->channel,
+		                   source ? "destination" : "source", why);
+	if (ep->ep || ep->thread_started)
+		return putil_error(&inst->base, LMT_ESTATE, "ucx channel %u: already connected",
+		                   ep->channel);
+	int rc = create_endpoint(ep, &a, failed);
+	if (rc)
+		return rc;
+	if (putil_thread_start(&ep->thread, thread, ep)) {
+		ucx_ep_close_now(ep, true);
+		return putil_error(&inst->base, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
+		                   ep->channel);
+	}
 	ep->thread_started = true;
 	return 0;
+}
+
+bool ucx_channel_stop(lmt_endpoint *ep)
+{
+	if (!ep->thread_started)
+		return false;
+	atomic_store(&ep->stopping, true);
+	ucx_wake(ep);
+	pthread_join(ep->thread, NULL);
+	ep->thread_started = false;
+	return true;
 }
 
 void ucx_wake(lmt_endpoint *ep)

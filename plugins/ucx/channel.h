@@ -15,15 +15,20 @@ int ucx_status_code(ucs_status_t status);
 /* When an orderly close stops waiting: sooner once cancelled. */
 uint64_t ucx_close_deadline(const struct lmt_instance *inst);
 
-/* The channel's worker, and for a destination the one its endpoint uses. */
-int ucx_worker_open(lmt_endpoint *ep, bool reply_worker);
+/* ep_open: the channel's worker (and for a destination a second one, which
+ * its endpoint uses), the active-message handlers with `ep` as their
+ * argument (`on_write` only on the destination), and the worker's address
+ * as the channel's blob. 0, or the error recorded; the caller closes. */
+int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
+                     ucp_am_recv_callback_t on_note, struct lmt_blob *addr);
 void ucx_worker_close(lmt_endpoint *ep);
-/* An active-message handler on the channel's worker, with `ep` as its
- * argument; and the worker's address as the channel's blob. */
-int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb);
-int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr);
-int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_handler_cb_t failed);
-int ucx_thread_start(lmt_endpoint *ep, void *(*fn)(void *));
+/* ep_connect: check the peer's address blob, create the endpoint to its
+ * worker (`failed` hears of a peer UCX saw fail) and start the channel's
+ * thread. 0, or the error recorded. */
+int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
+                        ucp_err_handler_cb_t failed, void *(*thread)(void *));
+/* ep_close: stop the channel's thread and join it; false when none ran. */
+bool ucx_channel_stop(lmt_endpoint *ep);
 
 /* Wake the channel thread if it sleeps. Safe from any thread. */
 void ucx_wake(lmt_endpoint *ep);

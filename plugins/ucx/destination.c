@@ -315,13 +315,7 @@ int ucx_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	ep->acks = malloc((size_t)UCX_QUEUE_DEPTH * UCX_NOTE_ENTRY_LEN);
 	if (!ep->acks)
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
-	int rc = ucx_worker_open(ep, true);
-	if (!rc)
-		rc = ucx_set_handler(ep, UCX_AM_WRITE, dest_write);
-	if (!rc)
-		rc = ucx_set_handler(ep, UCX_AM_NOTE, dest_note);
-	if (!rc)
-		rc = ucx_worker_blob(ep, UCX_MAGIC_DST_ADDR, addr);
+	int rc = ucx_channel_open(ep, dest_write, dest_note, addr);
 	if (rc)
 		ucx_dest_ep_close(ep);
 	return rc;
@@ -330,25 +324,10 @@ int ucx_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 {
 	struct lmt_instance *inst = ep->inst;
-	struct ucx_addr a;
-	const char *why = ucx_addr_decode(peer_addr, UCX_MAGIC_SRC_ADDR, &a);
-	if (!why && a.channel != ep->channel)
-		why = "address of another channel";
-	if (why)
-		return putil_error(&inst->base, LMT_EPROTO,
-		                   "ucx channel %u: bad address blob from the source: %s",
-		                   ep->channel, why);
-	if (ep->ep || ep->thread_started)
-		return putil_error(&inst->base, LMT_ESTATE, "ucx channel %u: already connected",
-		                   ep->channel);
 	/* Acknowledgements go back on an endpoint of our own. */
-	int rc = ucx_endpoint_create(ep, &a, dest_ep_failed);
+	int rc = ucx_channel_connect(ep, peer_addr, dest_ep_failed, dest_thread);
 	if (rc)
 		return rc;
-	if ((rc = ucx_thread_start(ep, dest_thread)) != 0) {
-		ucx_ep_close_now(ep, true);
-		return rc;
-	}
 	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx channel %u: connected to the source",
 	          ep->channel);
 	return 0;
@@ -356,14 +335,8 @@ int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 
 void ucx_dest_ep_close(lmt_endpoint *ep)
 {
-	if (ep->thread_started) {
-		atomic_store(&ep->stopping, true);
-		ucx_wake(ep);
-		pthread_join(ep->thread, NULL);
-		ep->thread_started = false;
-	} else if (ep->worker) {
+	if (!ucx_channel_stop(ep) && ep->worker)
 		stand_down(ep, false);
-	}
 	ucx_worker_close(ep);
 	while (ep->abandoned) {
 		struct ucx_recv *next = ep->abandoned->next;

@@ -420,12 +420,9 @@ int ucx_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 		ep->free_slots[i] = UCX_QUEUE_DEPTH - 1 - i;
 	}
 	ep->free_count = UCX_QUEUE_DEPTH;
+	ep->use_put = inst->use_put;
 	if (!rc)
-		rc = ucx_worker_open(ep, false);
-	if (!rc)
-		rc = ucx_set_handler(ep, UCX_AM_NOTE, source_note);
-	if (!rc)
-		rc = ucx_worker_blob(ep, UCX_MAGIC_SRC_ADDR, addr);
+		rc = ucx_channel_open(ep, NULL, source_note, addr);
 	if (rc)
 		ucx_source_ep_close(ep);
 	return rc;
@@ -434,25 +431,9 @@ int ucx_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 int ucx_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 {
 	struct lmt_instance *inst = ep->inst;
-	struct ucx_addr a;
-	const char *why = ucx_addr_decode(peer_addr, UCX_MAGIC_DST_ADDR, &a);
-	if (!why && a.channel != ep->channel)
-		why = "address of another channel";
-	if (why)
-		return putil_error(&inst->base, LMT_EPROTO,
-		                   "ucx channel %u: bad address blob from the destination: %s",
-		                   ep->channel, why);
-	if (ep->connected || ep->ep)
-		return putil_error(&inst->base, LMT_ESTATE, "ucx channel %u: already connected",
-		                   ep->channel);
-	int rc = ucx_endpoint_create(ep, &a, source_ep_failed);
+	int rc = ucx_channel_connect(ep, peer_addr, source_ep_failed, source_thread);
 	if (rc)
 		return rc;
-	ep->use_put = inst->use_put;
-	if ((rc = ucx_thread_start(ep, source_thread)) != 0) {
-		ucx_ep_close_now(ep, true);
-		return rc;
-	}
 	pthread_mutex_lock(&ep->lock);
 	ep->connected = true;
 	pthread_mutex_unlock(&ep->lock);
@@ -502,14 +483,8 @@ int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 
 void ucx_source_ep_close(lmt_endpoint *ep)
 {
-	if (ep->thread_started) {
-		atomic_store(&ep->stopping, true);
-		ucx_wake(ep);
-		pthread_join(ep->thread, NULL);
-		ep->thread_started = false;
-	} else if (ep->worker) {
+	if (!ucx_channel_stop(ep) && ep->worker)
 		ucx_ep_close_now(ep, true);
-	}
 	if (ep->worker)
 		ucx_rkeys_drop(ep->inst, ep->channel);
 	ucx_worker_close(ep);
