@@ -21,6 +21,7 @@ uint64_t ucx_close_deadline(const struct lmt_instance *inst);
  * as the channel's blob. 0, or the error recorded; the caller closes. */
 int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
                      ucp_am_recv_callback_t on_note, struct lmt_blob *addr);
+/* ep_close, once nothing drives them: destroy the workers. */
 void ucx_worker_close(lmt_endpoint *ep);
 /* ep_connect: check the peer's address blob, create the endpoint to its
  * worker (`failed` hears of a peer UCX saw fail) and start the channel's
