@@ -2,7 +2,7 @@
  * puts emulated by UCX land, and places writes sent as active messages into
  * registered regions after checking them, then acknowledges them. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "destination.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,9 +10,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "channel.h"
+#include "region.h"
+
 #define ACK_EVERY 16           /* placed writes per acknowledgement, at most */
 #define ACK_BYTES (512u << 10) /* placed bytes per acknowledgement, at most */
 #define MAX_RECEIVES 4096u     /* rendezvous receives at once, per channel */
+
+/* A rendezvous receive placing one write into a region. */
+struct ucx_recv {
+	lmt_endpoint *ep;
+	ucp_ep_h reply_ep; /* UCX's endpoint for the source's connection */
+	struct lmt_mr *mr;
+	uint32_t slot, generation;
+	uint64_t len;
+	bool abandoned; /* the region was let go; the request may still finish */
+	struct ucx_recv *prev, *next;
+};
 
 /* ---- Failures -------------------------------------------------------------- */
 
@@ -30,8 +44,8 @@ static void refuse(lmt_endpoint *ep, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	int rc = ucx_error(ep->inst, LMT_EPROTO, "ucx channel %u: %s", ep->channel, msg);
-	ucx_set_fatal(ep->inst, rc);
+	int rc = putil_error(&ep->inst->base, LMT_EPROTO, "ucx channel %u: %s", ep->channel, msg);
+	putil_channels_set_fatal(&ep->inst->channels, rc);
 	ucx_send_note(ep, UCX_NOTE_ERROR, LMT_EPROTO);
 }
 
@@ -50,8 +64,8 @@ static void dest_fail(lmt_endpoint *ep, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	ep->failure = ucx_error(ep->inst, code, "ucx channel %u: %s", ep->channel, msg);
-	ucx_set_fatal(ep->inst, ep->failure);
+	ep->failure = putil_error(&ep->inst->base, code, "ucx channel %u: %s", ep->channel, msg);
+	putil_channels_set_fatal(&ep->inst->channels, ep->failure);
 }
 
 static void dest_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
@@ -62,38 +76,7 @@ static void dest_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
 	dest_fail(ep, LMT_ECONN, "the source went away (%s)", ucs_status_string(status));
 }
 
-/* ---- Regions ------------------------------------------------------------------ */
-
-/* Take a reference on the region a write targets, if it fits. */
-static struct lmt_mr *claim(lmt_endpoint *ep, const struct ucx_write *w, char *why, size_t size)
-{
-	struct lmt_instance *inst = ep->inst;
-	pthread_mutex_lock(&inst->mr_lock);
-	struct lmt_mr *mr = ucx_region_find(inst, w->region);
-	if (!mr || !mr->remote_write) {
-		snprintf(why, size, "write of %llu bytes to unknown region %u",
-		         (unsigned long long)w->len, w->region);
-		mr = NULL;
-	} else if (w->len > mr->len || w->offset > mr->len - w->len) {
-		snprintf(why, size,
-		         "write of %llu bytes at offset %llu outside region %u (%llu bytes)",
-		         (unsigned long long)w->len, (unsigned long long)w->offset, w->region,
-		         (unsigned long long)mr->len);
-		mr = NULL;
-	} else {
-		mr->busy++;
-	}
-	pthread_mutex_unlock(&inst->mr_lock);
-	return mr;
-}
-
-static void release(struct lmt_instance *inst, struct lmt_mr *mr)
-{
-	pthread_mutex_lock(&inst->mr_lock);
-	if (--mr->busy == 0)
-		pthread_cond_broadcast(&inst->mr_cond);
-	pthread_mutex_unlock(&inst->mr_lock);
-}
+/* ---- Receives ----------------------------------------------------------------- */
 
 /* Let go of every receive still running: their regions may go, and the
  * worker is not driven again, so nothing more is placed. */
@@ -104,7 +87,7 @@ static void abandon(lmt_endpoint *ep)
 		ep->recvs = r->next;
 		ep->recv_count--;
 		r->abandoned = true;
-		release(ep->inst, r->mr);
+		ucx_region_release(ep->inst, r->mr);
 		r->mr = NULL;
 		r->prev = NULL;
 		r->next = ep->abandoned;
@@ -161,7 +144,7 @@ static void received(void *request, ucs_status_t status, size_t length, void *us
 		return;
 	}
 	unlink_receive(ep, r);
-	release(ep->inst, r->mr);
+	ucx_region_release(ep->inst, r->mr);
 	if (status != UCS_OK || length != r->len)
 		dest_fail(ep, status == UCS_OK ? LMT_EPROTO : ucx_status_code(status),
 		          "receiving a write of %llu bytes failed (%s)", (unsigned long long)r->len,
@@ -179,7 +162,7 @@ static ucs_status_t receive(lmt_endpoint *ep, struct lmt_mr *mr, const struct uc
 {
 	struct ucx_recv *r = ep->recv_count < MAX_RECEIVES ? calloc(1, sizeof(*r)) : NULL;
 	if (!r) {
-		release(ep->inst, mr);
+		ucx_region_release(ep->inst, mr);
 		dest_fail(ep, LMT_ENOMEM, "too many writes arriving at once");
 		return UCS_ERR_NO_MEMORY;
 	}
@@ -232,7 +215,7 @@ static ucs_status_t dest_write(void *arg, const void *header, size_t header_leng
 		       length);
 		return rndv ? UCS_ERR_REJECTED : UCS_OK;
 	}
-	struct lmt_mr *mr = claim(ep, &w, why, sizeof(why));
+	struct lmt_mr *mr = ucx_region_claim(ep->inst, w.region, w.offset, w.len, why, sizeof(why));
 	if (!mr) {
 		refuse(ep, "%s", why);
 		return rndv ? UCS_ERR_REJECTED : UCS_OK;
@@ -243,7 +226,7 @@ static ucs_status_t dest_write(void *arg, const void *header, size_t header_leng
 		                                                                  : NULL);
 	if (length)
 		memcpy(mr->addr + w.offset, data, length);
-	release(ep->inst, mr);
+	ucx_region_release(ep->inst, mr);
 	placed(ep, w.slot, w.generation, length);
 	return UCS_OK;
 }
@@ -331,14 +314,8 @@ int ucx_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	struct lmt_instance *inst = ep->inst;
 	ep->acks = malloc((size_t)UCX_QUEUE_DEPTH * UCX_NOTE_ENTRY_LEN);
 	if (!ep->acks)
-		return ucx_error(inst, LMT_ENOMEM, "ucx: out of memory");
-	int rc = ucx_worker_open(ep, true);
-	if (!rc)
-		rc = ucx_set_handler(ep, UCX_AM_WRITE, dest_write);
-	if (!rc)
-		rc = ucx_set_handler(ep, UCX_AM_NOTE, dest_note);
-	if (!rc)
-		rc = ucx_worker_blob(ep, UCX_MAGIC_DST_ADDR, addr);
+		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
+	int rc = ucx_channel_open(ep, dest_write, dest_note, addr);
 	if (rc)
 		ucx_dest_ep_close(ep);
 	return rc;
@@ -347,54 +324,19 @@ int ucx_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 int ucx_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 {
 	struct lmt_instance *inst = ep->inst;
-	struct ucx_addr a;
-	const char *why = ucx_addr_decode(peer_addr, UCX_MAGIC_SRC_ADDR, &a);
-	if (!why && a.channel != ep->channel)
-		why = "address of another channel";
-	if (why)
-		return ucx_error(inst, LMT_EPROTO,
-		                 "ucx channel %u: bad address blob from the source: %s",
-		                 ep->channel, why);
-	if (ep->ep || ep->thread_started)
-		return ucx_error(inst, LMT_ESTATE, "ucx channel %u: already connected",
-		                 ep->channel);
 	/* Acknowledgements go back on an endpoint of our own. */
-	int rc = ucx_endpoint_create(ep, &a, dest_ep_failed);
+	int rc = ucx_channel_connect(ep, peer_addr, dest_ep_failed, dest_thread);
 	if (rc)
 		return rc;
-	if ((rc = ucx_thread_start(ep, dest_thread)) != 0) {
-		ucx_ep_close_now(ep, true);
-		return rc;
-	}
-	ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: connected to the source", ep->channel);
+	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx channel %u: connected to the source",
+	          ep->channel);
 	return 0;
-}
-
-void ucx_dest_cut(struct lmt_instance *inst, struct lmt_mr *mr)
-{
-	ucx_error(inst, LMT_ETIMEDOUT, "ucx: region %u deregistered while data was arriving",
-	          mr->id);
-	pthread_mutex_lock(&inst->lock);
-	for (uint32_t c = 0; c < inst->channels; c++) {
-		lmt_endpoint *ep = inst->eps[c];
-		if (ep) {
-			atomic_store(&ep->cut, true);
-			ucx_wake(ep);
-		}
-	}
-	pthread_mutex_unlock(&inst->lock);
 }
 
 void ucx_dest_ep_close(lmt_endpoint *ep)
 {
-	if (ep->thread_started) {
-		atomic_store(&ep->stopping, true);
-		ucx_wake(ep);
-		pthread_join(ep->thread, NULL);
-		ep->thread_started = false;
-	} else if (ep->worker) {
+	if (!ucx_channel_stop(ep) && ep->worker)
 		stand_down(ep, false);
-	}
 	ucx_worker_close(ep);
 	while (ep->abandoned) {
 		struct ucx_recv *next = ep->abandoned->next;

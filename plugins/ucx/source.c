@@ -3,18 +3,48 @@
  * destination acknowledges them) or as puts (complete once a flush covering
  * them completes). Either way a completion means the bytes are visible. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "source.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "channel.h"
+#include "region.h"
 
 #define SUBMIT_BATCH 32          /* writes taken from the queue at a time */
 #define FLUSH_EVERY 16           /* puts per flush, at most */
 #define FLUSH_BYTES (8ull << 20) /* bytes put per flush, at most */
 
+/* One write. The generation changes under ep->lock; the rest belongs to
+ * the channel thread once queued. */
+struct ucx_slot {
+	lmt_endpoint *ep;
+	uint32_t index;
+	uint32_t generation;
+	const void *local;
+	size_t len;
+	lmt_rkey *rkey;
+	uint64_t offset;
+	uint64_t cookie;
+	uint8_t header[UCX_WRITE_HEADER_LEN];
+	bool posted, sent, acked;
+	int status;     /* first error of this write, -LMT_E* */
+	uint64_t epoch; /* puts: the flush that makes it visible */
+};
+
 /* ---- Failures -------------------------------------------------------------- */
+
+/* Another channel failed the session: this one goes down with `status`.
+ * Only the channel's thread may drive its worker, so it is told and woken
+ * here, and breaks the channel at its next round. Called under the
+ * channel table's lock. */
+static void break_channel(void *arg, int status)
+{
+	lmt_endpoint *ep = arg;
+	atomic_store(&ep->session_failed, status);
+	ucx_wake(ep);
+}
 
 /* Take the channel down with `code` (-LMT_E*). `report`: the session is
  * over, so every channel goes down too. */
@@ -28,7 +58,7 @@ static void source_break(lmt_endpoint *ep, int code, bool report)
 		ep->broken = code;
 	pthread_mutex_unlock(&ep->lock);
 	if (report)
-		ucx_fail_all(ep->inst, code);
+		putil_channels_fail(&ep->inst->channels, code, break_channel);
 }
 
 static void source_fail(lmt_endpoint *ep, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -46,7 +76,8 @@ static void source_fail(lmt_endpoint *ep, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	source_break(ep, ucx_error(ep->inst, code, "ucx channel %u: %s", ep->channel, msg), true);
+	source_break(ep, putil_error(&ep->inst->base, code, "ucx channel %u: %s", ep->channel, msg),
+	             true);
 }
 
 static void source_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
@@ -64,6 +95,25 @@ static void source_ep_failed(void *arg, ucp_ep_h uep, ucs_status_t status)
 
 /* ---- Completions ----------------------------------------------------------- */
 
+/* Queue the completion of `slot` and free the slot, under the channel
+ * table's lock: a completion the core harvested leaves its slot free for
+ * the next write. */
+static void complete(lmt_endpoint *ep, struct ucx_slot *slot, int status)
+{
+	struct putil_channels *c = &ep->inst->channels;
+	if (slot->rkey)
+		atomic_fetch_sub(&slot->rkey->users, 1);
+	pthread_mutex_lock(&c->lock);
+	putil_channels_complete_locked(c, ep->channel, slot->cookie, status);
+	pthread_mutex_lock(&ep->lock);
+	slot->rkey = NULL;
+	slot->posted = slot->sent = slot->acked = false;
+	slot->status = 0;
+	ep->free_slots[ep->free_count++] = slot->index;
+	pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_unlock(&c->lock);
+}
+
 static void try_finish(lmt_endpoint *ep, struct ucx_slot *slot)
 {
 	/* A failed channel completes what is left when it settles. */
@@ -71,7 +121,7 @@ static void try_finish(lmt_endpoint *ep, struct ucx_slot *slot)
 		return;
 	if (slot->status || slot->acked) {
 		ep->in_flight--;
-		ucx_complete(ep, slot, slot->status);
+		complete(ep, slot, slot->status);
 	}
 }
 
@@ -261,7 +311,7 @@ static void drop(lmt_endpoint *ep, struct ucx_slot *slot, int status)
 {
 	if (slot->posted)
 		ep->in_flight--;
-	ucx_complete(ep, slot, status);
+	complete(ep, slot, status);
 }
 
 /* Take up to `max` slots off the submission queue. */
@@ -303,7 +353,7 @@ static void settle(lmt_endpoint *ep)
 	for (uint32_t i = 0; i < UCX_QUEUE_DEPTH; i++)
 		if (ep->slots[i].posted)
 			drop(ep, &ep->slots[i], ep->failure);
-	ucx_settled(ep, ep->failure);
+	putil_channels_settle(&ep->inst->channels, ep->channel, ep->failure);
 }
 
 static bool source_ready(lmt_endpoint *ep)
@@ -319,12 +369,12 @@ static void shutdown_channel(lmt_endpoint *ep)
 	/* UCX wants rkeys gone before their endpoint, once nothing uses
 	 * them; a forced close purges what still does. */
 	if (!ep->in_flight)
-		ucx_source_drop_rkeys(ep);
+		ucx_rkeys_drop(ep->inst, ep->channel);
 	ucx_ep_close_now(ep, true);
 	if (!ep->failure)
 		source_break(ep, -LMT_ECANCELED, false);
 	settle(ep);
-	ucx_source_drop_rkeys(ep);
+	ucx_rkeys_drop(ep->inst, ep->channel);
 }
 
 static void *source_thread(void *arg)
@@ -335,7 +385,7 @@ static void *source_thread(void *arg)
 		busy |= ucx_drive(ep);
 		if (ep->use_put && !ep->failure)
 			busy |= flush_puts(ep, !busy);
-		int failing = atomic_load(&ep->inst->failing_hint);
+		int failing = atomic_load(&ep->session_failed);
 		if (failing && !ep->failure)
 			source_break(ep, failing, false);
 		if (ep->failure && !ep->closed) {
@@ -358,9 +408,9 @@ int ucx_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	ep->queue = calloc(UCX_QUEUE_DEPTH, sizeof(*ep->queue));
 	int rc = 0;
 	if (!ep->slots || !ep->free_slots || !ep->queue)
-		rc = ucx_error(inst, LMT_ENOMEM, "ucx: out of memory");
+		rc = putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
 	else if (pthread_mutex_init(&ep->lock, NULL))
-		rc = ucx_error(inst, LMT_ENOMEM, "ucx: cannot create locks");
+		rc = putil_error(&inst->base, LMT_ENOMEM, "ucx: cannot create locks");
 	else
 		ep->lock_ready = true;
 	for (uint32_t i = 0; !rc && i < UCX_QUEUE_DEPTH; i++) {
@@ -369,12 +419,9 @@ int ucx_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 		ep->free_slots[i] = UCX_QUEUE_DEPTH - 1 - i;
 	}
 	ep->free_count = UCX_QUEUE_DEPTH;
+	ep->use_put = inst->use_put;
 	if (!rc)
-		rc = ucx_worker_open(ep, false);
-	if (!rc)
-		rc = ucx_set_handler(ep, UCX_AM_NOTE, source_note);
-	if (!rc)
-		rc = ucx_worker_blob(ep, UCX_MAGIC_SRC_ADDR, addr);
+		rc = ucx_channel_open(ep, NULL, source_note, addr);
 	if (rc)
 		ucx_source_ep_close(ep);
 	return rc;
@@ -383,35 +430,15 @@ int ucx_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 int ucx_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 {
 	struct lmt_instance *inst = ep->inst;
-	struct ucx_addr a;
-	const char *why = ucx_addr_decode(peer_addr, UCX_MAGIC_DST_ADDR, &a);
-	if (!why && a.channel != ep->channel)
-		why = "address of another channel";
-	if (why)
-		return ucx_error(inst, LMT_EPROTO,
-		                 "ucx channel %u: bad address blob from the destination: %s",
-		                 ep->channel, why);
-	if (ep->connected || ep->ep)
-		return ucx_error(inst, LMT_ESTATE, "ucx channel %u: already connected",
-		                 ep->channel);
-	int rc = ucx_endpoint_create(ep, &a, source_ep_failed);
+	int rc = ucx_channel_connect(ep, peer_addr, source_ep_failed, source_thread);
 	if (rc)
 		return rc;
-	ep->use_put = inst->use_put;
-	if ((rc = ucx_thread_start(ep, source_thread)) != 0) {
-		ucx_ep_close_now(ep, true);
-		return rc;
-	}
 	pthread_mutex_lock(&ep->lock);
 	ep->connected = true;
 	pthread_mutex_unlock(&ep->lock);
-	pthread_mutex_lock(&inst->lock);
-	ep->live = true;
-	if (inst->failing)
-		ucx_wake(ep);
-	pthread_mutex_unlock(&inst->lock);
-	ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: connected, writes as %s", ep->channel,
-	        ep->use_put ? "puts" : "active messages");
+	putil_channels_go_live(&inst->channels, ep->channel, break_channel);
+	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx channel %u: connected, writes as %s",
+	          ep->channel, ep->use_put ? "puts" : "active messages");
 	return 0;
 }
 
@@ -424,19 +451,17 @@ int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 		pthread_mutex_unlock(&ep->lock);
 		if (code == LMT_EAGAIN)
 			return -LMT_EAGAIN;
-		int rc = ucx_error(ep->inst, code, "ucx channel %u: %s", ep->channel,
-		                   code == LMT_ESTATE ? "not connected" : "channel is down");
+		int rc = putil_error(&ep->inst->base, code, "ucx channel %u: %s", ep->channel,
+		                     code == LMT_ESTATE ? "not connected" : "channel is down");
 		/* A channel the peer closed in order fails the session once
 		 * it is used: progress says so too. */
 		if (code != LMT_ESTATE)
-			ucx_fail_all(ep->inst, rc);
+			putil_channels_fail(&ep->inst->channels, rc, break_channel);
 		return rc;
 	}
 	uint32_t index = ep->free_slots[--ep->free_count];
 	struct ucx_slot *slot = &ep->slots[index];
-	slot->busy = true;
 	slot->generation++;
-	slot->seq = ep->posted++;
 	slot->local = local;
 	slot->len = len;
 	slot->rkey = rkey;
@@ -455,43 +480,12 @@ int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	return 0;
 }
 
-uint64_t ucx_source_oldest(lmt_endpoint *ep)
-{
-	if (!ep->lock_ready)
-		return 0;
-	pthread_mutex_lock(&ep->lock);
-	uint64_t oldest = ep->posted;
-	for (uint32_t i = 0; i < UCX_QUEUE_DEPTH; i++)
-		if (ep->slots[i].busy && ep->slots[i].seq < oldest)
-			oldest = ep->slots[i].seq;
-	pthread_mutex_unlock(&ep->lock);
-	return oldest;
-}
-
-void ucx_source_drop_rkeys(lmt_endpoint *ep)
-{
-	struct lmt_instance *inst = ep->inst;
-	pthread_mutex_lock(&inst->mr_lock);
-	for (struct lmt_rkey *rkey = inst->rkeys; rkey; rkey = rkey->next) {
-		if (rkey->unpacked[ep->channel])
-			ucp_rkey_destroy(rkey->unpacked[ep->channel]);
-		rkey->unpacked[ep->channel] = NULL;
-	}
-	pthread_mutex_unlock(&inst->mr_lock);
-}
-
 void ucx_source_ep_close(lmt_endpoint *ep)
 {
-	if (ep->thread_started) {
-		atomic_store(&ep->stopping, true);
-		ucx_wake(ep);
-		pthread_join(ep->thread, NULL);
-		ep->thread_started = false;
-	} else if (ep->worker) {
+	if (!ucx_channel_stop(ep) && ep->worker)
 		ucx_ep_close_now(ep, true);
-	}
 	if (ep->worker)
-		ucx_source_drop_rkeys(ep);
+		ucx_rkeys_drop(ep->inst, ep->channel);
 	ucx_worker_close(ep);
 	if (ep->lock_ready)
 		pthread_mutex_destroy(&ep->lock);

@@ -1,7 +1,7 @@
 /* UCX's own log messages, routed to the host's logger of a live instance:
  * left alone, UCX prints them to stdout, which a plugin never does. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "log_relay.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,7 +48,7 @@ static ucs_log_func_rc_t ucx_log_handler(const char *file, unsigned line, const 
 	pthread_mutex_lock(&ucx_log_lock);
 	struct lmt_instance *inst = ucx_log_instances;
 	if (inst)
-		inst->host->log(inst->host_ctx, host_level(level), "ucx: UCX says: %s", text);
+		putil_log(&inst->base, host_level(level), "ucx: UCX says: %s", text);
 	pthread_mutex_unlock(&ucx_log_lock);
 	return UCS_LOG_FUNC_RC_STOP;
 }

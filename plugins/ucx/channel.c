@@ -1,15 +1,19 @@
-/* What both sides of a UCX channel do with their UCP worker: create it,
+/* What both ends of a UCX channel do with their UCP worker: create it,
  * connect an endpoint, run a thread that sleeps on the worker's wake-up
  * descriptor, send notices, and close without the peer's help. */
 #define _GNU_SOURCE
-#include "ucx.h"
+#include "channel.h"
 
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define UCX_CANCEL_NS 100000000ull    /* longest goodbye once the session is cancelled */
+#define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
+#define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
+#define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
 
 struct note_buffer {
 	lmt_endpoint *ep;
@@ -47,6 +51,14 @@ int ucx_status_code(ucs_status_t status)
 	}
 }
 
+uint64_t ucx_close_deadline(const struct lmt_instance *inst)
+{
+	uint64_t bound = putil_cancelled(&inst->base) ? UCX_CANCEL_NS : UCX_CLOSE_NS;
+	if (inst->base.timeout_ns && inst->base.timeout_ns < bound)
+		bound = inst->base.timeout_ns;
+	return lmt__deadline(bound);
+}
+
 static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
 {
 	struct lmt_instance *inst = ep->inst;
@@ -59,19 +71,19 @@ static int create_worker(lmt_endpoint *ep, ucp_worker_h *worker, int *efd)
 	ucs_status_t st = ucp_worker_create(inst->context, &params, worker);
 	if (st != UCS_OK) {
 		*worker = NULL;
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot create a worker (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot create a worker (%s)", ep->channel,
+		                   ucs_status_string(st));
 	}
 	if (ucp_worker_get_efd(*worker, efd) != UCS_OK) {
 		*efd = -1;
-		ucx_log(inst, LMT_LOG_DEBUG, "ucx channel %u: no wake-up descriptor, polling",
-		        ep->channel);
+		putil_log(&inst->base, LMT_LOG_DEBUG,
+		          "ucx channel %u: no wake-up descriptor, polling", ep->channel);
 	}
 	return 0;
 }
 
-int ucx_worker_open(lmt_endpoint *ep, bool reply_worker)
+static int open_workers(lmt_endpoint *ep, bool reply_worker)
 {
 	int rc = create_worker(ep, &ep->worker, &ep->efd);
 	if (!rc && reply_worker)
@@ -79,7 +91,7 @@ int ucx_worker_open(lmt_endpoint *ep, bool reply_worker)
 	return rc;
 }
 
-int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
+static int set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
 {
 	ucp_am_handler_param_t handler = {
 	        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
@@ -91,30 +103,44 @@ int ucx_set_handler(lmt_endpoint *ep, unsigned id, ucp_am_recv_callback_t cb)
 	};
 	ucs_status_t st = ucp_worker_set_am_recv_handler(ep->worker, &handler);
 	if (st != UCS_OK)
-		return ucx_error(ep->inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot set a handler (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&ep->inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot set a handler (%s)", ep->channel,
+		                   ucs_status_string(st));
 	return 0;
 }
 
-int ucx_worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
+static int worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 {
 	struct lmt_instance *inst = ep->inst;
 	ucp_address_t *worker;
 	size_t len;
 	ucs_status_t st = ucp_worker_get_address(ep->worker, &worker, &len);
 	if (st != UCS_OK)
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot get the worker address (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot get the worker address (%s)",
+		                   ep->channel, ucs_status_string(st));
 	const char *why = ucx_addr_encode(magic, ep->channel, worker, len, addr);
 	ucp_worker_release_address(ep->worker, worker);
 	if (why)
-		return ucx_error(inst, LMT_EOVERFLOW,
-		                 "ucx channel %u: the worker address is %zu bytes, an address "
-		                 "blob carries %u: restrict ucx.tls or ucx.devices",
-		                 ep->channel, len, UCX_ADDR_MAX);
+		return putil_error(&inst->base, LMT_EOVERFLOW,
+		                   "ucx channel %u: the worker address is %zu bytes, an address "
+		                   "blob carries %u: restrict ucx.tls or ucx.devices",
+		                   ep->channel, len, UCX_ADDR_MAX);
 	return 0;
+}
+
+int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
+                     ucp_am_recv_callback_t on_note, struct lmt_blob *addr)
+{
+	bool source = ep->inst->base.role == LMT_ROLE_SOURCE;
+	int rc = open_workers(ep, !source);
+	if (!rc && on_write)
+		rc = set_handler(ep, UCX_AM_WRITE, on_write);
+	if (!rc)
+		rc = set_handler(ep, UCX_AM_NOTE, on_note);
+	if (!rc)
+		rc = worker_blob(ep, source ? UCX_MAGIC_SRC_ADDR : UCX_MAGIC_DST_ADDR, addr);
+	return rc;
 }
 
 void ucx_worker_close(lmt_endpoint *ep)
@@ -127,7 +153,8 @@ void ucx_worker_close(lmt_endpoint *ep)
 	ep->efd = ep->reply_efd = -1;
 }
 
-int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_handler_cb_t failed)
+static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
+                           ucp_err_handler_cb_t failed)
 {
 	struct lmt_instance *inst = ep->inst;
 	ucp_worker_h worker = ep->reply_worker ? ep->reply_worker : ep->worker;
@@ -149,27 +176,52 @@ int ucx_endpoint_create(lmt_endpoint *ep, const struct ucx_addr *peer, ucp_err_h
 	}
 	if (st != UCS_OK) {
 		ep->ep = NULL;
-		return ucx_error(inst, ucx_status_code(st),
-		                 "ucx channel %u: cannot reach the peer's worker (%s)", ep->channel,
-		                 ucs_status_string(st));
+		return putil_error(&inst->base, ucx_status_code(st),
+		                   "ucx channel %u: cannot reach the peer's worker (%s)",
+		                   ep->channel, ucs_status_string(st));
 	}
 	ep->closed = false;
 	return 0;
 }
 
-int ucx_thread_start(lmt_endpoint *ep, void *(*fn)(void *))
+int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
+                        ucp_err_handler_cb_t failed, void *(*thread)(void *))
 {
-	/* The embedding VMM's signals belong to its own threads. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&ep->thread, NULL, fn, ep);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	struct lmt_instance *inst = ep->inst;
+	bool source = inst->base.role == LMT_ROLE_SOURCE;
+	struct ucx_addr a;
+	const char *why =
+	        ucx_addr_decode(peer_addr, source ? UCX_MAGIC_DST_ADDR : UCX_MAGIC_SRC_ADDR, &a);
+	if (!why && a.channel != ep->channel)
+		why = "address of another channel";
+	if (why)
+		return putil_error(&inst->base, LMT_EPROTO,
+		                   "ucx channel %u: bad address blob from the %s: %s", ep->channel,
+		                   source ? "destination" : "source", why);
+	if (ep->ep || ep->thread_started)
+		return putil_error(&inst->base, LMT_ESTATE, "ucx channel %u: already connected",
+		                   ep->channel);
+	int rc = create_endpoint(ep, &a, failed);
 	if (rc)
-		return ucx_error(ep->inst, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
-		                 ep->channel);
+		return rc;
+	if (putil_thread_start(&ep->thread, thread, ep)) {
+		ucx_ep_close_now(ep, true);
+		return putil_error(&inst->base, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
+		                   ep->channel);
+	}
 	ep->thread_started = true;
 	return 0;
+}
+
+bool ucx_channel_stop(lmt_endpoint *ep)
+{
+	if (!ep->thread_started)
+		return false;
+	atomic_store(&ep->stopping, true);
+	ucx_wake(ep);
+	pthread_join(ep->thread, NULL);
+	ep->thread_started = false;
+	return true;
 }
 
 void ucx_wake(lmt_endpoint *ep)
@@ -195,7 +247,9 @@ void ucx_wait_events(lmt_endpoint *ep, int timeout_ms)
 	poll(p, ep->reply_worker ? 2 : 1, timeout_ms);
 }
 
-void ucx_idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *))
+/* Sleep until the worker has events, at most `timeout_ms`, unless the
+ * endpoint is stopping or `ready` says there is work already. */
+static void idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *))
 {
 	atomic_store(&ep->sleeping, true);
 	if (!atomic_load(&ep->stopping) && !(ready && ready(ep)))
@@ -219,7 +273,7 @@ void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpo
 		sched_yield();
 		return;
 	}
-	ucx_idle(ep, pending ? 1 : 100, ready);
+	idle(ep, pending ? 1 : 100, ready);
 	ep->idle_since = 0;
 }
 
@@ -282,6 +336,24 @@ ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code)
 	return ucx_send_notice(ep, kind, code, NULL, 0);
 }
 
+/* Orderly goodbye: send BYE and wait (bounded) for the peer's. */
+static void goodbye(lmt_endpoint *ep)
+{
+	if (!ep->ep || ep->closed || ep->transport_failed)
+		return;
+	if (!ep->bye_sent) {
+		ep->bye_sent = true;
+		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
+			return;
+	}
+	uint64_t deadline = ucx_close_deadline(ep->inst);
+	/* The peer's BYE, and our own notices on their way. */
+	while ((!ep->peer_bye || ep->notes_in_flight) && !ep->transport_failed &&
+	       lmt__now_ns() < deadline)
+		if (!ucx_drive(ep))
+			ucx_wait_events(ep, 1);
+}
+
 /* Close `uep`, bounded. UCX 1.13 asserts when a worker is destroyed
  * with requests still tracked on one of its endpoints, and when the peer
  * does not answer only a forced close purges them. */
@@ -310,7 +382,7 @@ void ucx_ep_close_now(lmt_endpoint *ep, bool drive)
 	 * whose peer still runs is closed by force: force only a peer that
 	 * failed or does not answer a goodbye, and flush the others. */
 	if (drive && !ep->transport_failed)
-		ucx_goodbye(ep);
+		goodbye(ep);
 	ucp_ep_h uep = ep->ep;
 	ep->closed = true;
 	ep->ep = NULL;
@@ -329,22 +401,4 @@ void ucx_peer_bye(lmt_endpoint *ep)
 		ep->bye_sent = true;
 		ucx_send_note(ep, UCX_NOTE_BYE, 0);
 	}
-}
-
-bool ucx_goodbye(lmt_endpoint *ep)
-{
-	if (!ep->ep || ep->closed || ep->transport_failed)
-		return ep->peer_bye;
-	if (!ep->bye_sent) {
-		ep->bye_sent = true;
-		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
-			return ep->peer_bye;
-	}
-	uint64_t deadline = ucx_close_deadline(ep->inst);
-	/* The peer's BYE, and our own notices on their way. */
-	while ((!ep->peer_bye || ep->notes_in_flight) && !ep->transport_failed &&
-	       lmt__now_ns() < deadline)
-		if (!ucx_drive(ep))
-			ucx_wait_events(ep, 1);
-	return ep->peer_bye;
 }
