@@ -1,5 +1,5 @@
-/* Deadlines, monotonic condition variables and the completion ring that
- * the plugins with channel threads share. Internal; not installed. */
+/* Deadlines and monotonic condition variables, shared by the core and the
+ * plugins. Internal; not installed. */
 #ifndef LMT_COMMON_SYNC_H
 #define LMT_COMMON_SYNC_H
 
@@ -21,25 +21,5 @@ int lmt__cond_init(pthread_cond_t *cond);
 
 /* Wait on `cond` until signalled, `deadline_ns`, or one slice. */
 void lmt__cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t deadline_ns);
-
-/* Completions queued by channel threads for the host's progress, under the
- * owner's lock. Sized so that it never fills: a channel holds at most its
- * queue depth of writes not harvested. */
-struct lmt__cq_ring {
-	struct lmt_completion *ring;
-	uint32_t cap, first, count;
-};
-
-/* 0, or -LMT_ENOMEM. */
-int lmt__cq_init(struct lmt__cq_ring *q, uint32_t cap);
-void lmt__cq_free(struct lmt__cq_ring *q);
-
-/* Queue one; false (and nothing queued) when full. */
-bool lmt__cq_push(struct lmt__cq_ring *q, uint64_t cookie, int status, uint32_t channel);
-
-/* Move up to `max` into `out`, counting each off its channel's
- * `outstanding`; how many. */
-uint32_t lmt__cq_drain(struct lmt__cq_ring *q, struct lmt_completion *out, uint32_t max,
-                       atomic_uint *outstanding);
 
 #endif
