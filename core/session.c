@@ -129,48 +129,18 @@ static void host_inject(void *ctx, enum lmt_fault fault)
 	}
 }
 
-/* Load `spec`: a plugin name or path, or "decorator:plugin". */
+/* Load `spec`: a plugin name or path, or "decorator:plugin". The wrapped
+ * plugin decides the capabilities and the name on the wire. */
 static int load_plugins(struct lmt_session *s, const char *spec, struct lmt_error *err)
 {
-	const char *colon = strchr(spec, ':');
-	if (!colon || memchr(spec, '/', (size_t)(colon - spec))) {
-		int rc = lmt_plugin_open(spec, &s->plugin, err);
-		if (rc)
-			return rc;
-		s->desc = lmt_plugin_descriptor(s->plugin);
-		if (s->desc->caps & LMT_CAP_DECORATOR)
-			return lmt__error(
-			        err, LMT_EINVAL,
-			        "plugin '%s' is a decorator: name the plugin it wraps, as in "
-			        "'%s:tcp'",
-			        s->desc->name, s->desc->name);
-		s->caps = s->desc->caps;
-		s->wire_name = s->desc->name;
-		return 0;
-	}
-	char outer[64];
-	if ((size_t)(colon - spec) >= sizeof(outer))
-		return lmt__error(err, LMT_EINVAL, "plugin '%s': decorator name too long", spec);
-	memcpy(outer, spec, (size_t)(colon - spec));
-	outer[colon - spec] = '\0';
-	int rc = lmt_plugin_open(outer, &s->plugin, err);
+	int rc = lmt_plugin_open_spec(spec, &s->plugin, &s->inner_plugin, err);
 	if (rc)
 		return rc;
 	s->desc = lmt_plugin_descriptor(s->plugin);
-	if (!(s->desc->caps & LMT_CAP_DECORATOR))
-		return lmt__error(err, LMT_EINVAL,
-		                  "plugin '%s': '%s' is not a decorator, so it cannot wrap '%s'",
-		                  spec, outer, colon + 1);
-	if ((rc = lmt_plugin_open(colon + 1, &s->inner_plugin, err)))
-		return rc;
-	s->inner = lmt_plugin_descriptor(s->inner_plugin);
-	if (s->inner->caps & LMT_CAP_DECORATOR)
-		return lmt__error(err, LMT_EINVAL,
-		                  "plugin '%s': a decorator wraps one transport, "
-		                  "not another decorator",
-		                  spec);
-	s->caps = s->inner->caps;
-	s->wire_name = s->inner->name;
+	s->inner = s->inner_plugin ? lmt_plugin_descriptor(s->inner_plugin) : NULL;
+	const struct lmt_plugin *transport = s->inner ? s->inner : s->desc;
+	s->caps = transport->caps;
+	s->wire_name = transport->name;
 	return 0;
 }
 
@@ -203,8 +173,7 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, c
 	};
 	uint32_t ncore;
 	const struct lmt_option_desc *core = lmt_core_options(&ncore);
-	int rc = plugin ? load_plugins(s, plugin, err)
-	                : lmt__error(err, LMT_EINVAL, "plugin: no name given");
+	int rc = load_plugins(s, plugin, err);
 	if (!rc) {
 		rc = lmt__optset_new(&s->opts);
 		if (rc)

@@ -58,6 +58,18 @@ void lmt_plugin_close(lmt_plugin_handle *plugin);
 const struct lmt_plugin *lmt_plugin_descriptor(const lmt_plugin_handle *plugin);
 const char *lmt_plugin_path(const lmt_plugin_handle *plugin);
 
+/* Load what lmt_session_new loads for `spec`: a plugin name or path as for
+ * lmt_plugin_open, or "DECORATOR:PLUGIN" ("chaos:tcp"; a ':' in a path's
+ * directories is part of the path). *plugin is the plugin named first and
+ * *inner the one a decorator wraps, NULL for a plain plugin; the wrapped
+ * plugin is the transport, the one whose capabilities and name count. Both
+ * are the caller's, to free with lmt_plugin_close(). A decorator without a
+ * plugin to wrap, a plugin that is no decorator given one, and a decorator
+ * around a decorator are refused with LMT_EINVAL. On failure both are NULL
+ * and err says why. Thread-safe. */
+int lmt_plugin_open_spec(const char *spec, lmt_plugin_handle **plugin, lmt_plugin_handle **inner,
+                         struct lmt_error *err);
+
 /* List every plugin found on the search path: calls `fn` once per file
  * that loads (with its handle, valid during the call) and once per file
  * that fails (handle NULL, err set). Returns the number of plugins that
