@@ -15,6 +15,8 @@
 
 #include <rdma/fi_errno.h>
 
+#include <lmt/version.h>
+
 static const char *const ofi_completion_names[] = {"auto", "delivery", "fence", NULL};
 static const char *const ofi_coalesce_names[] = {"auto", "on", "off", NULL};
 
@@ -741,7 +743,7 @@ static const struct lmt_plugin ofi_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "ofi",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",
         .caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS |
                 LMT_CAP_MERGES_RUNS,

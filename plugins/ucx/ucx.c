@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <lmt/version.h>
+
 static const char *const ucx_transfer_names[] = {"auto", "am", "put", NULL};
 
 static const struct lmt_option_desc ucx_options[] = {
@@ -768,7 +770,7 @@ static const struct lmt_plugin ucx_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "ucx",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",
         .caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
         .options = ucx_options,

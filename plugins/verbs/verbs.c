@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <lmt/version.h>
+
 static const struct lmt_option_desc verbs_options[] = {
         {.name = "device",
          .type = LMT_OPT_STRING,
@@ -566,7 +568,7 @@ static const struct lmt_plugin verbs_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "verbs",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "RDMA verbs (rdma-core): RC RDMA writes on InfiniBand and RoCE",
         .caps = LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL,
         .options = verbs_options,

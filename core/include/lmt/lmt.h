@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <lmt/plugin.h>
+#include <lmt/version.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,7 +18,15 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LMT_VERSION_STRING "0.1.0"
+/* LMT_VERSION ("MAJOR.MINOR.PATCH") and its numbers are in lmt/version.h,
+ * generated from the project's version; LMT_VERSION_STRING is its older
+ * name. */
+#define LMT_VERSION_STRING LMT_VERSION
+
+/* The version of the liblmt in use at run time, "MAJOR.MINOR.PATCH", which
+ * may differ from the LMT_VERSION a program was built against. Never NULL;
+ * thread-safe. */
+const char *lmt_version(void);
 
 /* Maximum channels per session and length of a RAM block name. */
 #define LMT_MAX_CHANNELS 64u
