@@ -97,6 +97,22 @@ const struct lmt_option_desc *lmt_core_options(uint32_t *count);
 int lmt_option_format(const struct lmt_option_desc *desc, const struct lmt_option_value *value,
                       char *buf, size_t size);
 
+/* The inverse of lmt_option_format, and the parser sessions use for every
+ * option: parse `text` as a value of `desc` into *value. BOOL takes on/off,
+ * true/false, yes/no or 1/0; INT a signed decimal; SIZE bytes with an
+ * optional K, M, G or T (binary: 64K, 1M, 2GiB); DURATION a number with
+ * ns, us, ms, s or m (a bare number is ms); ENUM one of desc->enum_values;
+ * STRING any text without ','. desc->min..max (unless both are 0) and
+ * LMT_OPTF_POW2 are checked. Returns 0, or a negative code with err (may
+ * be NULL) naming desc->name and what it expects: "chunk-size: expected a
+ * power of two from 4K to 1G, got '3M'"; an LMT_OPTF_SECRET value is never
+ * echoed. Nothing is allocated: value->text borrows, for ENUM, the
+ * descriptor's own enum_values entry and, for STRING, `text` itself, so
+ * the caller keeps those alive as long as it uses value->text (NULL for
+ * the other types). Thread-safe. */
+int lmt_option_parse(const struct lmt_option_desc *desc, const char *text,
+                     struct lmt_option_value *value, struct lmt_error *err);
+
 /* ---- Sessions ---------------------------------------------------------- */
 
 typedef struct lmt_session lmt_session;
