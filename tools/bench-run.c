@@ -177,7 +177,7 @@ static void timeout_text(const struct bench_config *cfg, char *buf, size_t size)
 {
 	char duration[32];
 
-	bench_format_duration(cfg->timeout_ns, duration, sizeof(duration));
+	bench_format(LMT_OPT_DURATION, cfg->timeout_ns, duration, sizeof(duration));
 	snprintf(buf, size, "timed out after %s", duration);
 }
 

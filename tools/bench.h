@@ -194,6 +194,9 @@ void bench_rows_free(struct bench_row *rows, size_t nrows);
 
 /* ---- bench-output.c ----------------------------------------------------- */
 
+/* `value` in the notation of lmt's options of `type`: "256M", "2m". */
+void bench_format(enum lmt_option_type type, uint64_t value, char *buf, size_t size);
+
 enum bench_format { BENCH_FORMAT_TABLE, BENCH_FORMAT_JSON, BENCH_FORMAT_CSV };
 
 /* What every row of one invocation shares. */
@@ -242,24 +245,5 @@ int bench_plot(const char *path, const struct bench_report *report, const struct
  * ucx_perftest for ucx, with the entry's ucx.tls), median of 3, and fill
  * its yardstick fields; a message on stderr for a tool that is missing. */
 void bench_yardsticks(struct bench_plugin *plugins, size_t nplugins);
-
-/* ---- bench-parse.c ------------------------------------------------------ */
-
-/* Whole-string, overflow-checked parsers; 0 or -1. Sizes: digits then an
- * optional K, M, G or T (binary) with optional "i" and "B". Durations:
- * digits then ns, us, ms, s, m or h (a unit is required). */
-int bench_parse_size(const char *text, uint64_t *out);
-int bench_parse_duration(const char *text, uint64_t *out_ns);
-int bench_parse_uint(const char *text, uint64_t max, uint64_t *out);
-int bench_parse_fraction(const char *text, double *out);
-
-/* "256M", "1G", "4095": the largest binary unit that divides exactly. */
-void bench_format_size(uint64_t bytes, char *buf, size_t size);
-/* "2m", "120s", "500ms" likewise. */
-void bench_format_duration(uint64_t ns, char *buf, size_t size);
-/* `text` as a JSON string, quotes included; NULL as null. */
-void bench_json_string(FILE *f, const char *text);
-/* `text` as a CSV field, quoted when it holds a comma, quote or newline. */
-void bench_csv_string(FILE *f, const char *text);
 
 #endif

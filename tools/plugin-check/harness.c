@@ -62,13 +62,10 @@ int pc_load(struct pc_config *cfg, const char *target, const char *options,
 	cfg->inner = *inner ? lmt_plugin_descriptor(*inner) : NULL;
 	cfg->caps = cfg->inner ? cfg->inner->caps : cfg->plugin->caps;
 	cfg->spec = cfg->inner ? target : cfg->path;
-	return lmt_session_new(&cfg->options, LMT_ROLE_SOURCE, cfg->spec, options, err);
+	return pc_options_load(&cfg->options, cfg, options, err);
 }
 
 /* ---- Host services ------------------------------------------------------- */
-
-/* Option values live in one session shared by every instance. */
-static pthread_mutex_t option_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
 static int host_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -124,10 +121,7 @@ static int host_option(void *ctx, const char *name, struct lmt_option_value *out
 	struct pc_host *host = ctx;
 	if (!name || !out)
 		return -LMT_EINVAL;
-	pthread_mutex_lock(&option_lock);
-	int rc = lmt_session_get_option(host->cfg->options, name, out);
-	pthread_mutex_unlock(&option_lock);
-	return rc;
+	return pc_option_get(host->cfg->options, name, out);
 }
 
 static int host_cancelled(void *ctx)
