@@ -215,10 +215,10 @@ static void print_preamble(const struct bench_report *rep)
 {
 	const struct bench_config *cfg = rep->cfg;
 	FILE *f = rep->out;
-	struct bench_ram layout;
+	struct guest_ram layout;
 	char size[32];
 
-	bench_ram_layout(&layout, NULL, cfg->ram_bytes);
+	guest_ram_layout(&layout, NULL, cfg->ram_bytes);
 	bench_format(LMT_OPT_SIZE, cfg->ram_bytes, size, sizeof(size));
 	fprintf(f, "guest: %s of RAM (", size);
 	for (uint32_t i = 0; i < layout.nblocks; i++) {

@@ -385,13 +385,13 @@ static void apply_switch(struct args *args, int flag)
 
 static void check_sizes(struct bench_config *cfg, const char *ram_text, const char *ws_text)
 {
-	if (cfg->ram_bytes == 0 || cfg->ram_bytes % BENCH_PAGE_SIZE != 0)
+	if (cfg->ram_bytes == 0 || cfg->ram_bytes % GUEST_PAGE_SIZE != 0)
 		bad_arg("--ram", "a size such as 256M or 2G, a multiple of 4K", ram_text);
 	if (!ws_text) {
 		cfg->working_set = cfg->ram_bytes;
 		return;
 	}
-	if (cfg->working_set == 0 || cfg->working_set % BENCH_PAGE_SIZE != 0 ||
+	if (cfg->working_set == 0 || cfg->working_set % GUEST_PAGE_SIZE != 0 ||
 	    cfg->working_set > cfg->ram_bytes)
 		bad_arg("--working-set", "a multiple of 4K no larger than --ram", ws_text);
 }
