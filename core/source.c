@@ -665,42 +665,43 @@ static int request_keys(struct lmt_session *s, const struct chunk *c)
 	return import_keys(s, h.length);
 }
 
-/* Post one write for `c`, or shrink it to the part not overlapping a write
- * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
-static int try_post(struct lmt_session *s, struct chunk *c)
+/* Cut `c` short before the first of its pages that a write in flight
+ * covers; false when that is its first page. */
+static bool clear_of_inflight(const struct lmt_block *b, struct chunk *c)
 {
-	struct lmt_source_engine *e = s->source;
-	struct lmt_block *b = &s->blocks[c->block];
 	if (lmt__bitmap_test(b->inflight, c->page))
-		return 0;
+		return false;
 	for (uint64_t i = 1; i < c->npages; i++)
 		if (lmt__bitmap_test(b->inflight, c->page + i)) {
 			c->npages = i;
 			break;
 		}
-	uint32_t ch = pick_channel(s, c);
-	if (ch == UINT32_MAX || e->nfree == 0)
-		return 0;
-	uint64_t offset = c->page << b->page_shift;
-	uint64_t bytes = c->npages << b->page_shift;
-	uint64_t w = offset / b->window;
+	return true;
+}
+
+/* The destination's key for window `w` of `c`'s block, and the local
+ * registration when the plugin needs one, asked for or made as needed. */
+static int prepare_window(struct lmt_session *s, const struct chunk *c, uint64_t w)
+{
+	struct lmt_block *b = &s->blocks[c->block];
 	int rc;
 	if (!b->rkeys[w] && (rc = request_keys(s, c)))
 		return rc;
 	if (!b->rkeys[w])
 		return lmt__fail(s, LMT_EPROTO, "block '%s': no key for offset %llu", b->name,
-		                 (unsigned long long)offset);
+		                 (unsigned long long)(c->page << b->page_shift));
 	if ((s->caps & LMT_CAP_LOCAL_MR) && !b->mrs[w] && (rc = register_local(s, b, w)))
 		return rc;
-	uint32_t idx = e->free_slots[e->nfree - 1];
-	uint64_t cookie = (++e->generation << SLOT_BITS) | idx;
-	rc = s->desc->ops.write(s->eps[ch], b->host + offset, bytes, b->mrs[w], b->rkeys[w],
-	                        offset - w * b->window, cookie);
-	if (rc == -LMT_EAGAIN)
-		return 0;
-	if (rc)
-		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
-		                 (unsigned long long)bytes, b->name);
+	return 0;
+}
+
+/* Account for the write of `c` just posted on channel `ch` in slot `idx`. */
+static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t ch, uint32_t idx,
+                         uint64_t cookie)
+{
+	struct lmt_source_engine *e = s->source;
+	struct lmt_block *b = &s->blocks[c->block];
+	uint64_t bytes = c->npages << b->page_shift;
 	e->nfree--;
 	e->slots[idx] = (struct lmt_slot){.cookie = cookie,
 	                                  .block = c->block,
@@ -725,6 +726,35 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 	pthread_mutex_lock(&s->lock);
 	s->stats.writes++;
 	pthread_mutex_unlock(&s->lock);
+}
+
+/* Post one write for `c`, or shrink it to the part not overlapping a write
+ * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
+static int try_post(struct lmt_session *s, struct chunk *c)
+{
+	struct lmt_source_engine *e = s->source;
+	struct lmt_block *b = &s->blocks[c->block];
+	if (!clear_of_inflight(b, c))
+		return 0;
+	uint32_t ch = pick_channel(s, c);
+	if (ch == UINT32_MAX || e->nfree == 0)
+		return 0;
+	uint64_t offset = c->page << b->page_shift;
+	uint64_t bytes = c->npages << b->page_shift;
+	uint64_t w = offset / b->window;
+	int rc = prepare_window(s, c, w);
+	if (rc)
+		return rc;
+	uint32_t idx = e->free_slots[e->nfree - 1];
+	uint64_t cookie = (++e->generation << SLOT_BITS) | idx;
+	rc = s->desc->ops.write(s->eps[ch], b->host + offset, bytes, b->mrs[w], b->rkeys[w],
+	                        offset - w * b->window, cookie);
+	if (rc == -LMT_EAGAIN)
+		return 0;
+	if (rc)
+		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
+		                 (unsigned long long)bytes, b->name);
+	account_post(s, c, ch, idx, cookie);
 	return 1;
 }
 
@@ -969,7 +999,9 @@ static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t 
 	return 0;
 }
 
-static int finish(struct lmt_session *s, const void *state, size_t length)
+/* The guest is paused: a last pass over what is dirty, then every write
+ * landed and flushed. */
+static int send_rest(struct lmt_session *s)
 {
 	struct lmt_source_engine *e = s->source;
 	int rc;
@@ -988,17 +1020,21 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
 	measure_pass(s, 0, true);
-	if ((rc = send_device_state(s, state, length)))
-		return rc;
+	return 0;
+}
+
+/* COMPLETE, with a digest per block when verify=on, and the answer. */
+static int send_complete(struct lmt_session *s, size_t state_length)
+{
 	struct lmt_msg_complete *m = calloc(1, sizeof(*m));
 	if (!m)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	m->passes = e->pass;
-	m->state_length = length;
+	m->passes = s->source->pass;
+	m->state_length = state_length;
 	m->digest_count = s->verify ? s->nblocks : 0;
 	for (uint32_t i = 0; i < m->digest_count; i++)
 		m->digests[i] = XXH3_64bits(s->blocks[i].host, s->blocks[i].length);
-	rc = lmt__enc_complete(&s->out, m);
+	int rc = lmt__enc_complete(&s->out, m);
 	free(m);
 	if (rc)
 		return lmt__fail(s, rc, "encoding COMPLETE");
@@ -1013,6 +1049,14 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	if (st.code)
 		return lmt__fail(s, st.code, "the destination refused the migration: %s", st.text);
 	return 0;
+}
+
+static int finish(struct lmt_session *s, const void *state, size_t length)
+{
+	int rc;
+	if ((rc = send_rest(s)) || (rc = send_device_state(s, state, length)))
+		return rc;
+	return send_complete(s, length);
 }
 
 int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
