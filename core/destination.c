@@ -18,8 +18,35 @@
 #define TARGET_SLICE_NS 1000000ull
 #define CONTROL_SLICE_MS 50
 
+struct lmt_destination_engine {
+	int listen_fd; /* until the source connects */
+	uint8_t *state_buf;
+	uint64_t state_len;
+	uint64_t state_received;
+};
+
+int lmt__destination_new(struct lmt_destination_engine **out)
+{
+	*out = calloc(1, sizeof(**out));
+	if (!*out)
+		return -LMT_ENOMEM;
+	(*out)->listen_fd = -1;
+	return 0;
+}
+
+void lmt__destination_free(struct lmt_destination_engine *d)
+{
+	if (!d)
+		return;
+	if (d->listen_fd >= 0)
+		close(d->listen_fd);
+	free(d->state_buf);
+	free(d);
+}
+
 int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 {
+	struct lmt_destination_engine *d = s->destination;
 	if (s->role != LMT_ROLE_DESTINATION)
 		return lmt__usage(s, LMT_ESTATE, "load listen: this session is a source");
 	int expected = LMT_STATE_NEW;
@@ -30,13 +57,13 @@ int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 	struct lmt__net_error e;
 	int rc = lmt__net_parse(uri, &addr, &len, &e);
 	if (!rc)
-		rc = lmt__net_listen((struct sockaddr *)&addr, len, 4, &s->listen_fd, &e);
+		rc = lmt__net_listen((struct sockaddr *)&addr, len, 4, &d->listen_fd, &e);
 	if (rc) {
 		atomic_store(&s->state, LMT_STATE_NEW);
 		return lmt__fail(s, rc, "%s", e.msg);
 	}
 	if (port)
-		*port = lmt__net_local_port(s->listen_fd);
+		*port = lmt__net_local_port(d->listen_fd);
 	return 0;
 }
 
@@ -328,35 +355,37 @@ static int handle_reg_req(struct lmt_session *s, size_t length)
 
 static int handle_state(struct lmt_session *s, size_t length)
 {
+	struct lmt_destination_engine *d = s->destination;
 	struct lmt_msg_state m;
 	struct lmt_error err = {0};
 	int rc = lmt__dec_state(s->in, length, &m, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
-	if (!s->state_buf) {
+	if (!d->state_buf) {
 		if (m.offset != 0 || m.total == 0)
 			return lmt__fail(s, LMT_EPROTO, "DEVICE_STATE: the first piece is at %llu",
 			                 (unsigned long long)m.offset);
-		s->state_buf = malloc(m.total);
-		if (!s->state_buf)
+		d->state_buf = malloc(m.total);
+		if (!d->state_buf)
 			return lmt__fail(s, LMT_ENOMEM, "device state of %llu bytes: out of memory",
 			                 (unsigned long long)m.total);
-		s->state_len = m.total;
+		d->state_len = m.total;
 	}
-	if (m.total != s->state_len || m.offset != s->state_received)
+	if (m.total != d->state_len || m.offset != d->state_received)
 		return lmt__fail(s, LMT_EPROTO,
 		                 "DEVICE_STATE: piece at %llu of %llu, expected at %llu of %llu",
 		                 (unsigned long long)m.offset, (unsigned long long)m.total,
-		                 (unsigned long long)s->state_received,
-		                 (unsigned long long)s->state_len);
-	memcpy(s->state_buf + m.offset, m.data, m.length);
-	s->state_received += m.length;
+		                 (unsigned long long)d->state_received,
+		                 (unsigned long long)d->state_len);
+	memcpy(d->state_buf + m.offset, m.data, m.length);
+	d->state_received += m.length;
 	return 0;
 }
 
 /* Returns 1 when the migration completed. */
 static int handle_complete(struct lmt_session *s, size_t length)
 {
+	struct lmt_destination_engine *d = s->destination;
 	struct lmt_error err = {0};
 	struct lmt_msg_complete *m = malloc(sizeof(*m));
 	if (!m)
@@ -364,11 +393,11 @@ static int handle_complete(struct lmt_session *s, size_t length)
 	int rc = lmt__dec_complete(s->in, length, m, &err);
 	if (rc)
 		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO, "%s", err.message);
-	else if (m->state_length != s->state_received || m->state_length != s->state_len)
+	else if (m->state_length != d->state_received || m->state_length != d->state_len)
 		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
 		            "device state: %llu bytes announced, %llu received",
 		            (unsigned long long)m->state_length,
-		            (unsigned long long)s->state_received);
+		            (unsigned long long)d->state_received);
 	else if (m->digest_count != (s->verify ? s->nblocks : 0))
 		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
 		            "COMPLETE carries %u digests, expected %u", m->digest_count,
@@ -408,9 +437,7 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 	case LMT_MSG_PING:
 		if (lmt__dec_empty(s->in, h->length, h->type, &err))
 			return lmt__fail(s, LMT_EPROTO, "%s", err.message);
-		if (lmt__enc_empty(&s->out, LMT_MSG_PONG))
-			return lmt__fail(s, LMT_ENOMEM, "encoding PONG");
-		return lmt__ctrl_send(s);
+		return lmt__ctrl_send_empty(s, LMT_MSG_PONG);
 	case LMT_MSG_PONG:
 		return 0;
 	default:
@@ -449,16 +476,17 @@ static int load(struct lmt_session *s)
 
 static int accept_source(struct lmt_session *s)
 {
+	struct lmt_destination_engine *d = s->destination;
 	struct lmt__net_error e;
 	struct lmt__wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
-	int rc = lmt__net_accept(s->listen_fd, &w, &s->ctrl_fd, &e);
+	int rc = lmt__net_accept(d->listen_fd, &w, &s->ctrl_fd, &e);
 	if (rc == -LMT_ETIMEDOUT)
 		return lmt__fail(s, rc, "no source connected within idle-timeout (%llu ms)",
 		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
 	if (rc)
 		return lmt__fail(s, rc, "waiting for the source: %s", e.msg);
-	close(s->listen_fd);
-	s->listen_fd = -1;
+	close(d->listen_fd);
+	d->listen_fd = -1;
 	lmt__net_tune(s->ctrl_fd, 1, 0);
 	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
 	return 0;
@@ -474,7 +502,7 @@ static int serve(struct lmt_session *s)
 		return rc;
 	if (s->pin_all && (rc = register_all(s)))
 		return rc;
-	if ((rc = lmt__enc_empty(&s->out, LMT_MSG_READY)) || (rc = lmt__ctrl_send(s)))
+	if ((rc = lmt__ctrl_send_empty(s, LMT_MSG_READY)))
 		return rc;
 	atomic_store(&s->state, LMT_STATE_ACTIVE);
 	pthread_mutex_lock(&s->lock);
@@ -517,7 +545,7 @@ int lmt_load_run(lmt_session *s)
 	int rc = begin_load(s, LMT_STATE_LISTENING);
 	if (rc)
 		return rc;
-	rc = lmt__blocks_prepare(s);
+	rc = lmt__session_prepare(s);
 	if (!rc)
 		rc = accept_source(s);
 	if (!rc)
@@ -532,7 +560,7 @@ int lmt__load_connected(struct lmt_session *s, int fd)
 		return rc;
 	s->ctrl_fd = fd;
 	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
-	rc = lmt__blocks_prepare(s);
+	rc = lmt__session_prepare(s);
 	if (!rc)
 		rc = serve(s);
 	return end_load(s, rc);
@@ -540,9 +568,10 @@ int lmt__load_connected(struct lmt_session *s, int fd)
 
 int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
 {
+	struct lmt_destination_engine *d = s->destination;
 	if (s->role != LMT_ROLE_DESTINATION || atomic_load(&s->state) != LMT_STATE_DONE)
 		return lmt__usage(s, LMT_ESTATE, "device state: only after a completed load");
-	*data = s->state_buf;
-	*length = s->state_len;
+	*data = d->state_buf;
+	*length = d->state_len;
 	return 0;
 }

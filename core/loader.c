@@ -321,6 +321,67 @@ int lmt_plugin_open(const char *name, lmt_plugin_handle **out, struct lmt_error 
 	return rc;
 }
 
+/* A decorator and the plugin it wraps, each checked for its part. */
+static int open_decorated(const char *spec, size_t outer_len, lmt_plugin_handle **plugin,
+                          lmt_plugin_handle **inner, struct lmt_error *err)
+{
+	char outer[64];
+	const char *wrapped = spec + outer_len + 1;
+	if (outer_len >= sizeof(outer))
+		return lmt__error(err, LMT_EINVAL, "plugin '%s': decorator name too long", spec);
+	memcpy(outer, spec, outer_len);
+	outer[outer_len] = '\0';
+	int rc = lmt_plugin_open(outer, plugin, err);
+	if (rc)
+		return rc;
+	if (!((*plugin)->desc->caps & LMT_CAP_DECORATOR))
+		return lmt__error(err, LMT_EINVAL,
+		                  "plugin '%s': '%s' is not a decorator, so it cannot wrap '%s'",
+		                  spec, outer, wrapped);
+	if ((rc = lmt_plugin_open(wrapped, inner, err)))
+		return rc;
+	if ((*inner)->desc->caps & LMT_CAP_DECORATOR)
+		return lmt__error(err, LMT_EINVAL,
+		                  "plugin '%s': a decorator wraps one transport, "
+		                  "not another decorator",
+		                  spec);
+	return 0;
+}
+
+static int open_spec(const char *spec, lmt_plugin_handle **plugin, lmt_plugin_handle **inner,
+                     struct lmt_error *err)
+{
+	/* "decorator:plugin", unless the ':' is in a path's directories. */
+	const char *colon = spec ? strchr(spec, ':') : NULL;
+	if (colon && !memchr(spec, '/', (size_t)(colon - spec)))
+		return open_decorated(spec, (size_t)(colon - spec), plugin, inner, err);
+	int rc = lmt_plugin_open(spec, plugin, err);
+	if (rc)
+		return rc;
+	const char *name = (*plugin)->desc->name;
+	if ((*plugin)->desc->caps & LMT_CAP_DECORATOR)
+		return lmt__error(err, LMT_EINVAL,
+		                  "plugin '%s' is a decorator: name the plugin it wraps, as in "
+		                  "'%s:tcp'",
+		                  name, name);
+	return 0;
+}
+
+int lmt_plugin_open_spec(const char *spec, lmt_plugin_handle **plugin, lmt_plugin_handle **inner,
+                         struct lmt_error *err)
+{
+	*plugin = NULL;
+	*inner = NULL;
+	int rc = open_spec(spec, plugin, inner, err);
+	if (rc) {
+		lmt_plugin_close(*inner);
+		lmt_plugin_close(*plugin);
+		*plugin = NULL;
+		*inner = NULL;
+	}
+	return rc;
+}
+
 static int compare_names(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);

@@ -441,47 +441,40 @@ static int parse_bool_option(const struct lmt_option_desc *desc, const char *nam
 	return 0;
 }
 
-static int keep_text(const char *text, struct lmt_option_value *out, char **storage,
-                     struct lmt_error *err)
-{
-	*storage = strdup(text);
-	if (!*storage)
-		return lmt__error(err, LMT_ENOMEM, "out of memory");
-	out->text = *storage;
-	return 0;
-}
-
+/* The value borrows the descriptor's own text. */
 static int parse_enum_option(const struct lmt_option_desc *desc, const char *name, const char *text,
-                             struct lmt_option_value *out, char **storage, struct lmt_error *err)
+                             struct lmt_option_value *out, struct lmt_error *err)
 {
 	if (!desc->enum_values)
 		return lmt__error(err, LMT_EINVAL, "%s: enum option without values", name);
 	for (int64_t i = 0; desc->enum_values[i]; i++) {
 		if (strcmp(text, desc->enum_values[i]) == 0) {
 			out->integer = i;
-			return keep_text(desc->enum_values[i], out, storage, err);
+			out->text = desc->enum_values[i];
+			return 0;
 		}
 	}
 	return reject(err, -LMT_EINVAL, desc, name, text, true);
 }
 
+/* The value borrows the caller's text. */
 static int parse_string_option(const struct lmt_option_desc *desc, const char *name,
-                               const char *text, struct lmt_option_value *out, char **storage,
+                               const char *text, struct lmt_option_value *out,
                                struct lmt_error *err)
 {
 	if (strchr(text, ','))
 		return reject(err, -LMT_EINVAL, desc, name, text, true);
-	return keep_text(text, out, storage, err);
+	out->text = text;
+	return 0;
 }
 
 int lmt__option_parse(const struct lmt_option_desc *desc, const char *name, const char *text,
-                      struct lmt_option_value *out, char **storage, struct lmt_error *err)
+                      struct lmt_option_value *out, struct lmt_error *err)
 {
-	if (!desc || !out || !storage)
+	if (!desc || !out)
 		return lmt__error(err, LMT_EINVAL, "option parser called without a value");
 	if (!name)
-		name = desc->name;
-	*storage = NULL;
+		name = desc->name ? desc->name : "option";
 	memset(out, 0, sizeof(*out));
 	out->type = desc->type;
 	if (!text)
@@ -494,28 +487,37 @@ int lmt__option_parse(const struct lmt_option_desc *desc, const char *name, cons
 	case LMT_OPT_DURATION:
 		return parse_number_option(desc, name, text, out, err);
 	case LMT_OPT_ENUM:
-		return parse_enum_option(desc, name, text, out, storage, err);
+		return parse_enum_option(desc, name, text, out, err);
 	case LMT_OPT_STRING:
-		return parse_string_option(desc, name, text, out, storage, err);
+		return parse_string_option(desc, name, text, out, err);
 	}
 	return lmt__error(err, LMT_EINVAL, "%s: unknown option type %d", name, (int)desc->type);
 }
 
-/* Parse `text` for `entry` into a value and its malloc'ed canonical text
- * (which also backs value.text for ENUM and STRING). */
+int lmt_option_parse(const struct lmt_option_desc *desc, const char *text,
+                     struct lmt_option_value *value, struct lmt_error *err)
+{
+	return lmt__option_parse(desc, NULL, text, value, err);
+}
+
+/* Parse `text` for `entry` into a value and its malloc'ed canonical text,
+ * which also backs value.text for ENUM and STRING. */
 static int parse_for_entry(const struct option_entry *entry, const char *text,
                            struct lmt_option_value *value, char **canonical, struct lmt_error *err)
 {
 	char buf[32];
 
-	int rc = lmt__option_parse(entry->desc, entry->name, text, value, canonical, err);
-	if (rc < 0 || *canonical)
+	*canonical = NULL;
+	int rc = lmt__option_parse(entry->desc, entry->name, text, value, err);
+	if (rc < 0)
 		return rc;
-	if (lmt_option_format(entry->desc, value, buf, sizeof(buf)) < 0)
+	if (!value->text && lmt_option_format(entry->desc, value, buf, sizeof(buf)) < 0)
 		return lmt__error(err, LMT_EINVAL, "%s: cannot format the value", entry->name);
-	*canonical = strdup(buf);
+	*canonical = strdup(value->text ? value->text : buf);
 	if (!*canonical)
 		return lmt__error(err, LMT_ENOMEM, "out of memory");
+	if (value->text)
+		value->text = *canonical;
 	return 0;
 }
 

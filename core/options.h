@@ -1,5 +1,6 @@
-/* The option schema engine: one parser for every option of the core and of
- * the plugins, with precedence default < environment < explicit. */
+/* The option schema engine: the per-session option set, with precedence
+ * default < environment < explicit, over the one parser of every option of
+ * the core, the plugins and the tools (lmt_option_parse in lmt/lmt.h). */
 #ifndef LMT_CORE_OPTIONS_H
 #define LMT_CORE_OPTIONS_H
 
@@ -59,15 +60,14 @@ typedef int (*lmt_optset_visit_fn)(void *opaque, const char *name,
                                    enum lmt_opt_source source);
 int lmt__optset_foreach(const struct lmt_optset *set, lmt_optset_visit_fn fn, void *opaque);
 
-/* Parse `text` as a value of `desc`; `name` is used in messages. On success
- * out->text points into *storage (malloc'ed; caller frees) for ENUM and
- * STRING, NULL otherwise. */
+/* lmt_option_parse() with `name` (the qualified "tcp.nodelay", or NULL for
+ * desc->name) in its messages. */
 int lmt__option_parse(const struct lmt_option_desc *desc, const char *name, const char *text,
-                      struct lmt_option_value *out, char **storage, struct lmt_error *err);
+                      struct lmt_option_value *out, struct lmt_error *err);
 
-/* Strict number parsers shared with the tools: whole string, no sign, no
- * overflow. Sizes accept K/M/G/T with optional "i" and "B" (binary); bytes
- * as unsigned. Durations return nanoseconds; unit ns/us/ms/s/m, bare = ms. */
+/* The strict number parsers under it: whole string, no sign, no overflow.
+ * Sizes accept K/M/G/T with optional "i" and "B" (binary); bytes as
+ * unsigned. Durations return nanoseconds; unit ns/us/ms/s/m, bare = ms. */
 int lmt__parse_size(const char *text, uint64_t *out);
 int lmt__parse_duration(const char *text, uint64_t *out_ns);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 
 /* ---- output ---- */
@@ -37,24 +38,23 @@ static void put(struct lmt_buf *b, const void *p, size_t n)
 
 static void put_u16(struct lmt_buf *b, uint16_t v)
 {
-	uint8_t x[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-	put(b, x, 2);
+	uint8_t x[2];
+	lmt__put16(x, v);
+	put(b, x, sizeof(x));
 }
 
 static void put_u32(struct lmt_buf *b, uint32_t v)
 {
 	uint8_t x[4];
-	for (int i = 0; i < 4; i++)
-		x[i] = (uint8_t)(v >> (8 * i));
-	put(b, x, 4);
+	lmt__put32(x, v);
+	put(b, x, sizeof(x));
 }
 
 static void put_u64(struct lmt_buf *b, uint64_t v)
 {
 	uint8_t x[8];
-	for (int i = 0; i < 8; i++)
-		x[i] = (uint8_t)(v >> (8 * i));
-	put(b, x, 8);
+	lmt__put64(x, v);
+	put(b, x, sizeof(x));
 }
 
 /* A string from a field of `cap` bytes. */
@@ -88,8 +88,7 @@ static int finish(struct lmt_buf *b)
 	size_t payload = b->len - LMT_PROTO_HEADER_SIZE;
 	if (payload > LMT_PROTO_MAX_PAYLOAD)
 		return -LMT_EOVERFLOW;
-	for (int i = 0; i < 4; i++)
-		b->data[4 + i] = (uint8_t)(payload >> (8 * i));
+	lmt__put32(b->data + 4, (uint32_t)payload);
 	return 0;
 }
 
@@ -236,28 +235,26 @@ static int take(struct reader *r, void *out, size_t n, const char *what)
 	return 0;
 }
 
+/* A short read leaves the field zero (and the reader failed). */
 static uint16_t get_u16(struct reader *r, const char *what)
 {
 	uint8_t x[2] = {0};
-	take(r, x, 2, what);
-	return (uint16_t)(x[0] | x[1] << 8);
+	take(r, x, sizeof(x), what);
+	return lmt__get16(x);
 }
 
 static uint32_t get_u32(struct reader *r, const char *what)
 {
 	uint8_t x[4] = {0};
-	take(r, x, 4, what);
-	return (uint32_t)x[0] | (uint32_t)x[1] << 8 | (uint32_t)x[2] << 16 | (uint32_t)x[3] << 24;
+	take(r, x, sizeof(x), what);
+	return lmt__get32(x);
 }
 
 static uint64_t get_u64(struct reader *r, const char *what)
 {
 	uint8_t x[8] = {0};
-	take(r, x, 8, what);
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | x[i];
-	return v;
+	take(r, x, sizeof(x), what);
+	return lmt__get64(x);
 }
 
 /* A string of at most cap-1 bytes without NUL or control characters. */
@@ -337,10 +334,9 @@ int lmt__dec_header(const uint8_t *p, size_t len, struct lmt_msg_header *h, stru
 {
 	if (len < LMT_PROTO_HEADER_SIZE)
 		return lmt__error(err, LMT_EPROTO, "control message: truncated header");
-	h->type = (uint16_t)(p[0] | p[1] << 8);
-	h->flags = (uint16_t)(p[2] | p[3] << 8);
-	h->length =
-	        (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+	h->type = lmt__get16(p);
+	h->flags = lmt__get16(p + 2);
+	h->length = lmt__get32(p + 4);
 	if (h->type < 1 || h->type > LMT_MSG_TYPE_MAX)
 		return lmt__error(err, LMT_EPROTO, "control message: unknown type %u", h->type);
 	if (h->flags)

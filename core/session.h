@@ -1,5 +1,7 @@
-/* The session: state shared by the source and destination engines, the
- * control connection, host services handed to plugins, and teardown. */
+/* The session: what the source and the destination share (plugin, options,
+ * RAM blocks, control connection, error, statistics), and the internal
+ * calls between the core's files. Each role's own state is its engine's,
+ * private to source.c or destination.c. */
 #ifndef LMT_CORE_SESSION_H
 #define LMT_CORE_SESSION_H
 
@@ -41,18 +43,19 @@ struct lmt_block {
 	lmt_mr **mrs;     /* source local / destination registration per window */
 };
 
-/* One write in flight. */
-struct lmt_slot {
-	uint64_t cookie; /* 0 when free */
-	uint32_t block;
-	uint32_t channel;
-	uint64_t page;
-	uint64_t npages;
-	uint64_t bytes;
-};
+/* Each role's engine, defined in its own file. */
+struct lmt_source_engine;
+struct lmt_destination_engine;
 
 struct lmt_session {
 	enum lmt_role role;
+	/* The engine of `role`; the other is NULL. A session keeps its role
+	 * for life, so only that engine is allocated, not both embedded: each
+	 * stays private to its file, and a role mixed up is a NULL pointer
+	 * rather than the other role's state used in silence. */
+	struct lmt_source_engine *source;
+	struct lmt_destination_engine *destination;
+
 	lmt_plugin_handle *plugin;
 	const struct lmt_plugin *desc;
 	/* With a decorator ("chaos:tcp"), the plugin it wraps. The wrapped
@@ -62,17 +65,14 @@ struct lmt_session {
 	uint64_t caps;
 	const char *wire_name;
 	struct lmt_optset *opts;
-	struct lmt_host host;
 	lmt_instance *inst;
 	lmt_endpoint *eps[LMT_MAX_CHANNELS];
 
 	struct lmt_block *blocks;
 	uint32_t nblocks;
-	lmt_dirty_sync_fn dirty_fn;
-	void *dirty_opaque;
 
+	/* The control connection (control.c). */
 	int ctrl_fd;
-	int listen_fd;
 	struct lmt_buf out;
 	uint8_t *in; /* LMT_PROTO_MAX_PAYLOAD bytes */
 	uint64_t last_rx_ns;
@@ -80,66 +80,26 @@ struct lmt_session {
 
 	_Atomic int cancelled;
 	_Atomic int state;    /* enum lmt_state */
-	pthread_mutex_t lock; /* guards error and stats */
+	pthread_mutex_t lock; /* guards error, stats and passes */
 	struct lmt_error error;
 	bool error_is_usage;
 	struct lmt_stats stats;
+	struct lmt_pass_stats *passes;
+	uint32_t npasses;
+	uint32_t passes_cap;
+	uint64_t start_ns; /* source: setup began; destination: the source connected */
 
-	/* option values, read once at setup */
+	/* Option values both roles use, read once at setup. */
 	uint32_t channels;
 	uint64_t chunk_size;
 	bool pin_all;
-	bool zero_detect;
 	bool verify;
-	uint64_t max_bandwidth;
-	uint64_t downtime_limit_ns;
-	uint64_t iterate_ns;
 	uint64_t connect_timeout_ns;
 	uint64_t idle_timeout_ns;
-	uint32_t queue_depth;
 	struct lmt_auth_key auth;
-
-	/* source engine */
-	struct lmt_slot *slots;
-	uint32_t *free_slots;
-	uint32_t nslots;
-	uint32_t nfree;
-	uint64_t generation;
-	uint32_t ch_writes[LMT_MAX_CHANNELS];
-	uint64_t ch_bytes[LMT_MAX_CHANNELS];    /* completed, per channel */
-	uint64_t ch_inflight[LMT_MAX_CHANNELS]; /* posted, not yet completed */
-	/* The last write posted: its channel, where it ended, and how many
-	 * writes in a row that channel took, each following the one before. */
-	uint32_t run_channel;
-	uint32_t run_block;
-	uint64_t run_end_page;
-	uint32_t run_length;
-	uint64_t dirty_bytes;
-	uint64_t inflight_bytes;
-	uint32_t cur_block;
-	uint64_t cur_page;
-	uint32_t pass;
-	bool pass_done;        /* the walk reached the end of the pass */
-	bool need_pass;        /* "ready" was returned; the next call starts a pass */
-	bool draining;         /* the pass ended near convergence: draining */
-	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
-	uint64_t last_service_ns;
-	uint64_t start_ns;
-	uint64_t pass_start_ns;
-	uint64_t pass_bytes;
-	uint64_t bw_start_ns; /* max-bandwidth accounting */
-	uint64_t bw_bytes;
-	uint64_t bandwidth_bps;
-
-	struct lmt_pass_stats *passes; /* under lock */
-	uint32_t npasses;
-	uint32_t passes_cap;
-
-	/* destination */
-	uint8_t *state_buf;
-	uint64_t state_len;
-	uint64_t state_received;
 };
+
+/* ---- session.c: lifecycle and failure ---- */
 
 /* Record a failure (the first one wins) and return -code. */
 int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -151,34 +111,53 @@ int lmt__abort(struct lmt_session *s, int code);
 
 uint64_t lmt__now(void);
 bool lmt__is_cancelled(const struct lmt_session *s);
+/* Read the shared option values and size the blocks' windows once setup
+ * starts, for either role. */
+int lmt__session_prepare(struct lmt_session *s);
+
+/* ---- host.c: the services lent to the plugin, with the session as host_ctx ---- */
+
+extern const struct lmt_host lmt__host_services;
+
+/* ---- control.c: the control connection ---- */
+
 /* A wait for the net helpers: until deadline_ns (absolute), or a cancel. */
 struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
-void lmt__stats_update(struct lmt_session *s);
-/* Append a finished pass to the timeline. */
-void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass);
-
-/* Control connection: send the message in s->out; receive one message
- * (payload in s->in) before `deadline_ns`. An ERROR message from the peer
- * becomes the session's error. */
+/* Send the message in s->out; encode and send one without a payload. */
 int lmt__ctrl_send(struct lmt_session *s);
+int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type);
+/* Receive one message (payload in s->in) before `deadline_ns`. An ERROR
+ * message from the peer becomes the session's error. */
 int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns);
-bool lmt__ctrl_readable(struct lmt_session *s);
 /* Receive until a message of type `want`, answering keep-alives; anything
  * else is a protocol error. */
 int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
                      struct lmt_msg_header *h);
-/* The numeric IP of a socket's local (peer false) or remote end. */
-void lmt__numeric_host(int fd, bool peer, char *buf, size_t size);
+/* Between other work: ping a quiet peer, answer its pings, take in any
+ * error it sent, and fail when it said nothing for idle-timeout. */
+int lmt__ctrl_keepalive(struct lmt_session *s);
+
+/* ---- transport.c: the plugin instance and endpoints, shared by both roles ---- */
+
+/* Open the instance and the endpoints; send their addresses (EP_ADDRS). */
+int lmt__endpoints_open(struct lmt_session *s);
+/* Release every key, registration and endpoint, then the instance. */
+void lmt__transport_close(struct lmt_session *s);
+
+/* ---- stats.c ---- */
+
+/* Append a finished pass to the timeline. */
+void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass);
+
+/* ---- source.c and destination.c: the engines ---- */
+
+int lmt__source_new(struct lmt_source_engine **out);
+void lmt__source_free(struct lmt_source_engine *engine);
+int lmt__destination_new(struct lmt_destination_engine **out);
+void lmt__destination_free(struct lmt_destination_engine *engine);
 
 /* Destination: take a migration in over an already connected control
  * socket (the session owns fd from now on). For the fuzzer. */
 int lmt__load_connected(struct lmt_session *s, int fd);
-
-/* Transport lifecycle shared by both roles. */
-int lmt__transport_open(struct lmt_session *s, const char *local_host, const char *peer_host);
-void lmt__transport_close(struct lmt_session *s);
-/* Open the instance and the endpoints; send their addresses (EP_ADDRS). */
-int lmt__endpoints_open(struct lmt_session *s);
-int lmt__blocks_prepare(struct lmt_session *s);
 
 #endif

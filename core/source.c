@@ -20,6 +20,63 @@
 #define WAIT_SLICE_NS 10000000ull
 #define NO_DEADLINE UINT64_MAX
 
+/* One write in flight. */
+struct lmt_slot {
+	uint64_t cookie; /* 0 when free */
+	uint32_t block;
+	uint32_t channel;
+	uint64_t page;
+	uint64_t npages;
+	uint64_t bytes;
+};
+
+struct lmt_source_engine {
+	lmt_dirty_sync_fn dirty_fn;
+	void *dirty_opaque;
+
+	/* option values only the source uses, read once at setup */
+	bool zero_detect;
+	uint64_t max_bandwidth;
+	uint64_t downtime_limit_ns;
+	uint64_t iterate_ns;
+	uint32_t queue_depth;
+
+	/* writes in flight, by the slot in their cookie */
+	struct lmt_slot *slots;
+	uint32_t *free_slots;
+	uint32_t nslots;
+	uint32_t nfree;
+	uint64_t generation;
+	uint32_t ch_writes[LMT_MAX_CHANNELS];
+	uint64_t ch_bytes[LMT_MAX_CHANNELS];    /* completed, per channel */
+	uint64_t ch_inflight[LMT_MAX_CHANNELS]; /* posted, not yet completed */
+	/* The last write posted: its channel, where it ended, and how many
+	 * writes in a row that channel took, each following the one before. */
+	uint32_t run_channel;
+	uint32_t run_block;
+	uint64_t run_end_page;
+	uint32_t run_length;
+
+	/* the walk over the dirty pages */
+	uint64_t dirty_bytes;
+	uint64_t inflight_bytes;
+	uint32_t cur_block;
+	uint64_t cur_page;
+	uint32_t pass;
+	bool pass_done;        /* the walk reached the end of the pass */
+	bool need_pass;        /* "ready" was returned; the next call starts a pass */
+	bool draining;         /* the pass ended near convergence: draining */
+	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
+	uint64_t pass_start_ns;
+	uint64_t pass_bytes;
+	uint64_t last_service_ns;
+
+	/* bandwidth: max-bandwidth accounting and the measured figure */
+	uint64_t bw_start_ns;
+	uint64_t bw_bytes;
+	uint64_t bandwidth_bps;
+};
+
 /* A run of dirty pages within one chunk-size window of one block. */
 struct chunk {
 	uint32_t block;
@@ -27,51 +84,42 @@ struct chunk {
 	uint64_t npages;
 };
 
-static uint64_t ping_interval(const struct lmt_session *s)
+int lmt__source_new(struct lmt_source_engine **out)
 {
-	uint64_t t = s->idle_timeout_ns / 4;
-	return t < 1000000000ull ? t : 1000000000ull;
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -LMT_ENOMEM;
 }
 
-/* ---- control traffic while the migration runs ---- */
-
-static int send_empty(struct lmt_session *s, uint16_t type)
+void lmt__source_free(struct lmt_source_engine *e)
 {
-	int rc = lmt__enc_empty(&s->out, type);
-	return rc ? lmt__fail(s, rc, "encoding %s", lmt__msg_name(type)) : lmt__ctrl_send(s);
+	if (!e)
+		return;
+	free(e->slots);
+	free(e->free_slots);
+	free(e);
 }
 
-/* Keep-alives both ways, and any error the destination sent meanwhile. */
-static int service(struct lmt_session *s, bool force)
+int lmt_session_set_dirty_sync(lmt_session *s, lmt_dirty_sync_fn fn, void *opaque)
 {
+	if (s->role != LMT_ROLE_SOURCE)
+		return lmt__usage(s, LMT_ESTATE, "dirty sync: only a source tracks dirty pages");
+	s->source->dirty_fn = fn;
+	s->source->dirty_opaque = opaque;
+	return 0;
+}
+
+/* Keep-alives both ways, and any error the destination sent meanwhile;
+ * at most every SERVICE_EVERY_NS. */
+static int service(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
-	if (!force && now - s->last_service_ns < SERVICE_EVERY_NS)
+	if (now - e->last_service_ns < SERVICE_EVERY_NS)
 		return 0;
-	s->last_service_ns = now;
+	e->last_service_ns = now;
 	if (lmt__is_cancelled(s))
 		return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
-	if (now - s->last_tx_ns >= ping_interval(s)) {
-		int rc = send_empty(s, LMT_MSG_PING);
-		if (rc)
-			return rc;
-	}
-	while (lmt__ctrl_readable(s)) {
-		struct lmt_msg_header h;
-		int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
-		if (rc)
-			return rc;
-		if (h.type == LMT_MSG_PING)
-			rc = send_empty(s, LMT_MSG_PONG);
-		else if (h.type != LMT_MSG_PONG)
-			rc = lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
-			               lmt__msg_name(h.type));
-		if (rc)
-			return rc;
-	}
-	if (lmt__now() - s->last_rx_ns > s->idle_timeout_ns)
-		return lmt__fail(s, LMT_ETIMEDOUT, "the destination said nothing for %llu ms",
-		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	return 0;
+	return lmt__ctrl_keepalive(s);
 }
 
 /* ---- setup ---- */
@@ -255,7 +303,7 @@ static int wait_ready(struct lmt_session *s)
 		if (h.type == LMT_MSG_REG_REPLY && s->pin_all)
 			rc = import_keys(s, h.length);
 		else if (h.type == LMT_MSG_PING)
-			rc = send_empty(s, LMT_MSG_PONG);
+			rc = lmt__ctrl_send_empty(s, LMT_MSG_PONG);
 		else if (h.type != LMT_MSG_PONG)
 			rc = lmt__fail(s, LMT_EPROTO, "expected READY from the destination, got %s",
 			               lmt__msg_name(h.type));
@@ -275,36 +323,78 @@ static int wait_ready(struct lmt_session *s)
 
 static int alloc_slots(struct lmt_session *s)
 {
-	s->nslots = s->channels * s->queue_depth;
-	s->slots = calloc(s->nslots, sizeof(*s->slots));
-	s->free_slots = calloc(s->nslots, sizeof(*s->free_slots));
-	if (!s->slots || !s->free_slots)
-		return lmt__fail(s, LMT_ENOMEM, "out of memory for %u write slots", s->nslots);
-	for (uint32_t i = 0; i < s->nslots; i++)
-		s->free_slots[i] = s->nslots - 1 - i;
-	s->nfree = s->nslots;
+	struct lmt_source_engine *e = s->source;
+	e->nslots = s->channels * e->queue_depth;
+	e->slots = calloc(e->nslots, sizeof(*e->slots));
+	e->free_slots = calloc(e->nslots, sizeof(*e->free_slots));
+	if (!e->slots || !e->free_slots)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory for %u write slots", e->nslots);
+	for (uint32_t i = 0; i < e->nslots; i++)
+		e->free_slots[i] = e->nslots - 1 - i;
+	e->nfree = e->nslots;
+	return 0;
+}
+
+static void read_options(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	const struct lmt_optset *o = s->opts;
+	e->zero_detect = lmt__opt_bool(o, "zero-page-detection");
+	e->max_bandwidth = (uint64_t)lmt__opt_int(o, "max-bandwidth");
+	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");
+	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
+	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
+}
+
+/* The source's page bitmaps and the destination's keys, per block. */
+static int alloc_bitmaps(struct lmt_session *s)
+{
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		struct lmt_block *b = &s->blocks[i];
+		b->rkeys = calloc(b->nwindows, sizeof(*b->rkeys));
+		b->dirty = calloc(b->words, sizeof(uint64_t));
+		b->inflight = calloc(b->words, sizeof(uint64_t));
+		b->sync = calloc(b->words, sizeof(uint64_t));
+		if (!b->rkeys || !b->dirty || !b->inflight || !b->sync)
+			return lmt__fail(s, LMT_ENOMEM, "out of memory for block '%s'", b->name);
+	}
+	return 0;
+}
+
+static int prepare(struct lmt_session *s)
+{
+	int rc = lmt__session_prepare(s);
+	if (rc)
+		return rc;
+	read_options(s);
+	if (!s->source->dirty_fn)
+		return lmt__fail(s, LMT_EINVAL, "no dirty-sync callback: set it before setup");
+	return alloc_bitmaps(s);
+}
+
+static int connect_control(struct lmt_session *s, const char *uri, uint64_t deadline)
+{
+	struct sockaddr_storage addr;
+	socklen_t alen;
+	struct lmt__net_error ne;
+	int rc = lmt__net_parse(uri, &addr, &alen, &ne);
+	if (rc)
+		return lmt__fail(s, rc, "%s", ne.msg);
+	struct lmt__wait w = lmt__wait_until(s, deadline);
+	rc = lmt__net_connect((struct sockaddr *)&addr, alen, &w, &s->ctrl_fd, &ne);
+	if (rc)
+		return lmt__fail(s, rc, "control connection: %s", ne.msg);
+	lmt__net_tune(s->ctrl_fd, 1, 0);
+	s->last_rx_ns = s->last_tx_ns = lmt__now();
 	return 0;
 }
 
 static int setup(struct lmt_session *s, const char *uri)
 {
-	int rc = lmt__blocks_prepare(s);
-	if (rc)
-		return rc;
-	struct sockaddr_storage addr;
-	socklen_t alen;
-	struct lmt__net_error e;
-	rc = lmt__net_parse(uri, &addr, &alen, &e);
-	if (rc)
-		return lmt__fail(s, rc, "%s", e.msg);
+	int rc = prepare(s);
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
-	struct lmt__wait w = lmt__wait_until(s, deadline);
-	rc = lmt__net_connect((struct sockaddr *)&addr, alen, &w, &s->ctrl_fd, &e);
-	if (rc)
-		return lmt__fail(s, rc, "control connection: %s", e.msg);
-	lmt__net_tune(s->ctrl_fd, 1, 0);
-	s->last_rx_ns = s->last_tx_ns = lmt__now();
-	if ((rc = handshake(s, deadline)) || (rc = open_channels(s, deadline)))
+	if (rc || (rc = connect_control(s, uri, deadline)) || (rc = handshake(s, deadline)) ||
+	    (rc = open_channels(s, deadline)))
 		return rc;
 	if (s->pin_all && (s->caps & LMT_CAP_LOCAL_MR))
 		for (uint32_t i = 0; i < s->nblocks && !rc; i++)
@@ -341,11 +431,12 @@ int lmt_save_setup(lmt_session *s, const char *uri)
 /* Ask the VMM what it dirtied and merge it in. */
 static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 {
+	struct lmt_source_engine *e = s->source;
 	uint64_t added = 0;
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		memset(b->sync, 0, b->words * sizeof(uint64_t));
-		int rc = s->dirty_fn(s->dirty_opaque, i, b->sync, b->npages);
+		int rc = e->dirty_fn(e->dirty_opaque, i, b->sync, b->npages);
 		if (rc)
 			return lmt__fail(s, rc < 0 ? rc : -LMT_EIO,
 			                 "dirty sync of block '%s' failed (%d)", b->name, rc);
@@ -358,7 +449,7 @@ static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 		}
 		added += pages << b->page_shift;
 	}
-	s->dirty_bytes += added;
+	e->dirty_bytes += added;
 	if (new_bytes)
 		*new_bytes = added;
 	return 0;
@@ -366,19 +457,20 @@ static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 
 static int start_first_pass(struct lmt_session *s)
 {
+	struct lmt_source_engine *e = s->source;
 	int rc = sync_dirty(s, NULL); /* starts the VMM's tracking; all is dirty anyway */
 	if (rc)
 		return rc;
-	s->dirty_bytes = 0;
+	e->dirty_bytes = 0;
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		lmt__bitmap_range(b->dirty, 0, b->npages, LMT_BITS_SET);
-		s->dirty_bytes += b->length;
+		e->dirty_bytes += b->length;
 	}
-	s->pass = 1;
-	s->pass_start_ns = lmt__now();
-	s->cur_block = 0;
-	s->cur_page = 0;
+	e->pass = 1;
+	e->pass_start_ns = lmt__now();
+	e->cur_block = 0;
+	e->cur_page = 0;
 	return 0;
 }
 
@@ -400,11 +492,12 @@ static bool page_is_zero(const uint8_t *p, uint32_t size)
 /* Skip an all-zero page of the bulk pass: the destination starts zeroed. */
 static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
 {
-	if (s->pass != 1 || !s->zero_detect ||
+	struct lmt_source_engine *e = s->source;
+	if (e->pass != 1 || !e->zero_detect ||
 	    !page_is_zero(b->host + (page << b->page_shift), b->page_size))
 		return false;
 	lmt__bitmap_range(b->dirty, page, 1, LMT_BITS_CLEAR);
-	s->dirty_bytes -= b->page_size;
+	e->dirty_bytes -= b->page_size;
 	pthread_mutex_lock(&s->lock);
 	s->stats.zero_pages++;
 	pthread_mutex_unlock(&s->lock);
@@ -415,17 +508,18 @@ static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
  * window. Returns false at the end of the pass. */
 static bool next_chunk(struct lmt_session *s, struct chunk *c)
 {
-	while (s->cur_block < s->nblocks) {
-		struct lmt_block *b = &s->blocks[s->cur_block];
-		uint64_t p = lmt__bitmap_next(b->dirty, s->cur_page, b->npages);
+	struct lmt_source_engine *e = s->source;
+	while (e->cur_block < s->nblocks) {
+		struct lmt_block *b = &s->blocks[e->cur_block];
+		uint64_t p = lmt__bitmap_next(b->dirty, e->cur_page, b->npages);
 		if (p == b->npages) {
-			s->cur_block++;
-			s->cur_page = 0;
+			e->cur_block++;
+			e->cur_page = 0;
 			continue;
 		}
-		s->cur_page = p;
+		e->cur_page = p;
 		if (skip_zero(s, b, p)) {
-			s->cur_page = p + 1;
+			e->cur_page = p + 1;
 			continue;
 		}
 		uint64_t per_chunk = s->chunk_size >> b->page_shift;
@@ -437,7 +531,7 @@ static bool next_chunk(struct lmt_session *s, struct chunk *c)
 		uint64_t end = p + 1;
 		while (end < limit && lmt__bitmap_test(b->dirty, end) && !skip_zero(s, b, end))
 			end++;
-		*c = (struct chunk){.block = s->cur_block, .page = p, .npages = end - p};
+		*c = (struct chunk){.block = e->cur_block, .page = p, .npages = end - p};
 		return true;
 	}
 	return false;
@@ -447,8 +541,9 @@ static bool next_chunk(struct lmt_session *s, struct chunk *c)
 
 static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 {
+	struct lmt_source_engine *e = s->source;
 	uint64_t idx = cp->cookie & ((1ull << SLOT_BITS) - 1);
-	struct lmt_slot *sl = idx < s->nslots ? &s->slots[idx] : NULL;
+	struct lmt_slot *sl = idx < e->nslots ? &e->slots[idx] : NULL;
 	if (!sl || !sl->cookie || sl->cookie != cp->cookie)
 		return lmt__fail(s, LMT_EPROTO, "plugin %s completed unknown write 0x%llx",
 		                 s->desc->name, (unsigned long long)cp->cookie);
@@ -462,17 +557,17 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 		        (unsigned long long)(sl->page << b->page_shift), sl->channel,
 		        lmt_strerror(cp->status));
 	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
-	s->ch_writes[sl->channel]--;
-	s->ch_inflight[sl->channel] -= sl->bytes;
-	s->ch_bytes[sl->channel] += sl->bytes;
-	s->inflight_bytes -= sl->bytes;
-	s->pass_bytes += sl->bytes;
+	e->ch_writes[sl->channel]--;
+	e->ch_inflight[sl->channel] -= sl->bytes;
+	e->ch_bytes[sl->channel] += sl->bytes;
+	e->inflight_bytes -= sl->bytes;
+	e->pass_bytes += sl->bytes;
 	pthread_mutex_lock(&s->lock);
 	s->stats.bytes_sent += sl->bytes;
 	s->stats.normal_pages += sl->npages;
 	pthread_mutex_unlock(&s->lock);
 	sl->cookie = 0;
-	s->free_slots[s->nfree++] = (uint32_t)idx;
+	e->free_slots[e->nfree++] = (uint32_t)idx;
 	return 0;
 }
 
@@ -495,6 +590,7 @@ static int harvest(struct lmt_session *s, uint64_t timeout_ns)
 /* Wait a slice for completions; fails after idle-timeout without any. */
 static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_since)
 {
+	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
 	uint64_t slice = WAIT_SLICE_NS;
 	if (deadline != NO_DEADLINE)
@@ -503,12 +599,12 @@ static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_s
 	if (n < 0)
 		return n;
 	now = lmt__now();
-	if (n > 0 || s->inflight_bytes == 0)
+	if (n > 0 || e->inflight_bytes == 0)
 		*quiet_since = now;
 	else if (now - *quiet_since > s->idle_timeout_ns)
 		return lmt__fail(s, LMT_ETIMEDOUT, "no write completed for %llu ms",
 		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	return service(s, false);
+	return service(s);
 }
 
 /* Writes in a row, each following the one before in guest RAM, that one
@@ -523,14 +619,15 @@ static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_s
  * that has room. */
 static uint32_t pick_channel(const struct lmt_session *s, const struct chunk *c)
 {
+	const struct lmt_source_engine *e = s->source;
 	uint32_t best = UINT32_MAX;
-	if ((s->caps & LMT_CAP_MERGES_RUNS) && s->run_length && s->run_length < CHANNEL_RUN &&
-	    c->block == s->run_block && c->page == s->run_end_page &&
-	    s->ch_writes[s->run_channel] < s->queue_depth)
-		return s->run_channel;
+	if ((s->caps & LMT_CAP_MERGES_RUNS) && e->run_length && e->run_length < CHANNEL_RUN &&
+	    c->block == e->run_block && c->page == e->run_end_page &&
+	    e->ch_writes[e->run_channel] < e->queue_depth)
+		return e->run_channel;
 	for (uint32_t ch = 0; ch < s->channels; ch++)
-		if (s->ch_writes[ch] < s->queue_depth &&
-		    (best == UINT32_MAX || s->ch_inflight[ch] < s->ch_inflight[best]))
+		if (e->ch_writes[ch] < e->queue_depth &&
+		    (best == UINT32_MAX || e->ch_inflight[ch] < e->ch_inflight[best]))
 			best = ch;
 	return best;
 }
@@ -568,34 +665,88 @@ static int request_keys(struct lmt_session *s, const struct chunk *c)
 	return import_keys(s, h.length);
 }
 
-/* Post one write for `c`, or shrink it to the part not overlapping a write
- * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
-static int try_post(struct lmt_session *s, struct chunk *c)
+/* Cut `c` short before the first of its pages that a write in flight
+ * covers; false when that is its first page. */
+static bool clear_of_inflight(const struct lmt_block *b, struct chunk *c)
 {
-	struct lmt_block *b = &s->blocks[c->block];
 	if (lmt__bitmap_test(b->inflight, c->page))
-		return 0;
+		return false;
 	for (uint64_t i = 1; i < c->npages; i++)
 		if (lmt__bitmap_test(b->inflight, c->page + i)) {
 			c->npages = i;
 			break;
 		}
-	uint32_t ch = pick_channel(s, c);
-	if (ch == UINT32_MAX || s->nfree == 0)
-		return 0;
-	uint64_t offset = c->page << b->page_shift;
-	uint64_t bytes = c->npages << b->page_shift;
-	uint64_t w = offset / b->window;
+	return true;
+}
+
+/* The destination's key for window `w` of `c`'s block, and the local
+ * registration when the plugin needs one, asked for or made as needed. */
+static int prepare_window(struct lmt_session *s, const struct chunk *c, uint64_t w)
+{
+	struct lmt_block *b = &s->blocks[c->block];
 	int rc;
 	if (!b->rkeys[w] && (rc = request_keys(s, c)))
 		return rc;
 	if (!b->rkeys[w])
 		return lmt__fail(s, LMT_EPROTO, "block '%s': no key for offset %llu", b->name,
-		                 (unsigned long long)offset);
+		                 (unsigned long long)(c->page << b->page_shift));
 	if ((s->caps & LMT_CAP_LOCAL_MR) && !b->mrs[w] && (rc = register_local(s, b, w)))
 		return rc;
-	uint32_t idx = s->free_slots[s->nfree - 1];
-	uint64_t cookie = (++s->generation << SLOT_BITS) | idx;
+	return 0;
+}
+
+/* Account for the write of `c` just posted on channel `ch` in slot `idx`. */
+static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t ch, uint32_t idx,
+                         uint64_t cookie)
+{
+	struct lmt_source_engine *e = s->source;
+	struct lmt_block *b = &s->blocks[c->block];
+	uint64_t bytes = c->npages << b->page_shift;
+	e->nfree--;
+	e->slots[idx] = (struct lmt_slot){.cookie = cookie,
+	                                  .block = c->block,
+	                                  .channel = ch,
+	                                  .page = c->page,
+	                                  .npages = c->npages,
+	                                  .bytes = bytes};
+	lmt__bitmap_range(b->inflight, c->page, c->npages, LMT_BITS_SET);
+	bool follows = e->run_length && ch == e->run_channel && c->block == e->run_block &&
+	               c->page == e->run_end_page;
+	e->run_length = follows ? e->run_length + 1 : 1;
+	e->run_channel = ch;
+	e->run_block = c->block;
+	e->run_end_page = c->page + c->npages;
+	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
+	e->ch_writes[ch]++;
+	e->ch_inflight[ch] += bytes;
+	e->dirty_bytes -= bytes;
+	e->inflight_bytes += bytes;
+	e->bw_bytes += bytes;
+	e->cur_page = c->page + c->npages;
+	pthread_mutex_lock(&s->lock);
+	s->stats.writes++;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Post one write for `c`, or shrink it to the part not overlapping a write
+ * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
+static int try_post(struct lmt_session *s, struct chunk *c)
+{
+	struct lmt_source_engine *e = s->source;
+	struct lmt_block *b = &s->blocks[c->block];
+	if (!clear_of_inflight(b, c))
+		return 0;
+	uint32_t ch = pick_channel(s, c);
+	if (ch == UINT32_MAX || e->nfree == 0)
+		return 0;
+	uint64_t offset = c->page << b->page_shift;
+	uint64_t bytes = c->npages << b->page_shift;
+	uint64_t w = offset / b->window;
+	int rc = prepare_window(s, c, w);
+	if (rc)
+		return rc;
+	uint32_t idx = e->free_slots[e->nfree - 1];
+	uint64_t cookie = (++e->generation << SLOT_BITS) | idx;
 	rc = s->desc->ops.write(s->eps[ch], b->host + offset, bytes, b->mrs[w], b->rkeys[w],
 	                        offset - w * b->window, cookie);
 	if (rc == -LMT_EAGAIN)
@@ -603,49 +754,28 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 	if (rc)
 		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
 		                 (unsigned long long)bytes, b->name);
-	s->nfree--;
-	s->slots[idx] = (struct lmt_slot){.cookie = cookie,
-	                                  .block = c->block,
-	                                  .channel = ch,
-	                                  .page = c->page,
-	                                  .npages = c->npages,
-	                                  .bytes = bytes};
-	lmt__bitmap_range(b->inflight, c->page, c->npages, LMT_BITS_SET);
-	bool follows = s->run_length && ch == s->run_channel && c->block == s->run_block &&
-	               c->page == s->run_end_page;
-	s->run_length = follows ? s->run_length + 1 : 1;
-	s->run_channel = ch;
-	s->run_block = c->block;
-	s->run_end_page = c->page + c->npages;
-	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
-	s->ch_writes[ch]++;
-	s->ch_inflight[ch] += bytes;
-	s->dirty_bytes -= bytes;
-	s->inflight_bytes += bytes;
-	s->bw_bytes += bytes;
-	s->cur_page = c->page + c->npages;
-	pthread_mutex_lock(&s->lock);
-	s->stats.writes++;
-	pthread_mutex_unlock(&s->lock);
+	account_post(s, c, ch, idx, cookie);
 	return 1;
 }
 
 /* Time before which max-bandwidth allows no further write. */
 static uint64_t bandwidth_gate(const struct lmt_session *s, bool limited)
 {
-	if (!limited || !s->max_bandwidth)
+	const struct lmt_source_engine *e = s->source;
+	if (!limited || !e->max_bandwidth)
 		return 0;
-	return s->bw_start_ns + (uint64_t)((double)s->bw_bytes * 1e9 / (double)s->max_bandwidth);
+	return e->bw_start_ns + (uint64_t)((double)e->bw_bytes * 1e9 / (double)e->max_bandwidth);
 }
 
 /* Walk and post until the pass ends or the deadline passes. */
 static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 {
+	struct lmt_source_engine *e = s->source;
 	uint64_t quiet = lmt__now();
 	struct chunk c;
-	while (!s->pass_done) {
+	while (!e->pass_done) {
 		int rc = harvest(s, 0);
-		if (rc < 0 || (rc = service(s, false)))
+		if (rc < 0 || (rc = service(s)))
 			return rc;
 		uint64_t now = lmt__now();
 		if (now >= deadline)
@@ -658,7 +788,7 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 			continue;
 		}
 		if (!next_chunk(s, &c)) {
-			s->pass_done = true;
+			e->pass_done = true;
 			break;
 		}
 		rc = try_post(s, &c);
@@ -673,8 +803,9 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 /* Wait for every write in flight; 1 if the deadline came first. */
 static int drain(struct lmt_session *s, uint64_t deadline)
 {
+	struct lmt_source_engine *e = s->source;
 	uint64_t quiet = lmt__now();
-	while (s->inflight_bytes) {
+	while (e->inflight_bytes) {
 		if (lmt__now() >= deadline)
 			return 1;
 		int rc = wait_some(s, deadline, &quiet);
@@ -689,24 +820,25 @@ static uint64_t expected_downtime(const struct lmt_session *s);
 /* A pass ended with `dirtied` bytes newly dirty: measure and record it. */
 static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
 {
+	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
-	uint64_t span = now - s->pass_start_ns;
+	uint64_t span = now - e->pass_start_ns;
 	uint64_t rate = span ? (uint64_t)((double)dirtied * 1e9 / (double)span) : 0;
-	if (span && !final && (s->pass_bytes >= (1u << 20) || !s->bandwidth_bps))
-		s->bandwidth_bps = (uint64_t)((double)s->pass_bytes * 1e9 / (double)span);
+	if (span && !final && (e->pass_bytes >= (1u << 20) || !e->bandwidth_bps))
+		e->bandwidth_bps = (uint64_t)((double)e->pass_bytes * 1e9 / (double)span);
 	pthread_mutex_lock(&s->lock);
 	if (!final)
 		s->stats.dirty_rate_bps = rate;
 	pthread_mutex_unlock(&s->lock);
 	struct lmt_pass_stats p = {
-	        .pass = s->pass,
+	        .pass = e->pass,
 	        .final = final,
-	        .start_ns = s->pass_start_ns - s->start_ns,
+	        .start_ns = e->pass_start_ns - s->start_ns,
 	        .duration_ns = span,
-	        .bytes = s->pass_bytes,
+	        .bytes = e->pass_bytes,
 	        .dirtied_bytes = dirtied,
 	        .dirty_rate_bps = rate,
-	        .bandwidth_bps = span ? (uint64_t)((double)s->pass_bytes * 1e9 / (double)span) : 0,
+	        .bandwidth_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0,
 	        .expected_downtime_ns = final ? 0 : expected_downtime(s),
 	};
 	lmt__pass_record(s, &p);
@@ -714,22 +846,24 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
 
 static uint64_t expected_downtime(const struct lmt_session *s)
 {
-	uint64_t left = s->dirty_bytes + s->inflight_bytes;
+	const struct lmt_source_engine *e = s->source;
+	uint64_t left = e->dirty_bytes + e->inflight_bytes;
 	if (!left)
 		return 0;
-	if (!s->bandwidth_bps)
+	if (!e->bandwidth_bps)
 		return UINT64_MAX;
-	return (uint64_t)((double)left * 1e9 / (double)s->bandwidth_bps);
+	return (uint64_t)((double)left * 1e9 / (double)e->bandwidth_bps);
 }
 
 static void start_pass(struct lmt_session *s)
 {
-	s->pass++;
-	s->pass_done = false;
-	s->pass_start_ns = lmt__now();
-	s->pass_bytes = 0;
-	s->cur_block = 0;
-	s->cur_page = 0;
+	struct lmt_source_engine *e = s->source;
+	e->pass++;
+	e->pass_done = false;
+	e->pass_start_ns = lmt__now();
+	e->pass_bytes = 0;
+	e->cur_block = 0;
+	e->cur_page = 0;
 }
 
 /* A pass has walked every block. Far from converging, the next pass
@@ -739,31 +873,32 @@ static void start_pass(struct lmt_session *s)
  * 1 when the deadline came first. */
 static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate_result *res)
 {
+	struct lmt_source_engine *e = s->source;
 	int rc;
-	if (!s->draining) {
+	if (!e->draining) {
 		uint64_t dirtied;
 		if ((rc = sync_dirty(s, &dirtied)))
 			return rc;
-		s->pass_dirtied = dirtied;
-		uint64_t bw = s->bandwidth_bps ? s->bandwidth_bps : 1;
-		if ((double)s->dirty_bytes * 1e9 / (double)bw > (double)s->downtime_limit_ns &&
-		    s->bandwidth_bps) {
+		e->pass_dirtied = dirtied;
+		uint64_t bw = e->bandwidth_bps ? e->bandwidth_bps : 1;
+		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
+		    e->bandwidth_bps) {
 			measure_pass(s, dirtied, false);
 			start_pass(s);
 			return 0;
 		}
-		s->draining = true;
+		e->draining = true;
 	}
 	if ((rc = drain(s, deadline)))
 		return rc;
-	s->draining = false;
+	e->draining = false;
 	uint64_t more;
 	if ((rc = sync_dirty(s, &more)))
 		return rc;
-	measure_pass(s, s->pass_dirtied + more, false);
-	if (expected_downtime(s) <= s->downtime_limit_ns) {
+	measure_pass(s, e->pass_dirtied + more, false);
+	if (expected_downtime(s) <= e->downtime_limit_ns) {
 		res->ready = 1;
-		s->need_pass = true;
+		e->need_pass = true;
 	} else {
 		start_pass(s);
 	}
@@ -772,20 +907,21 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 
 static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 {
-	uint64_t deadline = lmt__now() + s->iterate_ns;
+	struct lmt_source_engine *e = s->source;
+	uint64_t deadline = lmt__now() + e->iterate_ns;
 	int rc = 0;
-	s->bw_start_ns = lmt__now();
-	s->bw_bytes = 0;
-	if (s->pass == 0 && (rc = start_first_pass(s)))
+	e->bw_start_ns = lmt__now();
+	e->bw_bytes = 0;
+	if (e->pass == 0 && (rc = start_first_pass(s)))
 		return rc;
-	if (s->need_pass) {
-		s->need_pass = false;
+	if (e->need_pass) {
+		e->need_pass = false;
 		start_pass(s);
 	}
 	while (!res->ready && lmt__now() < deadline) {
 		if ((rc = send_pass(s, deadline, true)))
 			return rc;
-		if (!s->pass_done)
+		if (!e->pass_done)
 			break;
 		if ((rc = end_pass(s, deadline, res)))
 			return rc < 0 ? rc : 0;
@@ -793,20 +929,40 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 	return 0;
 }
 
+/* Refresh the figures the engine keeps outside the stats. */
+static void refresh_stats(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	pthread_mutex_lock(&s->lock);
+	struct lmt_stats *st = &s->stats;
+	st->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
+	st->bandwidth_bps = e->bandwidth_bps;
+	st->passes = e->pass;
+	for (uint32_t c = 0; c < s->channels && c < LMT_MAX_CHANNELS; c++)
+		st->channel_bytes[c] = e->ch_bytes[c];
+	uint64_t elapsed = st->total_ns;
+	if (!elapsed && s->start_ns)
+		elapsed = lmt__now() - s->start_ns;
+	if (elapsed)
+		st->throughput_bps = (uint64_t)((double)st->bytes_sent * 1e9 / (double)elapsed);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 {
+	struct lmt_source_engine *e = s->source;
 	/* Mid-pass, the pass so far is the best estimate once it means something. */
-	uint64_t span = lmt__now() - s->pass_start_ns;
-	if (!s->pass_done && s->pass_bytes >= (4u << 20) && span)
-		s->bandwidth_bps = (uint64_t)((double)s->pass_bytes * 1e9 / (double)span);
-	res->pass = s->pass;
-	res->remaining_bytes = s->dirty_bytes + s->inflight_bytes;
-	res->bandwidth_bps = s->bandwidth_bps;
+	uint64_t span = lmt__now() - e->pass_start_ns;
+	if (!e->pass_done && e->pass_bytes >= (4u << 20) && span)
+		e->bandwidth_bps = (uint64_t)((double)e->pass_bytes * 1e9 / (double)span);
+	res->pass = e->pass;
+	res->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
+	res->bandwidth_bps = e->bandwidth_bps;
 	res->expected_downtime_ns = expected_downtime(s);
 	pthread_mutex_lock(&s->lock);
 	s->stats.expected_downtime_ns = res->expected_downtime_ns;
 	pthread_mutex_unlock(&s->lock);
-	lmt__stats_update(s);
+	refresh_stats(s);
 }
 
 int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
@@ -843,10 +999,13 @@ static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t 
 	return 0;
 }
 
-static int finish(struct lmt_session *s, const void *state, size_t length)
+/* The guest is paused: a last pass over what is dirty, then every write
+ * landed and flushed. */
+static int send_rest(struct lmt_session *s)
 {
+	struct lmt_source_engine *e = s->source;
 	int rc;
-	if (s->pass == 0) {
+	if (e->pass == 0) {
 		if ((rc = start_first_pass(s)))
 			return rc;
 	} else {
@@ -861,17 +1020,21 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
 	measure_pass(s, 0, true);
-	if ((rc = send_device_state(s, state, length)))
-		return rc;
+	return 0;
+}
+
+/* COMPLETE, with a digest per block when verify=on, and the answer. */
+static int send_complete(struct lmt_session *s, size_t state_length)
+{
 	struct lmt_msg_complete *m = calloc(1, sizeof(*m));
 	if (!m)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	m->passes = s->pass;
-	m->state_length = length;
+	m->passes = s->source->pass;
+	m->state_length = state_length;
 	m->digest_count = s->verify ? s->nblocks : 0;
 	for (uint32_t i = 0; i < m->digest_count; i++)
 		m->digests[i] = XXH3_64bits(s->blocks[i].host, s->blocks[i].length);
-	rc = lmt__enc_complete(&s->out, m);
+	int rc = lmt__enc_complete(&s->out, m);
 	free(m);
 	if (rc)
 		return lmt__fail(s, rc, "encoding COMPLETE");
@@ -886,6 +1049,14 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	if (st.code)
 		return lmt__fail(s, st.code, "the destination refused the migration: %s", st.text);
 	return 0;
+}
+
+static int finish(struct lmt_session *s, const void *state, size_t length)
+{
+	int rc;
+	if ((rc = send_rest(s)) || (rc = send_device_state(s, state, length)))
+		return rc;
+	return send_complete(s, length);
 }
 
 int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
@@ -916,6 +1087,6 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 	s->stats.expected_downtime_ns = 0;
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
-	lmt__stats_update(s);
+	refresh_stats(s);
 	return 0;
 }

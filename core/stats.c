@@ -22,24 +22,6 @@ const char *lmt_status_name(enum lmt_status status)
 	return "unknown";
 }
 
-/* Refresh the derived figures; called by the engine with the lock free. */
-void lmt__stats_update(struct lmt_session *s)
-{
-	pthread_mutex_lock(&s->lock);
-	struct lmt_stats *st = &s->stats;
-	st->remaining_bytes = s->dirty_bytes + s->inflight_bytes;
-	st->bandwidth_bps = s->bandwidth_bps;
-	st->passes = s->pass;
-	for (uint32_t c = 0; c < s->channels && c < LMT_MAX_CHANNELS; c++)
-		st->channel_bytes[c] = s->ch_bytes[c];
-	uint64_t elapsed = st->total_ns;
-	if (!elapsed && s->start_ns)
-		elapsed = lmt__now() - s->start_ns;
-	if (elapsed)
-		st->throughput_bps = (uint64_t)((double)st->bytes_sent * 1e9 / (double)elapsed);
-	pthread_mutex_unlock(&s->lock);
-}
-
 int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
 {
 	if (!s || !out)

@@ -74,38 +74,16 @@ static void usage(FILE *out)
 	      out);
 }
 
-static int parse_size(const char *text, uint64_t *out)
+/* --ram takes a size as lmt's options do (64M, 1G), through lmt's parser. */
+static int parse_ram(const char *text, uint64_t *out)
 {
-	char *end;
-	unsigned long long value;
-	unsigned shift = 0;
+	static const struct lmt_option_desc ram = {
+	        .name = "--ram", .type = LMT_OPT_SIZE, .doc = "guest RAM"};
+	struct lmt_option_value value;
 
-	errno = 0;
-	value = strtoull(text, &end, 10);
-	if (errno || end == text)
+	if (lmt_option_parse(&ram, text, &value, NULL) != 0)
 		return -1;
-	switch (*end) {
-	case 'K':
-	case 'k':
-		shift = 10;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		shift = 20;
-		end++;
-		break;
-	case 'G':
-	case 'g':
-		shift = 30;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end || value > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)value << shift;
+	*out = (uint64_t)value.integer;
 	return 0;
 }
 
@@ -207,7 +185,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
 			bad |= append_options(cfg, optarg);
 			break;
 		case OPT_RAM:
-			bad |= parse_size(optarg, &cfg->ram_size);
+			bad |= parse_ram(optarg, &cfg->ram_size);
 			break;
 		case OPT_STRIDE:
 			bad |= parse_u32(optarg, &cfg->stride);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <lmt/plugin.h>
+#include <lmt/version.h>
 
 #define CHAOS_HELD_MAX 4096u
 #define CHAOS_SLICE_NS 10000000ull
@@ -625,7 +626,7 @@ static const struct lmt_plugin chaos_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "chaos",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "fault injection around another plugin: use as chaos:<plugin>",
         .caps = LMT_CAP_DECORATOR | LMT_CAP_MULTI_CHANNEL,
         .options = chaos_options,

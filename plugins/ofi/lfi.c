@@ -10,6 +10,8 @@
 
 #include <rdma/fi_domain.h>
 
+#include <lmt/version.h>
+
 #include "endpoint.h"
 #include "instance.h"
 #include "provider.h"
@@ -284,7 +286,7 @@ static const struct lmt_plugin lfi_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "ofi",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",
         .caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS |
                 LMT_CAP_MERGES_RUNS,

@@ -12,6 +12,8 @@
 #include "region.h"
 #include "source.h"
 
+#include <lmt/version.h>
+
 #define DEFAULT_BUFFER_SIZE (4 << 20)
 
 static const struct lmt_option_desc tcp_options[] = {
@@ -198,7 +200,7 @@ static const struct lmt_plugin tcp_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "tcp",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "TCP sockets, one stream per channel; works everywhere",
         .caps = LMT_CAP_MULTI_CHANNEL,
         .options = tcp_options,

@@ -21,6 +21,8 @@
 #define UCX_LIST_MAX 256u        /* longest ucx.tls or ucx.devices, with its NUL */
 #define UCX_MM_RX_BUFS_GROW "64" /* see tune_shared_memory() */
 
+#include <lmt/version.h>
+
 static const char *const ucx_transfer_names[] = {"auto", "am", "put", NULL};
 
 static const struct lmt_option_desc ucx_options[] = {
@@ -355,7 +357,7 @@ static const struct lmt_plugin ucx_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "ucx",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",
         .caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
         .options = ucx_options,

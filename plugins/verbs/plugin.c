@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <lmt/version.h>
+
 #include "destination.h"
 #include "endpoint.h"
 #include "instance.h"
@@ -255,7 +257,7 @@ static const struct lmt_plugin verbs_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
         .name = "verbs",
-        .version = "0.1.0",
+        .version = LMT_VERSION,
         .description = "RDMA verbs (rdma-core): RC RDMA writes on InfiniBand and RoCE",
         .caps = LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL,
         .options = verbs_options,

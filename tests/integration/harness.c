@@ -70,16 +70,16 @@ uint8_t *ram_map(uint64_t bytes)
 	return p;
 }
 
-void ram_fill(struct bench_ram *ram, uint64_t bytes, uint64_t seed)
+void ram_fill(struct guest_ram *ram, uint64_t bytes, uint64_t seed)
 {
-	bench_ram_layout(ram, ram_map(bytes), bytes);
-	bench_ram_fill(ram, 0.1, seed);
-	assert_int_equal(bench_ram_alloc_dirty(ram), 0);
+	guest_ram_layout(ram, ram_map(bytes), bytes);
+	guest_ram_fill(ram, 0.1, seed);
+	assert_int_equal(guest_ram_alloc_dirty(ram), 0);
 }
 
-void ram_release(struct bench_ram *ram)
+void ram_release(struct guest_ram *ram)
 {
-	bench_ram_free_dirty(ram);
+	guest_ram_free_dirty(ram);
 	munmap(ram->base, ram->bytes);
 }
 
@@ -88,12 +88,12 @@ const char *test_plugin(void)
 	return getenv("LMT_TEST_PLUGIN") ? getenv("LMT_TEST_PLUGIN") : "tcp";
 }
 
-lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, const char *opts)
+lmt_session *session_with_blocks(enum lmt_role role, struct guest_ram *ram, const char *opts)
 {
 	return session_on(role, ram, test_plugin(), opts);
 }
 
-lmt_session *session_on(enum lmt_role role, struct bench_ram *ram, const char *plugin,
+lmt_session *session_on(enum lmt_role role, struct guest_ram *ram, const char *plugin,
                         const char *opts)
 {
 	struct lmt_error err = {0};
@@ -105,7 +105,7 @@ lmt_session *session_on(enum lmt_role role, struct bench_ram *ram, const char *p
 		fail_msg("LMT_TEST_OPTIONS '%s': %s", extra, lmt_session_error(s)->message);
 	for (uint32_t i = 0; i < ram->nblocks; i++)
 		assert_int_equal(lmt_session_add_block(s, ram->blocks[i].name, ram->blocks[i].host,
-		                                       ram->blocks[i].length, BENCH_PAGE_SIZE),
+		                                       ram->blocks[i].length, GUEST_PAGE_SIZE),
 		                 0);
 	return s;
 }
@@ -113,8 +113,8 @@ lmt_session *session_on(enum lmt_role role, struct bench_ram *ram, const char *p
 static void dest_child(const struct dest_spec *spec, int out)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	struct bench_ram ram;
-	bench_ram_layout(&ram, ram_map(spec->ram_bytes), spec->ram_bytes);
+	struct guest_ram ram;
+	guest_ram_layout(&ram, ram_map(spec->ram_bytes), spec->ram_bytes);
 	if (spec->prepare)
 		spec->prepare(&ram);
 	lmt_session *s = session_with_blocks(LMT_ROLE_DESTINATION, &ram, spec->options);
@@ -161,7 +161,7 @@ static int compare_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16_t port,
+struct source_run source_migrate(struct guest_ram *ram, const char *opts, uint16_t port,
                                  const void *state, size_t state_len, pid_t kill_pid,
                                  uint64_t kill_after_ns, uint64_t *killed_at)
 {
@@ -169,7 +169,7 @@ struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16
 	                           killed_at);
 }
 
-struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *tracking,
+struct source_run source_migrate_view(struct guest_ram *view, struct guest_ram *tracking,
                                       const char *opts, uint16_t port, const void *state,
                                       size_t state_len, pid_t kill_pid, uint64_t kill_after_ns,
                                       uint64_t *killed_at)
@@ -178,20 +178,20 @@ struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *
 	char uri[64];
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
 	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, view, opts);
-	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, tracking), 0);
-	uint64_t t0 = bench_now_ns();
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, tracking), 0);
+	uint64_t t0 = guest_now_ns();
 	uint64_t *times = calloc(100000, sizeof(*times));
 	r.rc = lmt_save_setup(s, uri);
 	struct lmt_iterate_result it = {0};
 	while (r.rc == 0 && !it.ready) {
-		if (kill_pid && !*killed_at && bench_now_ns() - t0 >= kill_after_ns) {
+		if (kill_pid && !*killed_at && guest_now_ns() - t0 >= kill_after_ns) {
 			kill(kill_pid, SIGKILL);
-			*killed_at = bench_now_ns();
+			*killed_at = guest_now_ns();
 		}
-		uint64_t before = bench_now_ns();
+		uint64_t before = guest_now_ns();
 		r.rc = lmt_save_iterate(s, &it);
 		if (r.iterations < 100000)
-			times[r.iterations++] = bench_now_ns() - before;
+			times[r.iterations++] = guest_now_ns() - before;
 	}
 	if (r.iterations) {
 		qsort(times, r.iterations, sizeof(*times), compare_u64);
@@ -201,7 +201,7 @@ struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *
 	free(times);
 	if (r.rc == 0)
 		r.rc = lmt_save_complete(s, state, state_len);
-	r.failed_at_ns = bench_now_ns();
+	r.failed_at_ns = guest_now_ns();
 	snprintf(r.error, sizeof(r.error), "%s", lmt_session_error(s)->message);
 	lmt_session_stats(s, &r.stats);
 	r.npasses = lmt_session_passes(s, r.passes, 16);

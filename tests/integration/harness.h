@@ -10,7 +10,7 @@
 
 #include <lmt/lmt.h>
 
-#include "bench.h"
+#include "guest.h"
 
 struct census {
 	int fds;
@@ -22,14 +22,14 @@ void census_check(struct census before);
 
 uint8_t *ram_map(uint64_t bytes);
 /* Random pages (10% zero) in a fresh mapping, with dirty bitmaps. */
-void ram_fill(struct bench_ram *ram, uint64_t bytes, uint64_t seed);
-void ram_release(struct bench_ram *ram);
+void ram_fill(struct guest_ram *ram, uint64_t bytes, uint64_t seed);
+void ram_release(struct guest_ram *ram);
 
 /* The plugin under test: LMT_TEST_PLUGIN, or tcp. Its options are in
  * LMT_TEST_OPTIONS and are added to every session. */
 const char *test_plugin(void);
-lmt_session *session_with_blocks(enum lmt_role role, struct bench_ram *ram, const char *opts);
-lmt_session *session_on(enum lmt_role role, struct bench_ram *ram, const char *plugin,
+lmt_session *session_with_blocks(enum lmt_role role, struct guest_ram *ram, const char *opts);
+lmt_session *session_on(enum lmt_role role, struct guest_ram *ram, const char *plugin,
                         const char *opts);
 
 /* What a destination child does besides loading. */
@@ -37,7 +37,7 @@ struct dest_spec {
 	uint64_t ram_bytes;
 	const char *options;
 	/* Before the load: scribble over the RAM the source will send. */
-	void (*prepare)(struct bench_ram *ram);
+	void (*prepare)(struct guest_ram *ram);
 	/* After a load that succeeded: 0 if the device state is right. */
 	int (*check_state)(const void *data, size_t length);
 };
@@ -62,13 +62,13 @@ struct source_run {
 
 /* Migrate `ram` to 127.0.0.1:port. `kill_pid` is killed `kill_after_ns`
  * after setup when non-zero, and *killed_at notes when. */
-struct source_run source_migrate(struct bench_ram *ram, const char *opts, uint16_t port,
+struct source_run source_migrate(struct guest_ram *ram, const char *opts, uint16_t port,
                                  const void *state, size_t state_len, pid_t kill_pid,
                                  uint64_t kill_after_ns, uint64_t *killed_at);
 
 /* The same, with lmt given `view` (e.g. a read-only mapping) while the
  * dirty bitmaps live in `tracking`. */
-struct source_run source_migrate_view(struct bench_ram *view, struct bench_ram *tracking,
+struct source_run source_migrate_view(struct guest_ram *view, struct guest_ram *tracking,
                                       const char *opts, uint16_t port, const void *state,
                                       size_t state_len, pid_t kill_pid, uint64_t kill_after_ns,
                                       uint64_t *killed_at);

@@ -42,9 +42,9 @@ static void *run_dest(void *arg)
 /* Migrate a small guest between two sessions with the given options. */
 static void migrate(const char *src_opts, const char *dst_opts, struct side *src, struct side *dst)
 {
-	struct bench_ram sram, dram;
+	struct guest_ram sram, dram;
 	ram_fill(&sram, RAM_BYTES, 11);
-	bench_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
+	guest_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
 	struct census c0 = census_take();
 	struct dest_thread d = {.s = session_with_blocks(LMT_ROLE_DESTINATION, &dram, dst_opts)};
 	uint16_t port = 0;
@@ -131,11 +131,11 @@ static void test_destination_without_key_is_refused_by_the_source(void **state)
 
 static void test_key_and_key_file_together_are_refused(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 12);
 	lmt_session *s =
 	        session_with_blocks(LMT_ROLE_SOURCE, &ram, "auth-key=a,auth-key-file=/dev/null");
-	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, &ram), 0);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
 	assert_int_equal(lmt_save_setup(s, "127.0.0.1:9"), -LMT_EINVAL);
 	assert_string_equal(lmt_session_error(s)->message,
 	                    "auth-key and auth-key-file: give only one");
@@ -145,11 +145,11 @@ static void test_key_and_key_file_together_are_refused(void **state)
 
 static void test_unreadable_key_file_is_named(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 13);
 	lmt_session *s =
 	        session_with_blocks(LMT_ROLE_SOURCE, &ram, "auth-key-file=/nonexistent/lmt.key");
-	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, &ram), 0);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
 	assert_int_equal(lmt_save_setup(s, "127.0.0.1:9"), -LMT_EINVAL);
 	assert_string_equal(lmt_session_error(s)->message,
 	                    "auth-key-file '/nonexistent/lmt.key': No such file or directory");

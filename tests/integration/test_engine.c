@@ -21,7 +21,7 @@ static const struct dest_spec plain_dest = {.ram_bytes = RAM_BYTES, .options = "
 
 static void test_iterate_returns_within_its_budget(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 1);
 	const char *opts = "max-bandwidth=64M,max-iterate-ms=20ms";
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = opts};
@@ -42,7 +42,7 @@ static void test_iterate_returns_within_its_budget(void **state)
 
 static void test_bandwidth_limit_is_honoured(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 2);
 	const char *opts = "max-bandwidth=64M";
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = opts};
@@ -63,10 +63,10 @@ static void test_bandwidth_limit_is_honoured(void **state)
 
 static void test_idle_guest_is_ready_after_the_bulk_pass(void **state)
 {
-	struct bench_ram ram;
-	bench_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
-	uint64_t zero = bench_ram_fill(&ram, 0.25, 3);
-	assert_int_equal(bench_ram_alloc_dirty(&ram), 0);
+	struct guest_ram ram;
+	guest_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
+	uint64_t zero = guest_ram_fill(&ram, 0.25, 3);
+	assert_int_equal(guest_ram_alloc_dirty(&ram), 0);
 	uint16_t port;
 	pid_t pid = dest_spawn(&plain_dest, &port);
 	uint64_t none = 0;
@@ -76,8 +76,8 @@ static void test_idle_guest_is_ready_after_the_bulk_pass(void **state)
 	assert_int_equal(r.stats.status, LMT_STATUS_COMPLETED);
 	assert_int_equal(r.stats.passes, 2); /* the bulk pass and an empty final one */
 	assert_int_equal(r.stats.zero_pages, zero);
-	assert_int_equal(r.stats.normal_pages, RAM_BYTES / BENCH_PAGE_SIZE - zero);
-	assert_int_equal(r.stats.bytes_sent, RAM_BYTES - zero * BENCH_PAGE_SIZE);
+	assert_int_equal(r.stats.normal_pages, RAM_BYTES / GUEST_PAGE_SIZE - zero);
+	assert_int_equal(r.stats.bytes_sent, RAM_BYTES - zero * GUEST_PAGE_SIZE);
 	assert_int_equal(r.stats.remaining_bytes, 0);
 	assert_true(r.stats.downtime_ns < 300 * MS);
 	assert_true(r.stats.downtime_ns <= r.stats.total_ns);
@@ -97,17 +97,17 @@ static void test_idle_guest_is_ready_after_the_bulk_pass(void **state)
 
 static void test_dirtying_guest_records_every_pass(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 8);
-	struct bench_workload *w = NULL;
-	assert_int_equal(bench_workload_start(&w, &ram, 8u << 20, 256u << 20, 9), 0);
+	struct guest_workload *w = NULL;
+	assert_int_equal(guest_workload_start(&w, &ram, 8u << 20, 256u << 20, 9), 0);
 	uint16_t port;
 	pid_t pid = dest_spawn(&plain_dest, &port);
 	uint64_t none = 0;
 	/* A tight limit forces passes until the dirty set fits. */
 	struct source_run r =
 	        source_migrate(&ram, "downtime-limit=2ms", port, NULL, 0, 0, 0, &none);
-	bench_workload_stop(w);
+	guest_workload_stop(w);
 	assert_int_equal(r.rc, 0);
 	assert_int_equal(dest_wait(pid), 0);
 	assert_true(r.npasses >= 3);
@@ -156,16 +156,16 @@ static void test_stats_json_carries_every_figure(void **state)
 }
 
 /* A page the source skips as zero holds garbage on this destination. */
-static void scribble(struct bench_ram *ram)
+static void scribble(struct guest_ram *ram)
 {
 	memset(ram->blocks[1].host + 8192, 0xee, 100);
 }
 
 static void test_verify_catches_a_destination_that_differs(void **state)
 {
-	struct bench_ram ram;
-	bench_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
-	assert_int_equal(bench_ram_alloc_dirty(&ram), 0); /* all zero: every page skipped */
+	struct guest_ram ram;
+	guest_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
+	assert_int_equal(guest_ram_alloc_dirty(&ram), 0); /* all zero: every page skipped */
 	struct dest_spec spec = {
 	        .ram_bytes = RAM_BYTES, .options = "verify=on", .prepare = scribble};
 	uint16_t port;
@@ -189,7 +189,7 @@ static void test_device_state_arrives_intact(void **state)
 {
 	for (size_t i = 0; i < sizeof(big_state); i++)
 		big_state[i] = (uint8_t)(i * 131 + (i >> 12));
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 4);
 	struct dest_spec spec = {
 	        .ram_bytes = RAM_BYTES, .options = "", .check_state = check_big_state};
@@ -205,7 +205,7 @@ static void test_device_state_arrives_intact(void **state)
 
 static void test_block_size_mismatch_is_named_on_the_source(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 5);
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES * 2, .options = ""};
 	uint16_t port;
@@ -221,7 +221,7 @@ static void test_block_size_mismatch_is_named_on_the_source(void **state)
 
 static void test_option_mismatch_is_named_on_the_source(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 6);
 	uint16_t port;
 	pid_t pid = dest_spawn(&plain_dest, &port);
@@ -236,7 +236,7 @@ static void test_option_mismatch_is_named_on_the_source(void **state)
 
 static void test_calls_out_of_order_are_refused(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, 1u << 20, 7);
 	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &ram, "");
 	struct lmt_iterate_result it;

@@ -101,9 +101,9 @@ static const struct cell cells[] = {
  * through a second, writable mapping of the same memory. */
 struct guest {
 	int fd;
-	struct bench_ram rw;
-	struct bench_ram ro;
-	struct bench_workload *workload;
+	struct guest_ram rw;
+	struct guest_ram ro;
+	struct guest_workload *workload;
 };
 
 static void guest_open(struct guest *g, bool dirtying)
@@ -114,20 +114,20 @@ static void guest_open(struct guest *g, bool dirtying)
 	uint8_t *rw = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
 	uint8_t *ro = mmap(NULL, RAM_BYTES, PROT_READ, MAP_SHARED, g->fd, 0);
 	assert_true(rw != MAP_FAILED && ro != MAP_FAILED);
-	bench_ram_layout(&g->rw, rw, RAM_BYTES);
-	bench_ram_fill(&g->rw, 0.1, 77);
-	assert_int_equal(bench_ram_alloc_dirty(&g->rw), 0);
-	bench_ram_layout(&g->ro, ro, RAM_BYTES);
+	guest_ram_layout(&g->rw, rw, RAM_BYTES);
+	guest_ram_fill(&g->rw, 0.1, 77);
+	assert_int_equal(guest_ram_alloc_dirty(&g->rw), 0);
+	guest_ram_layout(&g->ro, ro, RAM_BYTES);
 	g->workload = NULL;
 	if (dirtying)
-		assert_int_equal(bench_workload_start(&g->workload, &g->rw, 4u << 20, 16u << 20, 5),
+		assert_int_equal(guest_workload_start(&g->workload, &g->rw, 4u << 20, 16u << 20, 5),
 		                 0);
 }
 
 static void guest_close(struct guest *g)
 {
-	bench_workload_stop(g->workload);
-	bench_ram_free_dirty(&g->rw);
+	guest_workload_stop(g->workload);
+	guest_ram_free_dirty(&g->rw);
 	munmap(g->rw.base, RAM_BYTES);
 	munmap(g->ro.base, RAM_BYTES);
 	close(g->fd);
@@ -164,7 +164,7 @@ struct run {
 	const struct cell *cell;
 	lmt_session *session;
 	struct guest *guest;   /* source */
-	struct bench_ram *ram; /* destination */
+	struct guest_ram *ram; /* destination */
 	uint16_t port;
 	int rc;
 	uint64_t started_ns;
@@ -184,30 +184,30 @@ static lmt_session *source_session(const struct cell *c, struct guest *g)
 /* Drive r->session, created beforehand, to the end. */
 static void run_source(struct run *r)
 {
-	assert_int_equal(lmt_session_set_dirty_sync(r->session, bench_dirty_sync, &r->guest->rw),
+	assert_int_equal(lmt_session_set_dirty_sync(r->session, guest_dirty_sync, &r->guest->rw),
 	                 0);
 	char uri[64];
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", r->port);
-	r->started_ns = bench_now_ns();
+	r->started_ns = guest_now_ns();
 	r->rc = lmt_save_setup(r->session, uri);
 	struct lmt_iterate_result it = {0};
 	while (r->rc == 0 && !it.ready)
 		r->rc = lmt_save_iterate(r->session, &it);
 	if (r->rc == 0) {
-		bench_workload_pause(r->guest->workload);
+		guest_workload_pause(r->guest->workload);
 		r->rc = lmt_save_complete(r->session, "cpu", 3);
 	}
-	r->ended_ns = bench_now_ns();
+	r->ended_ns = guest_now_ns();
 }
 
 static void run_destination(struct run *r)
 {
-	r->started_ns = bench_now_ns();
+	r->started_ns = guest_now_ns();
 	r->rc = lmt_load_run(r->session);
-	r->ended_ns = bench_now_ns();
+	r->ended_ns = guest_now_ns();
 }
 
-static lmt_session *listening_destination(struct bench_ram *ram, const struct cell *c,
+static lmt_session *listening_destination(struct guest_ram *ram, const struct cell *c,
                                           uint16_t *port)
 {
 	char *name = plugin_name(c->dst_chaos), *opts = options(c->dst_chaos);
@@ -232,17 +232,17 @@ static void *act(void *arg)
 {
 	struct actor *a = arg;
 	const struct cell *c = a->cell;
-	uint64_t t0 = bench_now_ns();
+	uint64_t t0 = guest_now_ns();
 	while (!a->done) {
 		struct lmt_stats st = {0};
 		lmt_session_stats(a->mine->session, &st);
 		bool due;
 		if (c->ms)
-			due = bench_now_ns() - t0 >= c->ms * MS;
+			due = guest_now_ns() - t0 >= c->ms * MS;
 		else if (a->mine->side == SOURCE)
 			due = st.status == LMT_STATUS_COMPLETING;
 		else
-			due = bench_now_ns() - t0 >= 1500 * MS;
+			due = guest_now_ns() - t0 >= 1500 * MS;
 		if (due) {
 			if (c->action == ACT_CANCEL_AFTER)
 				lmt_cancel(a->mine->session);
@@ -266,8 +266,8 @@ static void child_main(const struct cell *c, int out, uint16_t port)
 	char child_error[600] = "";
 	int rc;
 	if (c->child == DESTINATION) {
-		struct bench_ram ram;
-		bench_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
+		struct guest_ram ram;
+		guest_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
 		r.side = DESTINATION;
 		r.session = listening_destination(&ram, c, &r.port);
 		if (write(out, &r.port, sizeof(r.port)) != sizeof(r.port))
@@ -320,7 +320,7 @@ static pid_t spawn(const struct cell *c, uint16_t *port)
 /* Reap the child within a bound; a stopped child is killed first. */
 static int reap(pid_t pid, int expected)
 {
-	uint64_t deadline = bench_now_ns() + FAIL_WITHIN_NS;
+	uint64_t deadline = guest_now_ns() + FAIL_WITHIN_NS;
 	int status = 0;
 	for (;;) {
 		pid_t got = waitpid(pid, &status, WNOHANG | WUNTRACED);
@@ -330,7 +330,7 @@ static int reap(pid_t pid, int expected)
 		}
 		if (got == pid)
 			break;
-		if (bench_now_ns() > deadline) {
+		if (guest_now_ns() > deadline) {
 			/* A stopped child the test stopped itself is expected to hang. */
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
@@ -349,7 +349,7 @@ static void clean_migration(struct guest *g)
 	uint16_t port;
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = ""};
 	pid_t pid = dest_spawn(&spec, &port);
-	bench_workload_pause(g->workload);
+	guest_workload_pause(g->workload);
 	uint64_t none = 0;
 	struct source_run r = source_migrate_view(&g->ro, &g->rw, "", port, "cpu", 3, 0, 0, &none);
 	if (r.rc)
@@ -361,7 +361,7 @@ static void run_cell(const struct cell *c)
 {
 	struct census before = census_take();
 	struct guest g;
-	struct bench_ram dram;
+	struct guest_ram dram;
 	struct run mine = {.cell = c};
 	struct actor a = {.cell = c, .mine = &mine};
 	uint16_t port = 0;
@@ -372,7 +372,7 @@ static void run_cell(const struct cell *c)
 		mine.guest = &g;
 		mine.port = port;
 	} else {
-		bench_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
+		guest_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
 		mine.side = DESTINATION;
 		mine.session = listening_destination(&dram, c, &port);
 		a.child = spawn(c, &port);

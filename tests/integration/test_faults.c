@@ -29,7 +29,7 @@ static const struct dest_spec slow_dest = {.ram_bytes = RAM_BYTES, .options = SL
 static const struct dest_spec plain_dest = {.ram_bytes = RAM_BYTES, .options = ""};
 
 /* A migration from scratch succeeds. */
-static void migrate_cleanly(struct bench_ram *ram)
+static void migrate_cleanly(struct guest_ram *ram)
 {
 	uint16_t port;
 	pid_t pid = dest_spawn(&plain_dest, &port);
@@ -42,9 +42,9 @@ static void migrate_cleanly(struct bench_ram *ram)
 
 static void test_destination_killed_mid_migration_fails_the_source(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 42);
-	uint64_t before = bench_checksum(ram.base, RAM_BYTES);
+	uint64_t before = guest_checksum(ram.base, RAM_BYTES);
 	struct census c0 = census_take();
 
 	uint16_t port;
@@ -60,7 +60,7 @@ static void test_destination_killed_mid_migration_fails_the_source(void **state)
 	assert_int_equal(dest_wait(pid), 128 + SIGKILL);
 
 	census_check(c0);
-	assert_true(bench_checksum(ram.base, RAM_BYTES) == before);
+	assert_true(guest_checksum(ram.base, RAM_BYTES) == before);
 	migrate_cleanly(&ram);
 	ram_release(&ram);
 }
@@ -77,14 +77,14 @@ static void *kill_later(void *arg)
 	struct timespec ts = {0, (long)k->delay_ns};
 	nanosleep(&ts, NULL);
 	kill(k->pid, SIGKILL);
-	k->killed_at = bench_now_ns();
+	k->killed_at = guest_now_ns();
 	return NULL;
 }
 
 static void test_source_killed_mid_migration_fails_the_destination(void **state)
 {
-	struct bench_ram ram;
-	bench_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
+	struct guest_ram ram;
+	guest_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
 	struct census c0 = census_take();
 	lmt_session *d = session_with_blocks(LMT_ROLE_DESTINATION, &ram, SLOW);
 	uint16_t port = 0;
@@ -94,7 +94,7 @@ static void test_source_killed_mid_migration_fails_the_destination(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		struct bench_ram src;
+		struct guest_ram src;
 		ram_fill(&src, RAM_BYTES, 7);
 		uint64_t none = 0;
 		struct source_run r = source_migrate(&src, SLOW, port, "s", 1, 0, 0, &none);
@@ -104,7 +104,7 @@ static void test_source_killed_mid_migration_fails_the_destination(void **state)
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, kill_later, &k), 0);
 	int rc = lmt_load_run(d);
-	uint64_t failed_at = bench_now_ns();
+	uint64_t failed_at = guest_now_ns();
 	pthread_join(t, NULL);
 	assert_true(rc < 0);
 	assert_true(failed_at - k.killed_at < FAIL_WITHIN_NS);
@@ -130,9 +130,9 @@ static void *cancel_later(void *arg)
 
 static void test_cancel_from_another_thread_ends_both_sides(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 42);
-	uint64_t before = bench_checksum(ram.base, RAM_BYTES);
+	uint64_t before = guest_checksum(ram.base, RAM_BYTES);
 	struct census c0 = census_take();
 	uint16_t port;
 	pid_t pid = dest_spawn(&slow_dest, &port);
@@ -140,7 +140,7 @@ static void test_cancel_from_another_thread_ends_both_sides(void **state)
 	char uri[64];
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
 	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &ram, SLOW);
-	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, &ram), 0);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
 	assert_int_equal(lmt_save_setup(s, uri), 0);
 	struct canceller c = {.session = s, .delay_ns = 200000000ull};
 	pthread_t t;
@@ -158,24 +158,24 @@ static void test_cancel_from_another_thread_ends_both_sides(void **state)
 	assert_int_equal(dest_wait(pid), 1);
 
 	census_check(c0);
-	assert_true(bench_checksum(ram.base, RAM_BYTES) == before);
+	assert_true(guest_checksum(ram.base, RAM_BYTES) == before);
 	migrate_cleanly(&ram);
 	ram_release(&ram);
 }
 
 static void test_cancel_while_destination_waits_returns_promptly(void **state)
 {
-	struct bench_ram ram;
-	bench_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
+	struct guest_ram ram;
+	guest_ram_layout(&ram, ram_map(RAM_BYTES), RAM_BYTES);
 	struct census c0 = census_take();
 	lmt_session *d = session_with_blocks(LMT_ROLE_DESTINATION, &ram, "");
 	assert_int_equal(lmt_load_listen(d, "127.0.0.1:0", NULL), 0);
 	struct canceller c = {.session = d, .delay_ns = 100000000ull};
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, cancel_later, &c), 0);
-	uint64_t t0 = bench_now_ns();
+	uint64_t t0 = guest_now_ns();
 	assert_int_equal(lmt_load_run(d), -LMT_ECANCELED);
-	assert_true(bench_now_ns() - t0 < 1000000000ull);
+	assert_true(guest_now_ns() - t0 < 1000000000ull);
 	pthread_join(t, NULL);
 	lmt_session_free(d);
 	census_check(c0);
@@ -184,7 +184,7 @@ static void test_cancel_while_destination_waits_returns_promptly(void **state)
 
 static void test_unreachable_destination_fails_within_connect_timeout(void **state)
 {
-	struct bench_ram ram;
+	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 42);
 	struct census c0 = census_take();
 	/* A port nothing listens on: bind one, note it, close it. */
@@ -192,7 +192,7 @@ static void test_unreachable_destination_fails_within_connect_timeout(void **sta
 	uint16_t port = 0;
 	assert_int_equal(lmt_load_listen(probe, "127.0.0.1:0", &port), 0);
 	lmt_session_free(probe);
-	uint64_t none = 0, t0 = bench_now_ns();
+	uint64_t none = 0, t0 = guest_now_ns();
 	struct source_run r =
 	        source_migrate(&ram, "connect-timeout=500ms", port, NULL, 0, 0, 0, &none);
 	assert_int_equal(r.rc, -LMT_ECONN);

@@ -41,12 +41,12 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 	         "chaos.reorder=on,"
 	         "chaos.seed=%u,downtime-limit=1ms,verify=on",
 	         channels, channels * 7919 + round);
-	struct bench_ram src, dst;
+	struct guest_ram src, dst;
 	ram_fill(&src, RAM_BYTES, channels * 31 + round);
-	bench_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
-	struct bench_workload *w = NULL;
+	guest_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
+	struct guest_workload *w = NULL;
 	/* 64 pages rewritten over and over, while older copies are in flight. */
-	assert_int_equal(bench_workload_start(&w, &src, 256u << 10, 64u << 20, channels), 0);
+	assert_int_equal(guest_workload_start(&w, &src, 256u << 10, 64u << 20, channels), 0);
 
 	struct dest_thread d = {.s = session_on(LMT_ROLE_DESTINATION, &dst, plugin, opts)};
 	uint16_t port = 0;
@@ -55,7 +55,7 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 	assert_int_equal(pthread_create(&t, NULL, run_dest, &d), 0);
 
 	lmt_session *s = session_on(LMT_ROLE_SOURCE, &src, plugin, opts);
-	assert_int_equal(lmt_session_set_dirty_sync(s, bench_dirty_sync, &src), 0);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &src), 0);
 	char uri[64];
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
 	int rc = lmt_save_setup(s, uri);
@@ -63,10 +63,10 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 	/* Iterate while the guest rewrites its pages, ready or not; then let
 	 * it go quiet, so that a page an older write clobbered is not saved by
 	 * being dirtied again before the end. */
-	uint64_t until = bench_now_ns() + 700000000ull;
-	while (rc == 0 && bench_now_ns() < until)
+	uint64_t until = guest_now_ns() + 700000000ull;
+	while (rc == 0 && guest_now_ns() < until)
 		rc = lmt_save_iterate(s, &it);
-	bench_workload_pause(w);
+	guest_workload_pause(w);
 	it.ready = 0;
 	while (rc == 0 && !it.ready)
 		rc = lmt_save_iterate(s, &it);
@@ -78,8 +78,8 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 	lmt_session_stats(s, &st);
 	pthread_join(t, NULL);
 	assert_int_equal(d.rc, 0);
-	for (uint64_t off = 0; off < RAM_BYTES; off += BENCH_PAGE_SIZE)
-		if (memcmp(src.base + off, dst.base + off, BENCH_PAGE_SIZE) != 0)
+	for (uint64_t off = 0; off < RAM_BYTES; off += GUEST_PAGE_SIZE)
+		if (memcmp(src.base + off, dst.base + off, GUEST_PAGE_SIZE) != 0)
 			fail_msg("%u channels: page at %llu differs after %llu passes", channels,
 			         (unsigned long long)off, (unsigned long long)st.passes);
 	print_message(
@@ -89,7 +89,7 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 	assert_true(st.passes >= 3);
 	lmt_session_free(s);
 	lmt_session_free(d.s);
-	bench_workload_stop(w);
+	guest_workload_stop(w);
 	ram_release(&src);
 	ram_release(&dst);
 }

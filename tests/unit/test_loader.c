@@ -1,5 +1,6 @@
 /* Loader tests: search path, messages for absent and broken plugins, ABI
- * negotiation, entry symbols borrowed from dependencies, duplicates. */
+ * negotiation, entry symbols borrowed from dependencies, duplicates, and
+ * "decorator:plugin" specs. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -218,6 +219,75 @@ static void test_search_path_lists_env_dirs_first(void **state)
 	unsetenv("LMT_PLUGIN_PATH");
 }
 
+/* What a session loads for "chaos:tcp": the decorator, then what it wraps. */
+static void test_spec_with_a_decorator_opens_both_plugins(void **state)
+{
+	struct lmt_error err = {0};
+	lmt_plugin_handle *plugin = NULL, *inner = NULL;
+	assert_int_equal(lmt_plugin_open_spec("chaos:tcp", &plugin, &inner, &err), 0);
+	assert_string_equal(lmt_plugin_descriptor(plugin)->name, "chaos");
+	assert_true(lmt_plugin_descriptor(plugin)->caps & LMT_CAP_DECORATOR);
+	assert_string_equal(lmt_plugin_descriptor(inner)->name, "tcp");
+	lmt_plugin_close(inner);
+	lmt_plugin_close(plugin);
+}
+
+static void test_spec_of_a_plain_plugin_has_no_inner(void **state)
+{
+	struct lmt_error err = {0};
+	lmt_plugin_handle *plugin = NULL, *inner = NULL;
+	assert_int_equal(lmt_plugin_open_spec("tcp", &plugin, &inner, &err), 0);
+	assert_string_equal(lmt_plugin_descriptor(plugin)->name, "tcp");
+	assert_null(inner);
+	lmt_plugin_close(plugin);
+}
+
+static void test_spec_colon_in_a_directory_is_part_of_the_path(void **state)
+{
+	char dir[] = "/tmp/lmt-spec:XXXXXX", path[PATH_MAX];
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/tcp.so", dir);
+	assert_int_equal(symlink(tcp_plugin, path), 0);
+	struct lmt_error err = {0};
+	lmt_plugin_handle *plugin = NULL, *inner = NULL;
+	assert_int_equal(lmt_plugin_open_spec(path, &plugin, &inner, &err), 0);
+	assert_string_equal(lmt_plugin_descriptor(plugin)->name, "tcp");
+	assert_null(inner);
+	lmt_plugin_close(plugin);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void assert_spec_refused(const char *spec, const char *message)
+{
+	struct lmt_error err = {0};
+	lmt_plugin_handle *plugin = (void *)1, *inner = (void *)1;
+	assert_int_equal(lmt_plugin_open_spec(spec, &plugin, &inner, &err), -LMT_EINVAL);
+	assert_null(plugin);
+	assert_null(inner);
+	assert_string_equal(err.message, message);
+}
+
+static void test_spec_decorator_alone_is_refused(void **state)
+{
+	assert_spec_refused("chaos",
+	                    "plugin 'chaos' is a decorator: name the plugin it wraps, as in "
+	                    "'chaos:tcp'");
+}
+
+static void test_spec_plain_plugin_cannot_wrap_another(void **state)
+{
+	assert_spec_refused("tcp:chaos",
+	                    "plugin 'tcp:chaos': 'tcp' is not a decorator, so it cannot wrap "
+	                    "'chaos'");
+}
+
+static void test_spec_decorator_cannot_wrap_a_decorator(void **state)
+{
+	assert_spec_refused("chaos:chaos", "plugin 'chaos:chaos': a decorator wraps one "
+	                                   "transport, not another decorator");
+}
+
 int main(int argc, char **argv)
 {
 	test_plugins = getenv("LMT_TEST_PLUGIN_DIR");
@@ -241,6 +311,12 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_duplicate_names_first_wins_and_the_other_is_reported),
 	        cmocka_unit_test(test_file_name_must_match_declared_name),
 	        cmocka_unit_test(test_search_path_lists_env_dirs_first),
+	        cmocka_unit_test(test_spec_with_a_decorator_opens_both_plugins),
+	        cmocka_unit_test(test_spec_of_a_plain_plugin_has_no_inner),
+	        cmocka_unit_test(test_spec_colon_in_a_directory_is_part_of_the_path),
+	        cmocka_unit_test(test_spec_decorator_alone_is_refused),
+	        cmocka_unit_test(test_spec_plain_plugin_cannot_wrap_another),
+	        cmocka_unit_test(test_spec_decorator_cannot_wrap_a_decorator),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <lmt/plugin.h>
+#include <lmt/version.h>
 
 #include "wire.h"
 
@@ -406,7 +407,7 @@ static void test_entry_gives_descriptor_with_multi_channel_only(void **state)
 {
 	(void)state;
 	assert_string_equal(plugin->name, "tcp");
-	assert_string_equal(plugin->version, "0.1.0");
+	assert_string_equal(plugin->version, LMT_VERSION);
 	assert_int_equal(plugin->abi_version, LMT_PLUGIN_ABI_VERSION);
 	assert_true(plugin->struct_size >= sizeof(struct lmt_plugin));
 	assert_int_equal(plugin->caps, LMT_CAP_MULTI_CHANNEL);

@@ -298,23 +298,24 @@ static bool same_value(const struct lmt_option_value *a, const struct lmt_option
 }
 
 /* Format the value, parse the text back, and compare. */
-static bool round_trip(struct pc_run *run, lmt_session *s, const char *qualified,
-                       const struct lmt_option_desc *o, const struct lmt_option_value *v)
+static bool round_trip(struct pc_run *run, const char *qualified, const struct lmt_option_desc *o,
+                       const struct lmt_option_value *v)
 {
 	char text[512];
 	struct lmt_option_value back;
+	struct lmt_error err = {0};
 	if (lmt_option_format(o, v, text, sizeof(text)) != 0)
 		return pc_fail(run, "%s: the default cannot be formatted", qualified);
-	if (lmt_session_set_option(s, qualified, text) != 0)
+	if (lmt_option_parse(o, text, &back, &err) != 0)
 		return pc_fail(run, "%s: the default, formatted as '%s', does not parse back: %s",
-		               qualified, text, lmt_session_error(s)->message);
-	if (lmt_session_get_option(s, qualified, &back) != 0 || !same_value(v, &back))
+		               qualified, text, err.message);
+	if (!same_value(v, &back))
 		return pc_fail(run, "%s: the default changes when formatted as '%s' and parsed",
 		               qualified, text);
 	return true;
 }
 
-static bool check_option(struct pc_run *run, lmt_session *defaults, const struct lmt_option_desc *o)
+static bool check_option(struct pc_run *run, const struct lmt_option_desc *o)
 {
 	const char *plugin = run->cfg->plugin->name;
 	char qualified[128];
@@ -326,14 +327,16 @@ static bool check_option(struct pc_run *run, lmt_session *defaults, const struct
 	if (o->type == LMT_OPT_ENUM && (!o->enum_values || !o->enum_values[0]))
 		return pc_fail(run, "%s: an enum without values", qualified);
 	struct lmt_option_value v;
-	if (lmt_session_get_option(defaults, qualified, &v) != 0)
-		return pc_fail(run, "%s: the core does not know it", qualified);
+	struct lmt_error err = {0};
+	/* The core's own parser takes every default, as it does at load. */
+	if (lmt_option_parse(o, o->default_value, &v, &err) != 0)
+		return pc_fail(run, "%s: the default does not parse: %s", qualified, err.message);
 	if (!check_value(run, qualified, o, &v, "default"))
 		return false;
-	if (!(o->flags & LMT_OPTF_SECRET) && !round_trip(run, defaults, qualified, o, &v))
+	if (!(o->flags & LMT_OPTF_SECRET) && !round_trip(run, qualified, o, &v))
 		return false;
 	/* The value in use, which -o may have set. */
-	if (lmt_session_get_option(run->cfg->options, qualified, &v) != 0)
+	if (pc_option_get(run->cfg->options, qualified, &v) != 0)
 		return pc_fail(run, "%s: the core does not know it", qualified);
 	return check_value(run, qualified, o, &v, "value given");
 }
@@ -341,17 +344,9 @@ static bool check_option(struct pc_run *run, lmt_session *defaults, const struct
 static void check_options(struct pc_run *run)
 {
 	const struct lmt_plugin *d = run->cfg->plugin;
-	struct lmt_error err = {0};
-	lmt_session *defaults = NULL;
-	/* The core's own parser takes every default, as it does at load. */
-	if (lmt_session_new(&defaults, LMT_ROLE_SOURCE, run->cfg->spec, NULL, &err) != 0) {
-		pc_fail(run, "a session with the defaults fails: %s", err.message);
-		return;
-	}
 	for (uint32_t i = 0; i < d->option_count; i++)
-		if (!check_option(run, defaults, &d->options[i]))
+		if (!check_option(run, &d->options[i]))
 			break;
-	lmt_session_free(defaults);
 	pc_note(run, "%u option%s, every default parses and is in range", d->option_count,
 	        d->option_count == 1 ? "" : "s");
 }
@@ -1163,7 +1158,7 @@ int pc_unload_probe(const char *spec, const char *options, bool verbose)
 		pc_fail(&run, "%s", err.message);
 	else
 		instance_cycle(&run);
-	lmt_session_free(cfg.options);
+	pc_options_free(cfg.options);
 	lmt_plugin_close(outer);
 	lmt_plugin_close(inner);
 	if (!run.failed)

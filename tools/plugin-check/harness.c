@@ -50,65 +50,22 @@ uint64_t pc_now(void)
 
 /* ---- Loading --------------------------------------------------------------- */
 
-static int load_inner(struct pc_config *cfg, const char *target, lmt_plugin_handle **inner,
-                      struct lmt_error *err)
-{
-	const char *colon = strchr(target, ':');
-	bool decorator = cfg->plugin->caps & LMT_CAP_DECORATOR;
-	if (!colon && decorator) {
-		err->code = -LMT_EINVAL;
-		snprintf(err->message, sizeof(err->message),
-		         "plugin '%s' is a decorator: name "
-		         "the plugin it wraps, as in '%s:tcp'",
-		         cfg->plugin->name, cfg->plugin->name);
-		return err->code;
-	}
-	if (!colon)
-		return 0;
-	if (!decorator) {
-		err->code = -LMT_EINVAL;
-		snprintf(err->message, sizeof(err->message),
-		         "plugin '%s': '%s' is not a "
-		         "decorator, so it cannot wrap '%s'",
-		         target, cfg->plugin->name, colon + 1);
-		return err->code;
-	}
-	int rc = lmt_plugin_open(colon + 1, inner, err);
-	if (rc)
-		return rc;
-	cfg->inner = lmt_plugin_descriptor(*inner);
-	cfg->caps = cfg->inner->caps;
-	return 0;
-}
-
 int pc_load(struct pc_config *cfg, const char *target, const char *options,
             lmt_plugin_handle **outer, lmt_plugin_handle **inner, struct lmt_error *err)
 {
-	/* "decorator:plugin", unless the colon is part of a path. */
-	const char *colon = strchr(target, ':');
-	if (colon && memchr(target, '/', (size_t)(colon - target)))
-		colon = NULL;
-	char name[256];
-	snprintf(name, sizeof(name), "%.*s", colon ? (int)(colon - target) : (int)strlen(target),
-	         target);
-	int rc = lmt_plugin_open(name, outer, err);
+	int rc = lmt_plugin_open_spec(target, outer, inner, err);
 	if (rc)
 		return rc;
 	cfg->target = target;
 	cfg->path = lmt_plugin_path(*outer);
 	cfg->plugin = lmt_plugin_descriptor(*outer);
-	cfg->caps = cfg->plugin->caps;
-	rc = load_inner(cfg, colon ? target : name, inner, err);
-	if (rc)
-		return rc;
+	cfg->inner = *inner ? lmt_plugin_descriptor(*inner) : NULL;
+	cfg->caps = cfg->inner ? cfg->inner->caps : cfg->plugin->caps;
 	cfg->spec = cfg->inner ? target : cfg->path;
-	return lmt_session_new(&cfg->options, LMT_ROLE_SOURCE, cfg->spec, options, err);
+	return pc_options_load(&cfg->options, cfg, options, err);
 }
 
 /* ---- Host services ------------------------------------------------------- */
-
-/* Option values live in one session shared by every instance. */
-static pthread_mutex_t option_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
 static int host_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -164,10 +121,7 @@ static int host_option(void *ctx, const char *name, struct lmt_option_value *out
 	struct pc_host *host = ctx;
 	if (!name || !out)
 		return -LMT_EINVAL;
-	pthread_mutex_lock(&option_lock);
-	int rc = lmt_session_get_option(host->cfg->options, name, out);
-	pthread_mutex_unlock(&option_lock);
-	return rc;
+	return pc_option_get(host->cfg->options, name, out);
 }
 
 static int host_cancelled(void *ctx)

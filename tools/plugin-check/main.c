@@ -347,17 +347,17 @@ static void run_forked(const struct pc_config *cfg, const struct pc_check *check
  * of up to 8M unless -o says otherwise, then -o. 0, or 2 for a bad -o. */
 static int set_options(struct pc_config *cfg, const struct args *a)
 {
-	lmt_session *s = cfg->options;
-	if (a->options && lmt_session_set_options(s, a->options) != 0) {
-		fprintf(stderr, "lmt-plugin-check: -o: %s\n", lmt_session_error(s)->message);
+	struct lmt_error err = {0};
+	if (pc_options_set(cfg->options, a->options, &err) != 0) {
+		fprintf(stderr, "lmt-plugin-check: -o: %s\n", err.message);
 		return 2;
 	}
 	struct lmt_option_value v;
 	cfg->chunk_size = 8u << 20;
-	if (lmt_session_get_option(s, "chunk-size", &v) == 0 && v.integer >= PC_PAGE)
+	if (pc_option_get(cfg->options, "chunk-size", &v) == 0 && v.integer >= PC_PAGE)
 		cfg->chunk_size = (uint64_t)v.integer;
 	cfg->op_timeout_ns = 10 * PC_SECOND;
-	if (lmt_session_get_option(s, "connect-timeout", &v) == 0 && v.integer > 0)
+	if (pc_option_get(cfg->options, "connect-timeout", &v) == 0 && v.integer > 0)
 		cfg->op_timeout_ns = (uint64_t)v.integer;
 	return 0;
 }
@@ -414,7 +414,7 @@ int main(int argc, char **argv)
 		o.passed ? passed++ : failed++;
 	}
 	printf("%u passed, %u failed\n", passed, failed);
-	lmt_session_free(cfg.options);
+	pc_options_free(cfg.options);
 	free(a.options);
 	return failed ? 1 : 0;
 }

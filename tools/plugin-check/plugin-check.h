@@ -15,6 +15,8 @@
 #define PC_PAGE 4096u
 #define PC_MAX_CHANNELS 16u
 
+struct pc_options;
+
 struct pc_config {
 	const char *target;              /* NAME, PATH or DECORATOR:PLUGIN as given */
 	const char *path;                /* the file under test */
@@ -22,7 +24,7 @@ struct pc_config {
 	const struct lmt_plugin *inner;  /* the plugin a decorator wraps, or NULL */
 	const char *spec;                /* what sessions load: path, or the target */
 	uint64_t caps;                   /* how to drive it: a decorator, as its inner */
-	lmt_session *options;            /* option values the host service hands out */
+	struct pc_options *options;      /* option values the host service hands out */
 	const char *option_text;         /* what -o gave, or NULL */
 	uint32_t channels;
 	unsigned cycles;
@@ -52,6 +54,20 @@ uint64_t pc_now(void);
  * cfg->options. 0, or an error with err filled. */
 int pc_load(struct pc_config *cfg, const char *target, const char *options,
             lmt_plugin_handle **outer, lmt_plugin_handle **inner, struct lmt_error *err);
+
+/* ---- Option values (options.c) -------------------------------------------- */
+
+/* Every option of the core and of cfg's plugins, from its default, its LMT_*
+ * variable, then `list` ("key=value,..."), each parsed by lmt_option_parse.
+ * 0, or an error with err filled. Free with pc_options_free (NULL is fine). */
+int pc_options_load(struct pc_options **out, const struct pc_config *cfg, const char *list,
+                    struct lmt_error *err);
+/* Set more from "key=value,...": 0, or an error with err filled. */
+int pc_options_set(struct pc_options *options, const char *list, struct lmt_error *err);
+/* The value of a qualified name ("tcp.nodelay"): 0 or -LMT_ENOTFOUND. Its
+ * text lives as long as the options. Read-only, so any thread may call it. */
+int pc_option_get(const struct pc_options *options, const char *name, struct lmt_option_value *out);
+void pc_options_free(struct pc_options *options);
 
 /* ---- Host services ------------------------------------------------------ */
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <lmt/plugin.h>
+#include <lmt/version.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,7 +18,15 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define LMT_VERSION_STRING "0.1.0"
+/* LMT_VERSION ("MAJOR.MINOR.PATCH") and its numbers are in lmt/version.h,
+ * generated from the project's version; LMT_VERSION_STRING is its older
+ * name. */
+#define LMT_VERSION_STRING LMT_VERSION
+
+/* The version of the liblmt in use at run time, "MAJOR.MINOR.PATCH", which
+ * may differ from the LMT_VERSION a program was built against. Never NULL;
+ * thread-safe. */
+const char *lmt_version(void);
 
 /* Maximum channels per session and length of a RAM block name. */
 #define LMT_MAX_CHANNELS 64u
@@ -58,6 +67,18 @@ void lmt_plugin_close(lmt_plugin_handle *plugin);
 const struct lmt_plugin *lmt_plugin_descriptor(const lmt_plugin_handle *plugin);
 const char *lmt_plugin_path(const lmt_plugin_handle *plugin);
 
+/* Load what lmt_session_new loads for `spec`: a plugin name or path as for
+ * lmt_plugin_open, or "DECORATOR:PLUGIN" ("chaos:tcp"; a ':' in a path's
+ * directories is part of the path). *plugin is the plugin named first and
+ * *inner the one a decorator wraps, NULL for a plain plugin; the wrapped
+ * plugin is the transport, the one whose capabilities and name count. Both
+ * are the caller's, to free with lmt_plugin_close(). A decorator without a
+ * plugin to wrap, a plugin that is no decorator given one, and a decorator
+ * around a decorator are refused with LMT_EINVAL. On failure both are NULL
+ * and err says why. Thread-safe. */
+int lmt_plugin_open_spec(const char *spec, lmt_plugin_handle **plugin, lmt_plugin_handle **inner,
+                         struct lmt_error *err);
+
 /* List every plugin found on the search path: calls `fn` once per file
  * that loads (with its handle, valid during the call) and once per file
  * that fails (handle NULL, err set). Returns the number of plugins that
@@ -75,6 +96,22 @@ const struct lmt_option_desc *lmt_core_options(uint32_t *count);
 /* Turn an option value into its canonical text ("1M", "300ms", "on"). */
 int lmt_option_format(const struct lmt_option_desc *desc, const struct lmt_option_value *value,
                       char *buf, size_t size);
+
+/* The inverse of lmt_option_format, and the parser sessions use for every
+ * option: parse `text` as a value of `desc` into *value. BOOL takes on/off,
+ * true/false, yes/no or 1/0; INT a signed decimal; SIZE bytes with an
+ * optional K, M, G or T (binary: 64K, 1M, 2GiB); DURATION a number with
+ * ns, us, ms, s or m (a bare number is ms); ENUM one of desc->enum_values;
+ * STRING any text without ','. desc->min..max (unless both are 0) and
+ * LMT_OPTF_POW2 are checked. Returns 0, or a negative code with err (may
+ * be NULL) naming desc->name and what it expects: "chunk-size: expected a
+ * power of two from 4K to 1G, got '3M'"; an LMT_OPTF_SECRET value is never
+ * echoed. Nothing is allocated: value->text borrows, for ENUM, the
+ * descriptor's own enum_values entry and, for STRING, `text` itself, so
+ * the caller keeps those alive as long as it uses value->text (NULL for
+ * the other types). Thread-safe. */
+int lmt_option_parse(const struct lmt_option_desc *desc, const char *text,
+                     struct lmt_option_value *value, struct lmt_error *err);
 
 /* ---- Sessions ---------------------------------------------------------- */
 

@@ -37,6 +37,52 @@ static const char *const suffixes[3] = {"", "_min", "_max"};
 
 /* ---- Figures ------------------------------------------------------------ */
 
+void bench_format(enum lmt_option_type type, uint64_t value, char *buf, size_t size)
+{
+	const struct lmt_option_desc desc = {.name = "value", .type = type};
+	const struct lmt_option_value v = {.type = type, .integer = (int64_t)value};
+
+	if (lmt_option_format(&desc, &v, buf, size) != 0)
+		snprintf(buf, size, "%llu", (unsigned long long)value);
+}
+
+/* `text` as a JSON string, quotes included; NULL as null. */
+static void json_string(FILE *f, const char *text)
+{
+	if (!text) {
+		fputs("null", f);
+		return;
+	}
+	fputc('"', f);
+	for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(f, "\\%c", *c);
+		else if (*c == '\n')
+			fputs("\\n", f);
+		else if (*c < 0x20)
+			fprintf(f, "\\u%04x", *c);
+		else
+			fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
+/* `text` as a CSV field, quoted when it holds a comma, quote or newline. */
+static void csv_string(FILE *f, const char *text)
+{
+	if (!text[strcspn(text, ",\"\r\n")]) {
+		fputs(text, f);
+		return;
+	}
+	fputc('"', f);
+	for (const char *c = text; *c; c++) {
+		if (*c == '"')
+			fputc('"', f);
+		fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
 void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double yardstick_gbps,
                       struct bench_figures *out)
 {
@@ -169,22 +215,22 @@ static void print_preamble(const struct bench_report *rep)
 {
 	const struct bench_config *cfg = rep->cfg;
 	FILE *f = rep->out;
-	struct bench_ram layout;
+	struct guest_ram layout;
 	char size[32];
 
-	bench_ram_layout(&layout, NULL, cfg->ram_bytes);
-	bench_format_size(cfg->ram_bytes, size, sizeof(size));
+	guest_ram_layout(&layout, NULL, cfg->ram_bytes);
+	bench_format(LMT_OPT_SIZE, cfg->ram_bytes, size, sizeof(size));
 	fprintf(f, "guest: %s of RAM (", size);
 	for (uint32_t i = 0; i < layout.nblocks; i++) {
-		bench_format_size(layout.blocks[i].length, size, sizeof(size));
+		bench_format(LMT_OPT_SIZE, layout.blocks[i].length, size, sizeof(size));
 		fprintf(f, "%s%s %s", i ? ", " : "", layout.blocks[i].name, size);
 	}
 	fprintf(f, "), %.0f%% of its pages zero, seed %llu; ", cfg->zero_fraction * 100.0,
 	        (unsigned long long)cfg->seed);
 	if (cfg->dirty_rate > 0) {
-		bench_format_size(cfg->dirty_rate, size, sizeof(size));
+		bench_format(LMT_OPT_SIZE, cfg->dirty_rate, size, sizeof(size));
 		fprintf(f, "dirties %s/s ", size);
-		bench_format_size(cfg->working_set, size, sizeof(size));
+		bench_format(LMT_OPT_SIZE, cfg->working_set, size, sizeof(size));
 		fprintf(f, "of a %s working set\n", size);
 	} else {
 		fprintf(f, "idle\n");
@@ -297,7 +343,7 @@ static void json_run(const struct bench_report *rep, const struct bench_row *row
 	bench_figures_of(r, rep->memcpy_gibps, row->plugin->yardstick_gbps, &set);
 	fprintf(f, "%s{\"kind\":\"run\",\"run\":%u,\"verified\":%s,\"error\":", run > 1 ? "," : "",
 	        run, r->ok ? "true" : "false");
-	bench_json_string(f, r->ok ? NULL : (r->error[0] ? r->error : "failed"));
+	json_string(f, r->ok ? NULL : (r->error[0] ? r->error : "failed"));
 	json_figures(f, r->have_stats ? &set : NULL, "");
 	fprintf(f, ",\"zero_pages_made\":%llu,\"dirtied_bytes\":%llu",
 	        (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
@@ -314,15 +360,15 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	unsigned run = 0;
 
 	fprintf(f, "{\"kind\":\"row\",\"row\":%u,\"label\":", row->index);
-	bench_json_string(f, row->label);
+	json_string(f, row->label);
 	fprintf(f, ",\"plugin\":");
-	bench_json_string(f, row->plugin->name);
+	json_string(f, row->plugin->name);
 	fprintf(f, ",\"plugin_options\":");
-	bench_json_string(f, row->plugin->options ? row->plugin->options : "");
+	json_string(f, row->plugin->options ? row->plugin->options : "");
 	fprintf(f, ",\"config\":");
-	bench_json_string(f, row->config);
+	json_string(f, row->config);
 	fprintf(f, ",\"options\":");
-	bench_json_string(f, row->options ? row->options : "");
+	json_string(f, row->options ? row->options : "");
 	fprintf(f, ",\"status\":\"%s\",\"repeat\":%u,\"verified_runs\":%u",
 	        row_ok(row) ? "ok" : "failed", rep->repeat, row->verified_runs);
 	fprintf(f, ",\"ram_bytes\":%llu,\"dirty_rate_bps\":%llu,\"working_set_bytes\":%llu",
@@ -334,7 +380,7 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	json_key(f, "memcpy_gibps", "");
 	json_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",\"yardstick\":");
-	bench_json_string(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick : NULL);
+	json_string(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick : NULL);
 	json_key(f, "yardstick_gbps", "");
 	json_value(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick_gbps : NAN, false);
 	for (int i = 0; i < 3; i++)
@@ -343,7 +389,7 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	if (error && asprintf(&text, "run %u of %u: %s", run, rep->repeat, error) < 0)
 		text = NULL;
 	fprintf(f, ",\"error\":");
-	bench_json_string(f, error ? (text ? text : error) : NULL);
+	json_string(f, error ? (text ? text : error) : NULL);
 	free(text);
 	fprintf(f, ",\"runs\":[");
 	for (unsigned r = 0; r < row->runs; r++)
@@ -380,15 +426,15 @@ static void csv_row(const struct bench_report *rep, const struct bench_row *row)
 	unsigned run = 0;
 
 	fprintf(f, "%u,", row->index);
-	bench_csv_string(f, row->label);
+	csv_string(f, row->label);
 	fprintf(f, ",");
-	bench_csv_string(f, row->plugin->name);
+	csv_string(f, row->plugin->name);
 	fprintf(f, ",");
-	bench_csv_string(f, row->plugin->options ? row->plugin->options : "");
+	csv_string(f, row->plugin->options ? row->plugin->options : "");
 	fprintf(f, ",");
-	bench_csv_string(f, row->config);
+	csv_string(f, row->config);
 	fprintf(f, ",");
-	bench_csv_string(f, row->options ? row->options : "");
+	csv_string(f, row->options ? row->options : "");
 	fprintf(f, ",%s,%u,%u,%llu,%llu,%llu,%g,%llu,%s,", row_ok(row) ? "ok" : "failed",
 	        rep->repeat, row->verified_runs, (unsigned long long)cfg->ram_bytes,
 	        (unsigned long long)cfg->dirty_rate, (unsigned long long)cfg->working_set,
@@ -397,7 +443,7 @@ static void csv_row(const struct bench_report *rep, const struct bench_row *row)
 	csv_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",");
 	if (row->plugin->yardstick_gbps > 0)
-		bench_csv_string(f, row->plugin->yardstick);
+		csv_string(f, row->plugin->yardstick);
 	fprintf(f, ",");
 	csv_value(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick_gbps : NAN, false);
 	for (int i = 0; i < 3; i++) {
@@ -414,7 +460,7 @@ static void csv_row(const struct bench_report *rep, const struct bench_row *row)
 		char text[BENCH_ERROR_MAX + 32];
 
 		snprintf(text, sizeof(text), "run %u of %u: %s", run, rep->repeat, error);
-		bench_csv_string(f, text);
+		csv_string(f, text);
 	}
 	fprintf(f, "\n");
 }

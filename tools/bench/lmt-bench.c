@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <stdnoreturn.h>
@@ -83,8 +84,8 @@ static void usage(FILE *f)
 {
 	char ram[32], timeout[32];
 
-	bench_format_size(DEFAULT_RAM, ram, sizeof(ram));
-	bench_format_duration(DEFAULT_TIMEOUT_NS, timeout, sizeof(timeout));
+	bench_format(LMT_OPT_SIZE, DEFAULT_RAM, ram, sizeof(ram));
+	bench_format(LMT_OPT_DURATION, DEFAULT_TIMEOUT_NS, timeout, sizeof(timeout));
 	fprintf(f,
 	        "usage: lmt-bench [--plugins LIST] [--ram SIZE] [--sweep OPTION=V1,V2...]... "
 	        "[options]\n"
@@ -155,36 +156,72 @@ static void usage(FILE *f)
 	        "                       the check, so that every run fails (default: off)\n"
 	        "  -h, --help           this help, then exit (default: off)\n"
 	        "\n"
-	        "Sizes are digits with an optional K, M, G or T (binary; 64KiB and 64KB mean\n"
-	        "64K). Throughput is bytes sent over the transport divided by the total\n"
-	        "migration time. Exit status: 0 when every row migrated and verified, 1 when\n"
-	        "a row failed (or the plot could not be drawn), 2 for bad arguments.\n",
+	        "Sizes and durations are written as lmt's options are: sizes are digits with\n"
+	        "an optional K, M, G or T (binary; 64KiB and 64KB mean 64K), durations digits\n"
+	        "with ns, us, ms, s or m (a bare number is ms). Throughput is bytes sent over\n"
+	        "the transport divided by the total migration time. Exit status: 0 when every\n"
+	        "row migrated and verified, 1 when a row failed (or the plot could not be\n"
+	        "drawn), 2 for bad arguments.\n",
 	        ram, timeout);
 }
 
-static uint64_t arg_size(const char *flag, const char *text)
-{
-	uint64_t value;
+/* The flags that take a number: parsed as lmt parses its options, with
+ * the messages it gives ("--repeat: expected an integer from 1 to 1000,
+ * got '0'"). */
+static const struct lmt_option_desc ram_flag = {.name = "--ram", .type = LMT_OPT_SIZE};
+static const struct lmt_option_desc working_set_flag = {.name = "--working-set",
+                                                        .type = LMT_OPT_SIZE};
+static const struct lmt_option_desc dirty_rate_flag = {.name = "--dirty-rate",
+                                                       .type = LMT_OPT_SIZE};
+static const struct lmt_option_desc timeout_flag = {.name = "--timeout", .type = LMT_OPT_DURATION};
+static const struct lmt_option_desc repeat_flag = {
+        .name = "--repeat", .type = LMT_OPT_INT, .min = 1, .max = MAX_REPEAT};
+static const struct lmt_option_desc seed_flag = {
+        .name = "--seed", .type = LMT_OPT_INT, .min = 0, .max = INT64_MAX};
+static const struct lmt_option_desc port_flag = {
+        .name = "--port", .type = LMT_OPT_INT, .min = 0, .max = UINT16_MAX};
 
-	if (bench_parse_size(text, &value) < 0)
-		bad_arg(flag, "a size such as 256M or 2G", text);
-	return value;
+static uint64_t arg_number(const struct lmt_option_desc *flag, const char *text)
+{
+	struct lmt_option_value value;
+	struct lmt_error err = {0};
+
+	if (lmt_option_parse(flag, text, &value, &err) != 0)
+		usage_error(err.message);
+	return (uint64_t)value.integer;
 }
 
+/* A size, or a size per second ("100M/s"). */
 static uint64_t arg_rate(const char *text)
 {
 	size_t len = strlen(text);
 	char *copy = xstrdup(text);
-	uint64_t value;
+	struct lmt_option_value value;
 
 	if (len > 2 && strcmp(text + len - 2, "/s") == 0)
 		copy[len - 2] = '\0';
-	if (bench_parse_size(copy, &value) < 0) {
+	if (lmt_option_parse(&dirty_rate_flag, copy, &value, NULL) != 0) {
 		free(copy);
 		bad_arg("--dirty-rate", "bytes per second such as 100M or 1G/s", text);
 	}
 	free(copy);
-	return value;
+	return (uint64_t)value.integer;
+}
+
+/* A decimal fraction from 0 to 1; strtod would also take spaces, signs,
+ * hex and "nan". */
+static int parse_fraction(const char *text, double *out)
+{
+	char *end;
+	double value;
+
+	if (strspn(text, "0123456789.") != strlen(text) || text[0] == '\0')
+		return -1;
+	value = strtod(text, &end);
+	if (*end != '\0' || !isfinite(value) || value < 0.0 || value > 1.0)
+		return -1;
+	*out = value;
+	return 0;
 }
 
 static void append_options(struct args *args, const char *text)
@@ -267,7 +304,6 @@ static void set_plot(struct args *args, const char *path)
 static void apply_flag(struct args *args, int flag, const char *value)
 {
 	struct bench_config *cfg = &args->cfg;
-	uint64_t n;
 
 	switch (flag) {
 	case 'p':
@@ -285,38 +321,34 @@ static void apply_flag(struct args *args, int flag, const char *value)
 		add_sweep(args, value);
 		break;
 	case 'r':
-		cfg->ram_bytes = arg_size("--ram", value);
+		cfg->ram_bytes = arg_number(&ram_flag, value);
 		break;
 	case 'd':
 		cfg->dirty_rate = arg_rate(value);
 		break;
 	case 'w':
-		cfg->working_set = arg_size("--working-set", value);
+		cfg->working_set = arg_number(&working_set_flag, value);
 		break;
 	case 'z':
-		if (bench_parse_fraction(value, &cfg->zero_fraction) < 0)
+		if (parse_fraction(value, &cfg->zero_fraction) < 0)
 			bad_arg("--zero-fraction", "a fraction from 0 to 1 such as 0.5", value);
 		break;
 	case 'o':
 		append_options(args, value);
 		break;
 	case 'n':
-		if (bench_parse_uint(value, MAX_REPEAT, &n) < 0 || n == 0)
-			bad_arg("--repeat", "a count from 1 to 1000", value);
-		args->repeat = (unsigned)n;
+		args->repeat = (unsigned)arg_number(&repeat_flag, value);
 		break;
 	case 's':
-		if (bench_parse_uint(value, UINT64_MAX, &cfg->seed) < 0)
-			bad_arg("--seed", "a non-negative integer", value);
+		cfg->seed = arg_number(&seed_flag, value);
 		break;
 	case 't':
-		if (bench_parse_duration(value, &cfg->timeout_ns) < 0 || cfg->timeout_ns == 0)
-			bad_arg("--timeout", "a duration with its unit such as 120s or 5m", value);
+		cfg->timeout_ns = arg_number(&timeout_flag, value);
+		if (cfg->timeout_ns == 0)
+			bad_arg("--timeout", "a duration longer than 0 such as 120s or 5m", value);
 		break;
 	case 'q':
-		if (bench_parse_uint(value, UINT16_MAX, &n) < 0)
-			bad_arg("--port", "a port number from 0 to 65535", value);
-		cfg->port = (uint16_t)n;
+		cfg->port = (uint16_t)arg_number(&port_flag, value);
 		break;
 	case 'G':
 		set_plot(args, value);
@@ -353,13 +385,13 @@ static void apply_switch(struct args *args, int flag)
 
 static void check_sizes(struct bench_config *cfg, const char *ram_text, const char *ws_text)
 {
-	if (cfg->ram_bytes == 0 || cfg->ram_bytes % BENCH_PAGE_SIZE != 0)
+	if (cfg->ram_bytes == 0 || cfg->ram_bytes % GUEST_PAGE_SIZE != 0)
 		bad_arg("--ram", "a size such as 256M or 2G, a multiple of 4K", ram_text);
 	if (!ws_text) {
 		cfg->working_set = cfg->ram_bytes;
 		return;
 	}
-	if (cfg->working_set == 0 || cfg->working_set % BENCH_PAGE_SIZE != 0 ||
+	if (cfg->working_set == 0 || cfg->working_set % GUEST_PAGE_SIZE != 0 ||
 	    cfg->working_set > cfg->ram_bytes)
 		bad_arg("--working-set", "a multiple of 4K no larger than --ram", ws_text);
 }

@@ -1,5 +1,6 @@
-/* lmt-bench --yardsticks: each transport's own benchmark over loopback, run
- * in the same invocation — iperf3 for tcp and for ofi over its tcp
+/* lmt-bench's yardsticks, run in the same invocation: a single-thread memcpy
+ * over the guest's size, and with --yardsticks each transport's own
+ * benchmark over loopback — iperf3 for tcp and for ofi over its tcp
  * provider, ucx_perftest for ucx. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -168,7 +170,7 @@ static int finish(pid_t pid, uint64_t deadline_ns)
 	int status = 0;
 
 	while (waitpid(pid, &status, WNOHANG) == 0) {
-		if (bench_now_ns() >= deadline_ns) {
+		if (guest_now_ns() >= deadline_ns) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			return -1;
@@ -181,7 +183,7 @@ static int finish(pid_t pid, uint64_t deadline_ns)
 /* The client's whole stdout into `out`; its exit status, or -1. */
 static int run_client(char *argv[], char *envp[], char *out, size_t size)
 {
-	uint64_t deadline = bench_now_ns() + TOOL_TIMEOUT_NS;
+	uint64_t deadline = guest_now_ns() + TOOL_TIMEOUT_NS;
 	size_t got = 0;
 	int fds[2];
 	pid_t pid;
@@ -190,7 +192,7 @@ static int run_client(char *argv[], char *envp[], char *out, size_t size)
 		return -1;
 	pid = start(argv, envp, fds[1]);
 	close(fds[1]);
-	while (pid > 0 && bench_now_ns() < deadline) {
+	while (pid > 0 && guest_now_ns() < deadline) {
 		struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
 		ssize_t n;
 
@@ -234,7 +236,7 @@ static double measure_once(const struct tool *tool, const char *test, char *envp
 			nanosleep(&pause, NULL);
 	}
 	kill(pid, SIGTERM);
-	finish(pid, bench_now_ns() + 2000000000u);
+	finish(pid, guest_now_ns() + 2000000000u);
 	return gbps;
 }
 
@@ -353,4 +355,57 @@ void bench_yardsticks(struct bench_plugin *plugins, size_t nplugins)
 		measure(tool, &plugins[i], out);
 	}
 	free(out);
+}
+
+/* ---- memcpy ------------------------------------------------------------- */
+
+static int compare_doubles(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *values, size_t n)
+{
+	qsort(values, n, sizeof(*values), compare_doubles);
+	return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+void bench_advise_thp(void *addr, uint64_t len, bool thp)
+{
+	/* Advice only: a kernel without THP, or with it set to "never", keeps
+	 * 4 KiB pages, and the run goes on. */
+	if (thp)
+		(void)madvise(addr, len, MADV_HUGEPAGE);
+}
+
+double bench_memcpy_gibps(uint64_t bytes, bool thp)
+{
+	uint8_t *src =
+	        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *dst =
+	        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double gibps[3] = {0};
+
+	if (src != MAP_FAILED && dst != MAP_FAILED) {
+		bench_advise_thp(src, bytes, thp);
+		bench_advise_thp(dst, bytes, thp);
+		/* Touch both first: the yardstick is the copy, not page faults. */
+		memset(src, 0x5a, bytes);
+		memset(dst, 0, bytes);
+		for (int i = 0; i < 3; i++) {
+			uint64_t start = guest_now_ns(), ns;
+
+			memcpy(dst, src, bytes);
+			__asm__ volatile("" : : "r"(dst) : "memory");
+			ns = guest_now_ns() - start;
+			gibps[i] = (double)bytes / (double)(ns ? ns : 1) * 1e9 / 1073741824.0;
+		}
+	}
+	if (src != MAP_FAILED)
+		munmap(src, bytes);
+	if (dst != MAP_FAILED)
+		munmap(dst, bytes);
+	return bench_median(gibps, 3);
 }

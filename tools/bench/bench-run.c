@@ -49,7 +49,7 @@ struct run {
 	int memfd;
 	int pipe_fd;
 	pid_t child;
-	struct bench_ram src;
+	struct guest_ram src;
 	struct lmt_iterate_result last;
 	bool progress_shown;
 	bool have_report;
@@ -79,12 +79,12 @@ static const char *lmt_message(int rc, const struct lmt_error *err)
 	return err && err->message[0] ? err->message : lmt_strerror(rc);
 }
 
-static int add_blocks(lmt_session *session, const struct bench_ram *ram)
+static int add_blocks(lmt_session *session, const struct guest_ram *ram)
 {
 	for (uint32_t i = 0; i < ram->nblocks; i++) {
-		const struct bench_block *b = &ram->blocks[i];
+		const struct guest_block *b = &ram->blocks[i];
 		int rc = lmt_session_add_block(session, b->name, b->host, b->length,
-		                               BENCH_PAGE_SIZE);
+		                               GUEST_PAGE_SIZE);
 
 		if (rc < 0)
 			return rc;
@@ -114,7 +114,7 @@ static bool watchdog_wait(struct watchdog *wd, uint64_t until_ns)
 	        .tv_nsec = (long)(until_ns % 1000000000u),
 	};
 
-	while (!wd->stop && bench_now_ns() < until_ns)
+	while (!wd->stop && guest_now_ns() < until_ns)
 		pthread_cond_timedwait(&wd->cond, &wd->lock, &ts);
 	return !wd->stop;
 }
@@ -177,7 +177,7 @@ static void timeout_text(const struct bench_config *cfg, char *buf, size_t size)
 {
 	char duration[32];
 
-	bench_format_duration(cfg->timeout_ns, duration, sizeof(duration));
+	bench_format(LMT_OPT_DURATION, cfg->timeout_ns, duration, sizeof(duration));
 	snprintf(buf, size, "timed out after %s", duration);
 }
 
@@ -201,11 +201,11 @@ static void child_fail(struct child_msg *msg, int rc, const char *why, const cha
 static uint64_t prefault(uint8_t *base, uint64_t bytes)
 {
 	volatile uint8_t *p = base;
-	uint64_t start = bench_now_ns();
+	uint64_t start = guest_now_ns();
 
-	for (uint64_t off = 0; off < bytes; off += BENCH_PAGE_SIZE)
+	for (uint64_t off = 0; off < bytes; off += GUEST_PAGE_SIZE)
 		p[off] = 0;
-	return bench_now_ns() - start;
+	return guest_now_ns() - start;
 }
 
 static int dest_load(const struct bench_config *cfg, lmt_session *session, int fd,
@@ -229,7 +229,7 @@ static int dest_load(const struct bench_config *cfg, lmt_session *session, int f
 }
 
 static void dest_migrate(const struct bench_config *cfg, const char *plugin,
-                         const struct bench_ram *ram, int fd, uint64_t deadline_ns,
+                         const struct guest_ram *ram, int fd, uint64_t deadline_ns,
                          struct child_msg *msg)
 {
 	struct lmt_error err = {0};
@@ -252,7 +252,7 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 		rc = lmt_load_device_state(session, &state, &length);
 	if (rc == 0) {
 		msg->state_length = length;
-		msg->state_checksum = bench_checksum(state, length);
+		msg->state_checksum = guest_checksum(state, length);
 	} else {
 		if (fired)
 			timeout_text(cfg, why, sizeof(why));
@@ -265,7 +265,7 @@ static noreturn void dest_main(const struct bench_config *cfg, const char *plugi
                                int fd, pid_t parent, uint64_t deadline_ns)
 {
 	struct child_msg msg = {.kind = CHILD_DONE};
-	struct bench_ram ram;
+	struct guest_ram ram;
 	uint8_t *base;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -279,7 +279,7 @@ static noreturn void dest_main(const struct bench_config *cfg, const char *plugi
 	} else {
 		if (cfg->prefault)
 			msg.prefault_ns = prefault(base, cfg->ram_bytes);
-		bench_ram_layout(&ram, base, cfg->ram_bytes);
+		guest_ram_layout(&ram, base, cfg->ram_bytes);
 		dest_migrate(cfg, plugin, &ram, fd, deadline_ns, &msg);
 		munmap(base, cfg->ram_bytes);
 	}
@@ -305,7 +305,7 @@ static void progress_show(struct run *run, uint64_t *last_ns)
 	const struct lmt_iterate_result *it = &run->last;
 	const char *label = run->cfg->label ? run->cfg->label : run->plugin;
 	FILE *f = run->cfg->progress;
-	uint64_t now = bench_now_ns();
+	uint64_t now = guest_now_ns();
 	char rate[32] = "", downtime[48] = "", figures[160];
 	int width, room;
 
@@ -356,7 +356,7 @@ static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
 static int source_drive(struct run *run, lmt_session *session, uint16_t port, bool *fired)
 {
 	const struct bench_config *cfg = run->cfg;
-	struct bench_workload *workload = NULL;
+	struct guest_workload *workload = NULL;
 	struct watchdog wd;
 	int rc = watchdog_start(&wd, session, run->child, run->deadline_ns);
 
@@ -365,7 +365,7 @@ static int source_drive(struct run *run, lmt_session *session, uint16_t port, bo
 		return -LMT_ENOMEM;
 	}
 	if (cfg->dirty_rate > 0) {
-		rc = bench_workload_start(&workload, &run->src, cfg->working_set, cfg->dirty_rate,
+		rc = guest_workload_start(&workload, &run->src, cfg->working_set, cfg->dirty_rate,
 		                          cfg->seed);
 		if (rc < 0) {
 			note(run->out, "source: workload thread: %s", strerror(-rc));
@@ -375,10 +375,10 @@ static int source_drive(struct run *run, lmt_session *session, uint16_t port, bo
 	if (rc == 0)
 		rc = source_pre_copy(run, session, port);
 	/* The guest pauses: nothing may write its RAM during complete. */
-	bench_workload_pause(workload);
+	guest_workload_pause(workload);
 	if (rc == 0)
 		rc = lmt_save_complete(session, run->device_state, sizeof(run->device_state));
-	run->out->dirtied_bytes = bench_workload_stop(workload);
+	run->out->dirtied_bytes = guest_workload_stop(workload);
 	*fired = watchdog_stop(&wd);
 	return rc;
 }
@@ -459,7 +459,7 @@ static int source_migrate(struct run *run, uint16_t port)
 	}
 	rc = add_blocks(session, &run->src);
 	if (rc == 0)
-		rc = lmt_session_set_dirty_sync(session, bench_dirty_sync, &run->src);
+		rc = lmt_session_set_dirty_sync(session, guest_dirty_sync, &run->src);
 	if (rc == 0)
 		rc = source_drive(run, session, port, &fired);
 	if (rc < 0)
@@ -491,14 +491,14 @@ static int prepare(struct run *run)
 	/* The destination never reads it: spare the fork its page tables. */
 	madvise(src, cfg->ram_bytes, MADV_DONTFORK);
 	bench_advise_thp(src, cfg->ram_bytes, cfg->thp);
-	bench_ram_layout(&run->src, src, cfg->ram_bytes);
-	if (bench_ram_alloc_dirty(&run->src) < 0) {
+	guest_ram_layout(&run->src, src, cfg->ram_bytes);
+	if (guest_ram_alloc_dirty(&run->src) < 0) {
 		note(run->out, "dirty bitmap: %s", strerror(ENOMEM));
 		return -1;
 	}
-	run->out->zero_pages_made = bench_ram_fill(&run->src, cfg->zero_fraction, cfg->seed);
+	run->out->zero_pages_made = guest_ram_fill(&run->src, cfg->zero_fraction, cfg->seed);
 	for (size_t i = 0; i < sizeof(run->device_state); i += sizeof(uint64_t)) {
-		uint64_t word = bench_random(&rng);
+		uint64_t word = guest_random(&rng);
 
 		memcpy(run->device_state + i, &word, sizeof(word));
 	}
@@ -536,7 +536,7 @@ static int read_report(int fd, struct child_msg *msg, uint64_t deadline_ns)
 
 	while (got < sizeof(*msg)) {
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		uint64_t now = bench_now_ns(), wait_ms;
+		uint64_t now = guest_now_ns(), wait_ms;
 		ssize_t n;
 		int rc;
 
@@ -575,7 +575,7 @@ static int reap(struct run *run, uint64_t limit_ns)
 	pid_t pid;
 
 	while ((pid = waitpid(run->child, &status, WNOHANG)) == 0) {
-		if (bench_now_ns() >= limit_ns) {
+		if (guest_now_ns() >= limit_ns) {
 			kill(run->child, SIGKILL);
 			limit_ns = UINT64_MAX;
 		}
@@ -605,7 +605,7 @@ static void collect_child(struct run *run, bool source_ok)
 {
 	/* After a failure the destination, told by its connection or by its
 	 * own watchdog, should have its say within the grace period. */
-	uint64_t limit = source_ok ? run->deadline_ns + GRACE_NS : bench_now_ns() + GRACE_NS;
+	uint64_t limit = source_ok ? run->deadline_ns + GRACE_NS : guest_now_ns() + GRACE_NS;
 	char how[96];
 	int status;
 
@@ -618,7 +618,7 @@ static void collect_child(struct run *run, bool source_ok)
 			note(run->out, "destination: %s", run->report.error);
 		return;
 	}
-	if (bench_now_ns() >= run->deadline_ns)
+	if (guest_now_ns() >= run->deadline_ns)
 		timeout_text(run->cfg, how, sizeof(how));
 	else
 		describe_exit(status, how, sizeof(how));
@@ -626,7 +626,7 @@ static void collect_child(struct run *run, bool source_ok)
 }
 
 /* `base_offset`: where the block starts in the guest's RAM. */
-static bool compare_block(struct bench_result *out, const struct bench_block *b, const uint8_t *dst,
+static bool compare_block(struct bench_result *out, const struct guest_block *b, const uint8_t *dst,
                           uint64_t base_offset)
 {
 	const uint8_t *src = b->host;
@@ -634,8 +634,8 @@ static bool compare_block(struct bench_result *out, const struct bench_block *b,
 
 	if (memcmp(src, dst, b->length) == 0)
 		return true;
-	for (uint64_t off = 0; off < b->length; off += BENCH_PAGE_SIZE) {
-		if (memcmp(src + off, dst + off, BENCH_PAGE_SIZE) == 0)
+	for (uint64_t off = 0; off < b->length; off += GUEST_PAGE_SIZE) {
+		if (memcmp(src + off, dst + off, GUEST_PAGE_SIZE) == 0)
 			continue;
 		pages++;
 		if (first != UINT64_MAX)
@@ -666,7 +666,7 @@ static void verify(struct run *run)
 	if (cfg->test_corrupt)
 		dst[cfg->ram_bytes / 2] ^= 0x01;
 	for (uint32_t i = 0; i < run->src.nblocks && same; i++) {
-		const struct bench_block *b = &run->src.blocks[i];
+		const struct guest_block *b = &run->src.blocks[i];
 		uint64_t offset = (uint64_t)(b->host - run->src.base);
 
 		same = compare_block(run->out, b, dst + offset, offset);
@@ -674,7 +674,7 @@ static void verify(struct run *run)
 	munmap(dst, cfg->ram_bytes);
 	if (run->report.state_length != sizeof(run->device_state) ||
 	    run->report.state_checksum !=
-	            bench_checksum(run->device_state, sizeof(run->device_state))) {
+	            guest_checksum(run->device_state, sizeof(run->device_state))) {
 		note(run->out, "device state differs: %llu bytes received, %zu sent",
 		     (unsigned long long)run->report.state_length, sizeof(run->device_state));
 		same = false;
@@ -692,7 +692,7 @@ static void release(struct run *run)
 		close(run->memfd);
 	if (run->src.base)
 		munmap(run->src.base, run->src.bytes);
-	bench_ram_free_dirty(&run->src);
+	guest_ram_free_dirty(&run->src);
 }
 
 void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_result *out)
@@ -710,7 +710,7 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 
 	memset(out, 0, sizeof(*out));
 	out->prefaulted = cfg->prefault;
-	run.deadline_ns = bench_now_ns() + cfg->timeout_ns;
+	run.deadline_ns = guest_now_ns() + cfg->timeout_ns;
 	if (prepare(&run) == 0 && spawn(&run) == 0) {
 		if (wait_listening(&run, &port) == 0)
 			source_ok = source_migrate(&run, port) == 0;

@@ -150,9 +150,9 @@ static void script_title(FILE *f, const struct bench_report *rep)
 	const struct bench_config *cfg = rep->cfg;
 	char ram[32], rate[32], ws[32], title[512];
 
-	bench_format_size(cfg->ram_bytes, ram, sizeof(ram));
-	bench_format_size(cfg->dirty_rate, rate, sizeof(rate));
-	bench_format_size(cfg->working_set, ws, sizeof(ws));
+	bench_format(LMT_OPT_SIZE, cfg->ram_bytes, ram, sizeof(ram));
+	bench_format(LMT_OPT_SIZE, cfg->dirty_rate, rate, sizeof(rate));
+	bench_format(LMT_OPT_SIZE, cfg->working_set, ws, sizeof(ws));
 	snprintf(title, sizeof(title), "lmt-bench: %s guest, %s%s%s%s, destination %s; %s%u %s",
 	         ram, cfg->dirty_rate ? "dirtying " : "idle", cfg->dirty_rate ? rate : "",
 	         cfg->dirty_rate ? "/s of " : "", cfg->dirty_rate ? ws : "",

@@ -1,21 +1,21 @@
-/* lmt-bench: the synthetic guest — RAM blocks full of pseudo-random pages,
+/* The synthetic guest (see guest.h): RAM blocks full of pseudo-random pages,
  * a workload thread that dirties them at a set rate, the dirty-sync
- * callback, and the memcpy yardstick. */
+ * callback. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
-#include "bench.h"
+#include "guest.h"
 
-#define WORDS_PER_PAGE (BENCH_PAGE_SIZE / sizeof(uint64_t))
+#define WORDS_PER_PAGE (GUEST_PAGE_SIZE / sizeof(uint64_t))
 #define SLICE_NS 1000000u /* the workload paces itself every millisecond */
 
-uint64_t bench_now_ns(void)
+uint64_t guest_now_ns(void)
 {
 	struct timespec ts;
 
@@ -24,7 +24,7 @@ uint64_t bench_now_ns(void)
 }
 
 /* splitmix64: fast, and every seed gives a full-period stream. */
-uint64_t bench_random(uint64_t *state)
+uint64_t guest_random(uint64_t *state)
 {
 	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
 
@@ -36,11 +36,11 @@ uint64_t bench_random(uint64_t *state)
 /* Uniform in [0, bound) without a division. */
 static uint64_t random_below(uint64_t *state, uint64_t bound)
 {
-	return (uint64_t)(((unsigned __int128)bench_random(state) * bound) >> 64);
+	return (uint64_t)(((unsigned __int128)guest_random(state) * bound) >> 64);
 }
 
 /* FNV-1a, 64-bit. */
-uint64_t bench_checksum(const void *data, size_t length)
+uint64_t guest_checksum(const void *data, size_t length)
 {
 	const uint8_t *p = data;
 	uint64_t hash = UINT64_C(0xcbf29ce484222325);
@@ -50,9 +50,9 @@ uint64_t bench_checksum(const void *data, size_t length)
 	return hash;
 }
 
-void bench_ram_layout(struct bench_ram *ram, uint8_t *base, uint64_t bytes)
+void guest_ram_layout(struct guest_ram *ram, uint8_t *base, uint64_t bytes)
 {
-	uint64_t pages = bytes / BENCH_PAGE_SIZE;
+	uint64_t pages = bytes / GUEST_PAGE_SIZE;
 	uint64_t first = bytes <= 65536 ? pages : pages * 3 / 4;
 
 	memset(ram, 0, sizeof(*ram));
@@ -60,31 +60,31 @@ void bench_ram_layout(struct bench_ram *ram, uint8_t *base, uint64_t bytes)
 	ram->bytes = bytes;
 	ram->nblocks = first == pages ? 1 : 2;
 	for (uint32_t i = 0; i < ram->nblocks; i++) {
-		struct bench_block *b = &ram->blocks[i];
+		struct guest_block *b = &ram->blocks[i];
 
 		b->name = i == 0 ? "ram0" : "ram1";
 		b->npages = i == 0 ? first : pages - first;
-		b->length = b->npages * BENCH_PAGE_SIZE;
+		b->length = b->npages * GUEST_PAGE_SIZE;
 		/* No base: only the names and sizes are wanted. */
-		b->host = base ? base + (i == 0 ? 0 : first * BENCH_PAGE_SIZE) : NULL;
+		b->host = base ? base + (i == 0 ? 0 : first * GUEST_PAGE_SIZE) : NULL;
 	}
 }
 
-int bench_ram_alloc_dirty(struct bench_ram *ram)
+int guest_ram_alloc_dirty(struct guest_ram *ram)
 {
 	for (uint32_t i = 0; i < ram->nblocks; i++) {
-		struct bench_block *b = &ram->blocks[i];
+		struct guest_block *b = &ram->blocks[i];
 
 		b->dirty = calloc((b->npages + 63) / 64, sizeof(*b->dirty));
 		if (!b->dirty) {
-			bench_ram_free_dirty(ram);
+			guest_ram_free_dirty(ram);
 			return -1;
 		}
 	}
 	return 0;
 }
 
-void bench_ram_free_dirty(struct bench_ram *ram)
+void guest_ram_free_dirty(struct guest_ram *ram)
 {
 	for (uint32_t i = 0; i < ram->nblocks; i++) {
 		free(ram->blocks[i].dirty);
@@ -95,12 +95,12 @@ void bench_ram_free_dirty(struct bench_ram *ram)
 static void fill_page(uint64_t *words, uint64_t *rng)
 {
 	for (size_t i = 0; i < WORDS_PER_PAGE; i++)
-		words[i] = bench_random(rng);
+		words[i] = guest_random(rng);
 }
 
-uint64_t bench_ram_fill(struct bench_ram *ram, double zero_fraction, uint64_t seed)
+uint64_t guest_ram_fill(struct guest_ram *ram, double zero_fraction, uint64_t seed)
 {
-	uint64_t pages = ram->bytes / BENCH_PAGE_SIZE;
+	uint64_t pages = ram->bytes / GUEST_PAGE_SIZE;
 	uint64_t zero = (uint64_t)llround(zero_fraction * (double)pages);
 	uint64_t left = zero, rng = seed;
 
@@ -111,15 +111,15 @@ uint64_t bench_ram_fill(struct bench_ram *ram, double zero_fraction, uint64_t se
 			left--;
 			continue;
 		}
-		fill_page((uint64_t *)(ram->base + p * BENCH_PAGE_SIZE), &rng);
+		fill_page((uint64_t *)(ram->base + p * GUEST_PAGE_SIZE), &rng);
 	}
 	return zero;
 }
 
-int bench_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t npages)
+int guest_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t npages)
 {
-	struct bench_ram *ram = opaque;
-	struct bench_block *b;
+	struct guest_ram *ram = opaque;
+	struct guest_block *b;
 
 	if (block >= ram->nblocks || npages != ram->blocks[block].npages)
 		return -LMT_EINVAL;
@@ -133,8 +133,8 @@ int bench_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t np
 
 /* ---- Workload ----------------------------------------------------------- */
 
-struct bench_workload {
-	struct bench_ram *ram;
+struct guest_workload {
+	struct guest_ram *ram;
 	uint64_t rate;
 	uint64_t pages;  /* in the working set */
 	uint64_t cursor; /* next page to rewrite */
@@ -150,25 +150,25 @@ struct bench_workload {
 
 /* Rewrite the next page of the working set, then say so: a sync that
  * clears the bit before the data lands sees the bit again next time. */
-static void workload_dirty_page(struct bench_workload *w)
+static void workload_dirty_page(struct guest_workload *w)
 {
-	struct bench_ram *ram = w->ram;
+	struct guest_ram *ram = w->ram;
 	uint64_t page = w->cursor;
-	struct bench_block *b = &ram->blocks[0];
+	struct guest_block *b = &ram->blocks[0];
 
 	w->cursor = page + 1 == w->pages ? 0 : page + 1;
 	if (page >= b->npages) {
 		page -= b->npages;
 		b = &ram->blocks[1];
 	}
-	fill_page((uint64_t *)(b->host + page * BENCH_PAGE_SIZE), &w->rng);
+	fill_page((uint64_t *)(b->host + page * GUEST_PAGE_SIZE), &w->rng);
 	atomic_fetch_or_explicit(&b->dirty[page / 64], UINT64_C(1) << (page % 64),
 	                         memory_order_release);
 	w->written++;
 }
 
 /* Blocks while paused; false once asked to stop. */
-static bool workload_gate(struct bench_workload *w, uint64_t *last_ns)
+static bool workload_gate(struct guest_workload *w, uint64_t *last_ns)
 {
 	bool run;
 
@@ -179,7 +179,7 @@ static bool workload_gate(struct bench_workload *w, uint64_t *last_ns)
 		while (w->pause && !w->stop)
 			pthread_cond_wait(&w->cond, &w->lock);
 		w->paused = false;
-		*last_ns = bench_now_ns();
+		*last_ns = guest_now_ns();
 	}
 	run = !w->stop;
 	pthread_mutex_unlock(&w->lock);
@@ -188,32 +188,32 @@ static bool workload_gate(struct bench_workload *w, uint64_t *last_ns)
 
 static void *workload_main(void *arg)
 {
-	struct bench_workload *w = arg;
+	struct guest_workload *w = arg;
 	/* A token bucket in bytes, capped at 10 ms of credit so that a late
 	 * wake-up does not turn into a burst. */
-	uint64_t burst = w->rate / 100 > BENCH_PAGE_SIZE ? w->rate / 100 : BENCH_PAGE_SIZE;
-	uint64_t credit = 0, last = bench_now_ns();
+	uint64_t burst = w->rate / 100 > GUEST_PAGE_SIZE ? w->rate / 100 : GUEST_PAGE_SIZE;
+	uint64_t credit = 0, last = guest_now_ns();
 	const struct timespec slice = {0, SLICE_NS};
 
 	while (workload_gate(w, &last)) {
-		uint64_t now = bench_now_ns();
+		uint64_t now = guest_now_ns();
 		unsigned __int128 earned = (unsigned __int128)(now - last) * w->rate / 1000000000u;
 
 		last = now;
 		credit += earned > burst ? burst : (uint64_t)earned;
 		if (credit > burst)
 			credit = burst;
-		for (; credit >= BENCH_PAGE_SIZE; credit -= BENCH_PAGE_SIZE)
+		for (; credit >= GUEST_PAGE_SIZE; credit -= GUEST_PAGE_SIZE)
 			workload_dirty_page(w);
 		nanosleep(&slice, NULL);
 	}
 	return NULL;
 }
 
-int bench_workload_start(struct bench_workload **out, struct bench_ram *ram, uint64_t working_set,
+int guest_workload_start(struct guest_workload **out, struct guest_ram *ram, uint64_t working_set,
                          uint64_t rate, uint64_t seed)
 {
-	struct bench_workload *w = calloc(1, sizeof(*w));
+	struct guest_workload *w = calloc(1, sizeof(*w));
 	int rc;
 
 	*out = NULL;
@@ -221,7 +221,7 @@ int bench_workload_start(struct bench_workload **out, struct bench_ram *ram, uin
 		return -ENOMEM;
 	w->ram = ram;
 	w->rate = rate;
-	w->pages = working_set / BENCH_PAGE_SIZE;
+	w->pages = working_set / GUEST_PAGE_SIZE;
 	w->rng = seed ^ UINT64_C(0x5bd1e9955bd1e995);
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
@@ -236,7 +236,7 @@ int bench_workload_start(struct bench_workload **out, struct bench_ram *ram, uin
 	return 0;
 }
 
-void bench_workload_pause(struct bench_workload *w)
+void guest_workload_pause(struct guest_workload *w)
 {
 	if (!w)
 		return;
@@ -247,7 +247,7 @@ void bench_workload_pause(struct bench_workload *w)
 	pthread_mutex_unlock(&w->lock);
 }
 
-uint64_t bench_workload_stop(struct bench_workload *w)
+uint64_t guest_workload_stop(struct guest_workload *w)
 {
 	uint64_t written;
 
@@ -258,62 +258,9 @@ uint64_t bench_workload_stop(struct bench_workload *w)
 	pthread_cond_broadcast(&w->cond);
 	pthread_mutex_unlock(&w->lock);
 	pthread_join(w->thread, NULL);
-	written = w->written * BENCH_PAGE_SIZE;
+	written = w->written * GUEST_PAGE_SIZE;
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 	return written;
-}
-
-/* ---- Yardstick ---------------------------------------------------------- */
-
-static int compare_doubles(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-double bench_median(double *values, size_t n)
-{
-	qsort(values, n, sizeof(*values), compare_doubles);
-	return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-void bench_advise_thp(void *addr, uint64_t len, bool thp)
-{
-	/* Advice only: a kernel without THP, or with it set to "never", keeps
-	 * 4 KiB pages, and the run goes on. */
-	if (thp)
-		(void)madvise(addr, len, MADV_HUGEPAGE);
-}
-
-double bench_memcpy_gibps(uint64_t bytes, bool thp)
-{
-	uint8_t *src =
-	        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	uint8_t *dst =
-	        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	double gibps[3] = {0};
-
-	if (src != MAP_FAILED && dst != MAP_FAILED) {
-		bench_advise_thp(src, bytes, thp);
-		bench_advise_thp(dst, bytes, thp);
-		/* Touch both first: the yardstick is the copy, not page faults. */
-		memset(src, 0x5a, bytes);
-		memset(dst, 0, bytes);
-		for (int i = 0; i < 3; i++) {
-			uint64_t start = bench_now_ns(), ns;
-
-			memcpy(dst, src, bytes);
-			__asm__ volatile("" : : "r"(dst) : "memory");
-			ns = bench_now_ns() - start;
-			gibps[i] = (double)bytes / (double)(ns ? ns : 1) * 1e9 / 1073741824.0;
-		}
-	}
-	if (src != MAP_FAILED)
-		munmap(src, bytes);
-	if (dst != MAP_FAILED)
-		munmap(dst, bytes);
-	return bench_median(gibps, 3);
 }

@@ -1,0 +1,83 @@
+/* The host services the core lends to a plugin (struct lmt_host): logging
+ * and errors into the session, the clock, option lookup, cancellation, the
+ * plugin a decorator wraps, and fault injection. host_ctx is the session. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "error.h"
+#include "session.h"
+
+static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
+static int host_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+
+static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
+{
+	struct lmt_session *s = ctx;
+	char msg[900];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	lmt__log(level, "%s: %s", s->desc->name, msg);
+}
+
+static int host_error(void *ctx, int code, const char *fmt, ...)
+{
+	struct lmt_session *s = ctx;
+	char msg[480];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if ((code < 0 ? -code : code) >= LMT_ERRC_COUNT || code == 0)
+		code = LMT_EIO;
+	lmt__log(LMT_LOG_DEBUG, "%s: %s", s->desc->name, msg);
+	return lmt__fail(s, code, "%s", msg);
+}
+
+static uint64_t host_now(void *ctx)
+{
+	return lmt__now();
+}
+
+static int host_option(void *ctx, const char *name, struct lmt_option_value *out)
+{
+	struct lmt_session *s = ctx;
+	return lmt__optset_get(s->opts, name, out);
+}
+
+static int host_cancelled(void *ctx)
+{
+	return lmt__is_cancelled(ctx);
+}
+
+static const struct lmt_plugin *host_inner(void *ctx)
+{
+	struct lmt_session *s = ctx;
+	return s->inner;
+}
+
+/* Plugin threads end before the control socket is closed, so a shutdown
+ * here never races with a close. */
+static void host_inject(void *ctx, enum lmt_fault fault)
+{
+	struct lmt_session *s = ctx;
+	if (fault == LMT_FAULT_DROP_CONTROL && s->ctrl_fd >= 0) {
+		lmt__log(LMT_LOG_INFO, "%s: dropping the control connection", s->desc->name);
+		shutdown(s->ctrl_fd, SHUT_RDWR);
+	}
+}
+
+const struct lmt_host lmt__host_services = {
+        .abi_version = LMT_PLUGIN_ABI_VERSION,
+        .struct_size = sizeof(struct lmt_host),
+        .log = host_log,
+        .error = host_error,
+        .now_ns = host_now,
+        .option = host_option,
+        .cancelled = host_cancelled,
+        .inner = host_inner,
+        .inject = host_inject,
+};
