@@ -13,6 +13,24 @@ static const char *peer_name(const struct lmt_session *s)
 	return s->role == LMT_ROLE_SOURCE ? "destination" : "source";
 }
 
+/* A hang-up is looked for at most this often. */
+#define PEER_CHECK_NS 10000000ull
+
+bool lmt__peer_gone(struct lmt_session *s)
+{
+	if (atomic_load(&s->peer_gone))
+		return true;
+	uint64_t now = lmt__now(), last = atomic_load(&s->peer_checked_ns);
+	int fd = s->ctrl_fd;
+	if (fd < 0 || now - last < PEER_CHECK_NS ||
+	    !atomic_compare_exchange_strong(&s->peer_checked_ns, &last, now))
+		return false;
+	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		atomic_store(&s->peer_gone, 1);
+	return atomic_load(&s->peer_gone) != 0;
+}
+
 static int wait_cancelled(void *ctx)
 {
 	return lmt__is_cancelled(ctx);

@@ -34,6 +34,12 @@ static int host_error(void *ctx, int code, const char *fmt, ...)
 	if ((code < 0 ? -code : code) >= LMT_ERRC_COUNT || code == 0)
 		code = LMT_EIO;
 	lmt__log(LMT_LOG_DEBUG, "%s: %s", s->desc->name, msg);
+	/* A blocking call that stopped because the peer left (see
+	 * host_cancelled) failed for that, not for a cancel. */
+	if ((code == LMT_ECANCELED || code == -LMT_ECANCELED) && !lmt__is_cancelled(s) &&
+	    lmt__peer_gone(s))
+		return lmt__fail(s, LMT_ECONN, "%s: the %s closed the control connection", msg,
+		                 s->role == LMT_ROLE_SOURCE ? "destination" : "source");
 	return lmt__fail(s, code, "%s", msg);
 }
 
@@ -48,9 +54,11 @@ static int host_option(void *ctx, const char *name, struct lmt_option_value *out
 	return lmt__optset_get(s->opts, name, out);
 }
 
+/* Cancelled, or the peer hung up the control connection: either way a
+ * blocking plugin call has nothing left to wait for. */
 static int host_cancelled(void *ctx)
 {
-	return lmt__is_cancelled(ctx);
+	return lmt__is_cancelled(ctx) || lmt__peer_gone(ctx);
 }
 
 static const struct lmt_plugin *host_inner(void *ctx)

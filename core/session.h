@@ -77,6 +77,10 @@ struct lmt_session {
 	uint8_t *in; /* LMT_PROTO_MAX_PAYLOAD bytes */
 	uint64_t last_rx_ns;
 	uint64_t last_tx_ns;
+	/* The peer hung up the control connection (lmt__peer_gone), and when
+	 * that was last looked at. */
+	_Atomic int peer_gone;
+	_Atomic uint64_t peer_checked_ns;
 
 	_Atomic int cancelled;
 	_Atomic int state;    /* enum lmt_state */
@@ -121,6 +125,11 @@ extern const struct lmt_host lmt__host_services;
 
 /* ---- control.c: the control connection ---- */
 
+/* Whether the peer has hung up the control connection: a peer that died
+ * or gave up. Cheap enough for plugins' blocking calls to poll (through
+ * the host's cancelled service), so that a destination waiting on a data
+ * channel notices a source that is gone. Any thread. */
+bool lmt__peer_gone(struct lmt_session *s);
 /* A wait for the net helpers: until deadline_ns (absolute), or a cancel. */
 struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
 /* Send the message in s->out; encode and send one without a payload. */

@@ -161,14 +161,13 @@ void lfi_source_abandon(lmt_endpoint *ep)
 	if (!status || atomic_load(&ep->abandoned))
 		return;
 	pthread_mutex_lock(&ep->lock);
-	bool first = !atomic_load(&ep->abandoned);
-	if (first) {
-		atomic_store(&ep->abandoned, true);
+	if (!atomic_load(&ep->abandoned)) {
 		report_owed(ep, status);
+		putil_channels_settle(&ep->inst->channels, ep->channel, status);
+		/* Last: whoever sees it set may count on the channel settled. */
+		atomic_store(&ep->abandoned, true);
 	}
 	pthread_mutex_unlock(&ep->lock);
-	if (first)
-		putil_channels_settle(&ep->inst->channels, ep->channel, status);
 }
 
 void lfi_source_abandon_all(struct lmt_instance *inst)
