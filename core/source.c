@@ -119,7 +119,16 @@ static int service(struct lmt_session *s)
 	e->last_service_ns = now;
 	if (lmt__is_cancelled(s))
 		return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
-	return lmt__ctrl_keepalive(s);
+	/* Keep-alives are the service thread's; the destination sends
+	 * nothing else unasked. */
+	if (lmt__ctrl_pending(s)) {
+		struct lmt_msg_header h;
+		int rc = lmt__ctrl_recv(s, &h, now);
+		return rc ? rc
+		          : lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
+		                      lmt__msg_name(h.type));
+	}
+	return 0;
 }
 
 /* ---- setup ---- */
@@ -302,9 +311,7 @@ static int wait_ready(struct lmt_session *s)
 			break;
 		if (h.type == LMT_MSG_REG_REPLY && s->pin_all)
 			rc = import_keys(s, h.length);
-		else if (h.type == LMT_MSG_PING)
-			rc = lmt__ctrl_send_empty(s, LMT_MSG_PONG);
-		else if (h.type != LMT_MSG_PONG)
+		else
 			rc = lmt__fail(s, LMT_EPROTO, "expected READY from the destination, got %s",
 			               lmt__msg_name(h.type));
 		if (rc)
@@ -385,8 +392,7 @@ static int connect_control(struct lmt_session *s, const char *uri, uint64_t dead
 	if (rc)
 		return lmt__fail(s, rc, "control connection: %s", ne.msg);
 	lmt__net_tune(s->ctrl_fd, 1, 0);
-	s->last_rx_ns = s->last_tx_ns = lmt__now();
-	return 0;
+	return lmt__ctrl_start(s);
 }
 
 static int setup(struct lmt_session *s, const char *uri)
@@ -404,7 +410,7 @@ static int setup(struct lmt_session *s, const char *uri)
 	return alloc_slots(s);
 }
 
-int lmt_save_setup(lmt_session *s, const char *uri)
+static int save_setup(lmt_session *s, const char *uri)
 {
 	if (s->role != LMT_ROLE_SOURCE)
 		return lmt__usage(s, LMT_ESTATE, "save setup: this session is a destination");
@@ -423,7 +429,18 @@ int lmt_save_setup(lmt_session *s, const char *uri)
 	s->stats.status = LMT_STATUS_ACTIVE;
 	s->stats.setup_ns = lmt__now() - s->start_ns;
 	pthread_mutex_unlock(&s->lock);
+	lmt__event_simple(s, LMT_EVENT_SETUP_DONE, 0);
 	return 0;
+}
+
+int lmt_save_setup(lmt_session *s, const char *uri)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	lmt__call_enter(s);
+	int rc = save_setup(s, uri);
+	lmt__call_leave(s);
+	return rc;
 }
 
 /* ---- dirty pages ---- */
@@ -898,6 +915,7 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 	measure_pass(s, e->pass_dirtied + more, false);
 	if (expected_downtime(s) <= e->downtime_limit_ns) {
 		res->ready = 1;
+		lmt__event_simple(s, LMT_EVENT_READY, 0);
 		e->need_pass = true;
 	} else {
 		start_pass(s);
@@ -965,7 +983,7 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 	refresh_stats(s);
 }
 
-int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
+static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 {
 	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
 		return lmt__usage(s, LMT_ESTATE, "save iterate: the session is not migrating");
@@ -977,6 +995,16 @@ int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 		return lmt__abort(s, rc);
 	fill_result(s, res);
 	return 0;
+}
+
+int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	lmt__call_enter(s);
+	int rc = save_iterate(s, res);
+	lmt__call_leave(s);
+	return rc;
 }
 
 /* ---- stop and copy ---- */
@@ -1059,7 +1087,7 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	return send_complete(s, length);
 }
 
-int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
+static int save_complete(lmt_session *s, const void *device_state, size_t length)
 {
 	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
 		return lmt__usage(s, LMT_ESTATE, "save complete: the session is not migrating");
@@ -1078,8 +1106,7 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 		return lmt__abort(s, rc);
 	uint64_t now = lmt__now();
 	lmt__transport_close(s);
-	close(s->ctrl_fd);
-	s->ctrl_fd = -1;
+	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
 	s->stats.downtime_ns = now - t0;
 	s->stats.total_ns = now - s->start_ns;
@@ -1088,5 +1115,16 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
 	refresh_stats(s);
+	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
 	return 0;
+}
+
+int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	lmt__call_enter(s);
+	int rc = save_complete(s, device_state, length);
+	lmt__call_leave(s);
+	return rc;
 }
