@@ -388,9 +388,13 @@ static int connection_failed(struct lmt_session *s, const char *what)
 
 int lmt__ctrl_send(struct lmt_session *s)
 {
+	return lmt__ctrl_send_by(s, lmt__now() + s->idle_timeout_ns);
+}
+
+int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline)
+{
 	struct lmt__net_error e;
 	uint16_t type = lmt__get16(s->out.data);
-	uint64_t deadline = lmt__now() + s->idle_timeout_ns;
 	int rc;
 	if (s->ctrl) {
 		rc = send_locked(s->ctrl, s->out.data, s->out.len, deadline, &e);

@@ -49,6 +49,29 @@ int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...)
 	return code;
 }
 
+int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...)
+{
+	char msg[sizeof(s->error.message)];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	code = code > 0 ? -code : code;
+	pthread_mutex_lock(&s->lock);
+	if (atomic_load(&s->state) != LMT_STATE_DONE) {
+		if (s->error.code && !s->error_is_usage) {
+			char cause[sizeof(s->error.message)];
+			memcpy(cause, s->error.message, sizeof(cause));
+			lmt__error(&s->error, code, "%s (%s)", msg, cause);
+		} else {
+			lmt__error(&s->error, code, "%s", msg);
+		}
+		s->error_is_usage = false;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return code;
+}
+
 int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -200,6 +223,8 @@ int lmt__abort(struct lmt_session *s, int code)
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_FAILED);
 	lmt__ctrl_send_error(s, &st);
+	/* From here a plugin's waits in teardown end soon (host cancelled). */
+	atomic_store(&s->aborting, 1);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	lmt__log(LMT_LOG_INFO, "migration failed: %s", s->error.message);

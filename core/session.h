@@ -89,6 +89,7 @@ struct lmt_session {
 	_Atomic int failure_posted; /* the FAILED event went out */
 	_Atomic int in_call;        /* a VMM's call is running the engine */
 	_Atomic int cancelled;
+	_Atomic int aborting; /* a failed session is being torn down */
 	_Atomic int state;    /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error, stats and passes */
 	struct lmt_error error;
@@ -113,6 +114,10 @@ struct lmt_session {
 
 /* Record a failure (the first one wins) and return -code. */
 int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* Record a failure that explains the one recorded so far, which stays in
+ * parentheses as its cause: "switchover-timeout ... (chaos: stalled flush
+ * timed out)". */
+int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 /* Record a misuse of the API: reported, but replaced by any later error. */
 int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 /* Mark the session failed with the recorded error, tell the peer, release
@@ -157,6 +162,8 @@ void lmt__ctrl_expect_close(struct lmt_session *s);
 void lmt__ctrl_close(struct lmt_session *s);
 /* Send the message in s->out; encode and send one without a payload. */
 int lmt__ctrl_send(struct lmt_session *s);
+/* The same, giving up at `deadline` rather than after idle-timeout. */
+int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline);
 int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type);
 /* Tell the peer this side failed, briefly and on a best-effort basis. */
 void lmt__ctrl_send_error(struct lmt_session *s, const struct lmt_msg_status *st);

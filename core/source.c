@@ -39,7 +39,10 @@ struct lmt_source_engine {
 	uint64_t max_bandwidth;
 	uint64_t downtime_limit_ns;
 	uint64_t iterate_ns;
+	uint64_t switchover_timeout_ns;
 	uint32_t queue_depth;
+	/* lmt_save_complete's end: no wait goes past it (NO_DEADLINE otherwise) */
+	uint64_t switchover_deadline;
 
 	/* writes in flight, by the slot in their cookie */
 	struct lmt_slot *slots;
@@ -48,6 +51,10 @@ struct lmt_source_engine {
 	uint32_t nfree;
 	uint64_t generation;
 	uint32_t ch_writes[LMT_MAX_CHANNELS];
+	/* When each channel last completed a write, or took its first one
+	 * while idle: a channel with writes in flight and nothing completed
+	 * for idle-timeout has stalled. */
+	uint64_t ch_progress_ns[LMT_MAX_CHANNELS];
 	uint64_t ch_bytes[LMT_MAX_CHANNELS];    /* completed, per channel */
 	uint64_t ch_inflight[LMT_MAX_CHANNELS]; /* posted, not yet completed */
 	/* The last write posted: its channel, where it ended, and how many
@@ -129,6 +136,24 @@ static int service(struct lmt_session *s)
 		                      lmt__msg_name(h.type));
 	}
 	return 0;
+}
+
+/* The switchover took longer than switchover-timeout: `what` was not done. */
+static int switchover_expired(struct lmt_session *s, const char *what)
+{
+	return lmt__fail_over(s, LMT_ETIMEDOUT,
+	                      "switchover-timeout (%llu ms) passed with the guest paused, %s; the "
+	                      "source guest may resume",
+	                      (unsigned long long)(s->source->switchover_timeout_ns / 1000000),
+	                      what);
+}
+
+/* How long to wait for the destination's answer: idle-timeout, and never
+ * past the switchover's end. */
+static uint64_t reply_deadline(const struct lmt_session *s)
+{
+	uint64_t d = lmt__now() + s->idle_timeout_ns;
+	return d < s->source->switchover_deadline ? d : s->source->switchover_deadline;
 }
 
 /* ---- setup ---- */
@@ -351,6 +376,8 @@ static void read_options(struct lmt_session *s)
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
+	e->switchover_timeout_ns = (uint64_t)lmt__opt_int(o, "switchover-timeout");
+	e->switchover_deadline = NO_DEADLINE;
 }
 
 /* The source's page bitmaps and the destination's keys, per block. */
@@ -574,6 +601,7 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 		        (unsigned long long)(sl->page << b->page_shift), sl->channel,
 		        lmt_strerror(cp->status));
 	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
+	e->ch_progress_ns[sl->channel] = lmt__now();
 	e->ch_writes[sl->channel]--;
 	e->ch_inflight[sl->channel] -= sl->bytes;
 	e->ch_bytes[sl->channel] += sl->bytes;
@@ -585,6 +613,22 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 	pthread_mutex_unlock(&s->lock);
 	sl->cookie = 0;
 	e->free_slots[e->nfree++] = (uint32_t)idx;
+	return 0;
+}
+
+/* A channel with writes in flight that completed none for idle-timeout
+ * has stalled, whether lmt is iterating, completing or between calls. */
+static int check_stalls(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	uint64_t now = lmt__now();
+	for (uint32_t ch = 0; ch < s->channels; ch++)
+		if (e->ch_writes[ch] && now - e->ch_progress_ns[ch] > s->idle_timeout_ns)
+			return lmt__fail(s, LMT_ETIMEDOUT,
+			                 "channel %u: %u writes in flight and none completed for "
+			                 "%llu ms",
+			                 ch, e->ch_writes[ch],
+			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
 	return 0;
 }
 
@@ -601,27 +645,19 @@ static int harvest(struct lmt_session *s, uint64_t timeout_ns)
 		if (rc)
 			return rc;
 	}
-	return n;
+	int rc = check_stalls(s);
+	return rc ? rc : n;
 }
 
-/* Wait a slice for completions; fails after idle-timeout without any. */
-static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_since)
+/* Wait a slice for completions, then look after the control connection. */
+static int wait_some(struct lmt_session *s, uint64_t deadline)
 {
-	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
 	uint64_t slice = WAIT_SLICE_NS;
 	if (deadline != NO_DEADLINE)
 		slice = deadline > now ? (deadline - now < slice ? deadline - now : slice) : 0;
 	int n = harvest(s, slice);
-	if (n < 0)
-		return n;
-	now = lmt__now();
-	if (n > 0 || e->inflight_bytes == 0)
-		*quiet_since = now;
-	else if (now - *quiet_since > s->idle_timeout_ns)
-		return lmt__fail(s, LMT_ETIMEDOUT, "no write completed for %llu ms",
-		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	return service(s);
+	return n < 0 ? n : service(s);
 }
 
 /* Writes in a row, each following the one before in guest RAM, that one
@@ -677,7 +713,7 @@ static int request_keys(struct lmt_session *s, const struct chunk *c)
 		return lmt__fail(s, rc, "encoding REG_REQ");
 	struct lmt_msg_header h;
 	if ((rc = lmt__ctrl_send(s)) ||
-	    (rc = lmt__ctrl_expect(s, LMT_MSG_REG_REPLY, lmt__now() + s->idle_timeout_ns, &h)))
+	    (rc = lmt__ctrl_expect(s, LMT_MSG_REG_REPLY, reply_deadline(s), &h)))
 		return rc;
 	return import_keys(s, h.length);
 }
@@ -734,7 +770,8 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 	e->run_block = c->block;
 	e->run_end_page = c->page + c->npages;
 	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
-	e->ch_writes[ch]++;
+	if (e->ch_writes[ch]++ == 0)
+		e->ch_progress_ns[ch] = lmt__now();
 	e->ch_inflight[ch] += bytes;
 	e->dirty_bytes -= bytes;
 	e->inflight_bytes += bytes;
@@ -788,7 +825,6 @@ static uint64_t bandwidth_gate(const struct lmt_session *s, bool limited)
 static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t quiet = lmt__now();
 	struct chunk c;
 	while (!e->pass_done) {
 		int rc = harvest(s, 0);
@@ -811,7 +847,7 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 		rc = try_post(s, &c);
 		if (rc < 0)
 			return rc;
-		if (rc == 0 && (rc = wait_some(s, deadline, &quiet)))
+		if (rc == 0 && (rc = wait_some(s, deadline)))
 			return rc;
 	}
 	return 0;
@@ -821,11 +857,10 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 static int drain(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t quiet = lmt__now();
 	while (e->inflight_bytes) {
 		if (lmt__now() >= deadline)
 			return 1;
-		int rc = wait_some(s, deadline, &quiet);
+		int rc = wait_some(s, deadline);
 		if (rc)
 			return rc;
 	}
@@ -1020,30 +1055,45 @@ static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t 
 		int rc = lmt__enc_state(&s->out, &m);
 		if (rc)
 			return lmt__fail(s, rc, "encoding DEVICE_STATE");
-		if ((rc = lmt__ctrl_send(s)))
-			return rc;
+		if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
+			return rc == -LMT_ETIMEDOUT && lmt__now() >= s->source->switchover_deadline
+			               ? switchover_expired(s, "sending the device state")
+			               : rc;
 		off += n;
 	}
 	return 0;
 }
 
 /* The guest is paused: a last pass over what is dirty, then every write
- * landed and flushed. */
+ * landed and flushed, all before the switchover's end. */
 static int send_rest(struct lmt_session *s)
 {
 	struct lmt_source_engine *e = s->source;
+	uint64_t end = e->switchover_deadline;
 	int rc;
 	if (e->pass == 0) {
 		if ((rc = start_first_pass(s)))
 			return rc;
 	} else {
-		if ((rc = drain(s, NO_DEADLINE)) || (rc = sync_dirty(s, NULL)))
+		if ((rc = drain(s, end)))
+			return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
+		if ((rc = sync_dirty(s, NULL)))
 			return rc;
 		start_pass(s);
 	}
-	if ((rc = send_pass(s, NO_DEADLINE, false)) || (rc = drain(s, NO_DEADLINE)))
+	if ((rc = send_pass(s, end, false)))
 		return rc;
-	rc = s->desc->ops.flush(s->inst, s->idle_timeout_ns);
+	if (!e->pass_done)
+		return switchover_expired(s, "the final pass unfinished");
+	if ((rc = drain(s, end)))
+		return rc < 0 ? rc : switchover_expired(s, "writes of the final pass in flight");
+	uint64_t now = lmt__now();
+	if (now >= end)
+		return switchover_expired(s, "before the flush");
+	uint64_t left = end - now;
+	rc = s->desc->ops.flush(s->inst, left < s->idle_timeout_ns ? left : s->idle_timeout_ns);
+	if (rc == -LMT_ETIMEDOUT && lmt__now() >= end)
+		return switchover_expired(s, "in the plugin's flush");
 	if (rc)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
@@ -1067,9 +1117,11 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 	if (rc)
 		return lmt__fail(s, rc, "encoding COMPLETE");
 	struct lmt_msg_header h;
-	if ((rc = lmt__ctrl_send(s)) ||
-	    (rc = lmt__ctrl_expect(s, LMT_MSG_COMPLETE_ACK, lmt__now() + s->idle_timeout_ns, &h)))
-		return rc;
+	if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))) ||
+	    (rc = lmt__ctrl_expect(s, LMT_MSG_COMPLETE_ACK, reply_deadline(s), &h)))
+		return rc == -LMT_ETIMEDOUT && lmt__now() >= s->source->switchover_deadline
+		               ? switchover_expired(s, "without the destination's acknowledgement")
+		               : rc;
 	struct lmt_msg_status st;
 	struct lmt_error err = {0};
 	if ((rc = lmt__dec_status(s->in, h.length, LMT_MSG_COMPLETE_ACK, &st, &err)))
@@ -1098,6 +1150,7 @@ static int save_complete(lmt_session *s, const void *device_state, size_t length
 		return lmt__usage(s, LMT_EOVERFLOW,
 		                  "save complete: device state of %zu bytes over 1G", length);
 	uint64_t t0 = lmt__now();
+	s->source->switchover_deadline = t0 + s->source->switchover_timeout_ns;
 	pthread_mutex_lock(&s->lock);
 	s->stats.status = LMT_STATUS_COMPLETING;
 	pthread_mutex_unlock(&s->lock);

@@ -1,7 +1,9 @@
 /* What a VMM embedding lmt may count on between and around its calls: the
- * session keeps the peer's keep-alives going while the VMM is away, and it
+ * session keeps the peer's keep-alives going while the VMM is away; it
  * reports setup, passes, readiness, completion and failure as events on a
- * descriptor an event loop can poll, or through a callback. */
+ * descriptor an event loop can poll, or through a callback; and no call
+ * outlasts its bound when a channel stalls (idle-timeout) or the
+ * switchover drags on with the guest paused (switchover-timeout). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -248,6 +250,70 @@ static void test_the_callback_sees_what_the_queue_holds(void **state)
 	ram_release(&ram);
 }
 
+/* A source over chaos:tcp, with the chaos options given. */
+static lmt_session *chaotic_source(struct guest_ram *ram, const char *opts, uint16_t port)
+{
+	lmt_session *s = session_on(LMT_ROLE_SOURCE, ram, "chaos:tcp", opts);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, ram), 0);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	if (lmt_save_setup(s, uri))
+		fail_msg("setup: %s", lmt_session_error(s)->message);
+	return s;
+}
+
+static void test_a_channel_stalled_mid_pass_fails_iterate_within_idle_timeout(void **state)
+{
+	struct guest_ram ram;
+	ram_fill(&ram, RAM_BYTES, 16);
+	uint16_t port;
+	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = "idle-timeout=30s"};
+	pid_t pid = dest_spawn(&spec, &port);
+	lmt_session *s = chaotic_source(
+	        &ram, "idle-timeout=1s,chaos.fault=stall,chaos.at=write:8,chaos.stall=60s", port);
+	uint64_t t0 = guest_now_ns();
+	struct lmt_iterate_result it = {0};
+	int rc = 0;
+	while (rc == 0 && guest_now_ns() - t0 < 10000 * MS)
+		rc = lmt_save_iterate(s, &it);
+	uint64_t took = guest_now_ns() - t0;
+	assert_int_equal(rc, -LMT_ETIMEDOUT);
+	const char *why = lmt_session_error(s)->message;
+	if (!strstr(why, "channel 0: ") || !strstr(why, "none completed for 1000 ms"))
+		fail_msg("the error does not name the stalled channel: %s", why);
+	assert_true(took < 2500 * MS);
+	lmt_session_free(s);
+	assert_int_equal(dest_wait(pid), 1);
+	ram_release(&ram);
+}
+
+static void test_a_stalled_flush_fails_complete_at_the_switchover_timeout(void **state)
+{
+	struct guest_ram ram;
+	ram_fill(&ram, RAM_BYTES, 17);
+	uint16_t port;
+	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = ""};
+	pid_t pid = dest_spawn(&spec, &port);
+	lmt_session *s = chaotic_source(
+	        &ram, "switchover-timeout=400ms,chaos.fault=stall,chaos.at=flush,chaos.stall=60s",
+	        port);
+	iterate_until_ready(s);
+	uint64_t t0 = guest_now_ns();
+	int rc = lmt_save_complete(s, "cpu", 3);
+	uint64_t took = guest_now_ns() - t0;
+	assert_int_equal(rc, -LMT_ETIMEDOUT);
+	const char *why = lmt_session_error(s)->message;
+	if (!strstr(why, "switchover-timeout (400 ms)"))
+		fail_msg("the error does not name the switchover timeout: %s", why);
+	assert_true(took >= 400 * MS && took < 1400 * MS);
+	struct lmt_stats st;
+	assert_int_equal(lmt_session_stats(s, &st), 0);
+	assert_int_equal(st.status, LMT_STATUS_FAILED);
+	lmt_session_free(s);
+	assert_int_equal(dest_wait(pid), 1);
+	ram_release(&ram);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -259,6 +325,8 @@ int main(void)
 	                test_destination_loop_learns_setup_and_completion_from_the_descriptor),
 	        cmocka_unit_test(test_a_peer_dying_between_calls_is_an_event_without_any_call),
 	        cmocka_unit_test(test_the_callback_sees_what_the_queue_holds),
+	        cmocka_unit_test(test_a_channel_stalled_mid_pass_fails_iterate_within_idle_timeout),
+	        cmocka_unit_test(test_a_stalled_flush_fails_complete_at_the_switchover_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
