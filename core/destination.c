@@ -550,6 +550,9 @@ int lmt_load_run(lmt_session *s)
 {
 	if (!s)
 		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(s, LMT_ESTATE,
+		                  "load run: a job started with lmt_load_start runs this session");
 	lmt__call_enter(s);
 	int rc = load_run(s);
 	lmt__call_leave(s);

@@ -179,6 +179,7 @@ void lmt_session_free(lmt_session *s)
 	if (!s)
 		return;
 	lmt_cancel(s);
+	lmt__job_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	lmt__source_free(s->source);

@@ -47,6 +47,7 @@ struct lmt_block {
  * service thread (control.c) and the event queue (events.c). */
 struct lmt__ctrl;
 struct lmt__events;
+struct lmt__job;
 struct lmt_source_engine;
 struct lmt_destination_engine;
 
@@ -86,6 +87,7 @@ struct lmt_session {
 	_Atomic uint64_t peer_checked_ns;
 
 	struct lmt__events *events;
+	struct lmt__job *job;       /* lmt_load_start or lmt_save_start (jobs.c) */
 	_Atomic int failure_posted; /* the FAILED event went out */
 	_Atomic int in_call;        /* a VMM's call is running the engine */
 	_Atomic int cancelled;
@@ -199,6 +201,13 @@ void lmt__events_free(struct lmt__events *q);
  * VMM's callback. Any thread. */
 void lmt__event_post(struct lmt_session *s, const struct lmt_event *ev);
 void lmt__event_simple(struct lmt_session *s, enum lmt_event_type type, int code);
+
+/* ---- jobs.c ---- */
+
+/* Whether a job runs this session and the caller is not its thread. */
+bool lmt__job_owns(struct lmt_session *s);
+/* Wait for the job's thread to end (after a cancel) and free it. */
+void lmt__job_free(struct lmt_session *s);
 
 /* ---- stats.c ---- */
 

@@ -72,6 +72,7 @@ struct lmt_source_engine {
 	uint32_t pass;
 	bool pass_done;        /* the walk reached the end of the pass */
 	bool need_pass;        /* "ready" was returned; the next call starts a pass */
+	bool ready_posted;     /* the last call returned ready, and said so */
 	bool draining;         /* the pass ended near convergence: draining */
 	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
 	uint64_t pass_start_ns;
@@ -464,6 +465,10 @@ int lmt_save_setup(lmt_session *s, const char *uri)
 {
 	if (!s)
 		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save setup: a job started with lmt_save_start runs this session");
 	lmt__call_enter(s);
 	int rc = save_setup(s, uri);
 	lmt__call_leave(s);
@@ -950,7 +955,6 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 	measure_pass(s, e->pass_dirtied + more, false);
 	if (expected_downtime(s) <= e->downtime_limit_ns) {
 		res->ready = 1;
-		lmt__event_simple(s, LMT_EVENT_READY, 0);
 		e->need_pass = true;
 	} else {
 		start_pass(s);
@@ -1029,6 +1033,11 @@ static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 	if (rc)
 		return lmt__abort(s, rc);
 	fill_result(s, res);
+	/* READY when the migration becomes ready, not on every call that
+	 * finds it still so. */
+	if (res->ready && !s->source->ready_posted)
+		lmt__event_simple(s, LMT_EVENT_READY, 0);
+	s->source->ready_posted = res->ready;
 	return 0;
 }
 
@@ -1036,6 +1045,10 @@ int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 {
 	if (!s)
 		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save iterate: a job started with lmt_save_start runs this session");
 	lmt__call_enter(s);
 	int rc = save_iterate(s, res);
 	lmt__call_leave(s);
@@ -1176,6 +1189,10 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 {
 	if (!s)
 		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save complete: a job started with lmt_save_start runs this session");
 	lmt__call_enter(s);
 	int rc = save_complete(s, device_state, length);
 	lmt__call_leave(s);

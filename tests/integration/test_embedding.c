@@ -314,6 +314,82 @@ static void test_a_stalled_flush_fails_complete_at_the_switchover_timeout(void *
 	ram_release(&ram);
 }
 
+/* Both sides on lmt's threads; this loop only polls their descriptors,
+ * switches over on READY with the guest "paused" (its workload stopped). */
+static void test_jobs_migrate_while_the_vmm_only_polls_descriptors(void **state)
+{
+	struct guest_ram src, dst;
+	ram_fill(&src, RAM_BYTES, 18);
+	guest_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
+	struct guest_workload *w = NULL;
+	assert_int_equal(guest_workload_start(&w, &src, 1u << 20, 4u << 20, 3), 0);
+	lmt_session *d = session_with_blocks(LMT_ROLE_DESTINATION, &dst, "");
+	uint16_t port = 0;
+	assert_int_equal(lmt_load_listen(d, "127.0.0.1:0", &port), 0);
+	assert_int_equal(lmt_load_start(d), 0);
+	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &src, "");
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &src), 0);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	assert_int_equal(lmt_save_start(s, uri), 0);
+	/* The blocking calls belong to the job now. */
+	struct lmt_iterate_result it;
+	assert_int_equal(lmt_save_iterate(s, &it), -LMT_ESTATE);
+	bool switched = false, src_done = false, dst_done = false;
+	uint64_t t0 = guest_now_ns();
+	while ((!src_done || !dst_done) && guest_now_ns() - t0 < 30000 * MS) {
+		struct pollfd p[2] = {{.fd = lmt_session_event_fd(s), .events = POLLIN},
+		                      {.fd = lmt_session_event_fd(d), .events = POLLIN}};
+		poll(p, 2, 100);
+		struct lmt_event ev;
+		while (lmt_session_next_event(s, &ev) == 1) {
+			assert_int_not_equal(ev.type, LMT_EVENT_FAILED);
+			if (ev.type == LMT_EVENT_READY && !switched) {
+				guest_workload_pause(w);
+				assert_int_equal(lmt_save_switchover(s, "cpu-state", 9), 0);
+				switched = true;
+			}
+			src_done |= ev.type == LMT_EVENT_COMPLETED;
+		}
+		while (lmt_session_next_event(d, &ev) == 1) {
+			assert_int_not_equal(ev.type, LMT_EVENT_FAILED);
+			dst_done |= ev.type == LMT_EVENT_COMPLETED;
+		}
+	}
+	assert_true(src_done && dst_done);
+	assert_int_equal(lmt_session_wait(s, 0), 0);
+	assert_int_equal(lmt_session_wait(d, 0), 0);
+	const void *got;
+	size_t len;
+	assert_int_equal(lmt_load_device_state(d, &got, &len), 0);
+	assert_int_equal(len, 9);
+	assert_memory_equal(got, "cpu-state", 9);
+	assert_memory_equal(src.base, dst.base, RAM_BYTES);
+	lmt_session_free(s);
+	lmt_session_free(d);
+	guest_workload_stop(w);
+	ram_release(&src);
+	munmap(dst.base, RAM_BYTES);
+}
+
+static void test_a_cancelled_job_ends_with_a_failure_event(void **state)
+{
+	struct guest_ram dst;
+	guest_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
+	lmt_session *d = session_with_blocks(LMT_ROLE_DESTINATION, &dst, "");
+	assert_int_equal(lmt_load_listen(d, "127.0.0.1:0", NULL), 0);
+	assert_int_equal(lmt_load_start(d), 0);
+	assert_int_equal(lmt_session_wait(d, 50), -LMT_EAGAIN);
+	lmt_cancel(d);
+	assert_int_equal(lmt_session_wait(d, 5000), -LMT_ECANCELED);
+	struct lmt_event ev;
+	assert_int_equal(lmt_session_next_event(d, &ev), 1);
+	assert_int_equal(ev.type, LMT_EVENT_FAILED);
+	assert_int_equal(ev.code, -LMT_ECANCELED);
+	lmt_session_free(d);
+	munmap(dst.base, RAM_BYTES);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +403,8 @@ int main(void)
 	        cmocka_unit_test(test_the_callback_sees_what_the_queue_holds),
 	        cmocka_unit_test(test_a_channel_stalled_mid_pass_fails_iterate_within_idle_timeout),
 	        cmocka_unit_test(test_a_stalled_flush_fails_complete_at_the_switchover_timeout),
+	        cmocka_unit_test(test_jobs_migrate_while_the_vmm_only_polls_descriptors),
+	        cmocka_unit_test(test_a_cancelled_job_ends_with_a_failure_event),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

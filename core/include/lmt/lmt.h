@@ -292,6 +292,34 @@ int lmt_session_next_event(lmt_session *session, struct lmt_event *event);
 typedef void (*lmt_event_fn)(void *opaque, const struct lmt_event *event);
 int lmt_session_set_event_callback(lmt_session *session, lmt_event_fn fn, void *opaque);
 
+/* ---- Migrations that run on lmt's own thread --------------------------- */
+
+/* For a VMM whose main loop must never block in lmt: each call starts the
+ * work on a thread of the session's and returns at once; progress and the
+ * end come as events (lmt_session_event_fd). While such a job runs, the
+ * blocking lmt_save_* and lmt_load_* calls answer -LMT_ESTATE; stats,
+ * events, cancel and runtime options remain available. The dirty-sync
+ * callback is then called from lmt's thread. */
+
+/* Destination: lmt_load_run on lmt's thread (after lmt_load_listen).
+ * Ends with COMPLETED or FAILED. */
+int lmt_load_start(lmt_session *session);
+
+/* Source: lmt_save_setup, then lmt_save_iterate for as long as it takes,
+ * on lmt's thread. READY is posted each time the migration becomes ready;
+ * passes go on (the guest still runs) until lmt_save_switchover. */
+int lmt_save_start(lmt_session *session, const char *uri);
+
+/* Source, the guest paused: the job finishes the migration with this
+ * device state (copied; the caller may free it at once). Ends with
+ * COMPLETED, or FAILED after which the source guest may resume. */
+int lmt_save_switchover(lmt_session *session, const void *device_state, size_t length);
+
+/* Wait up to timeout_ms (-1: for good) for the job to end: 0 when it
+ * completed, its negative LMT_E* when it failed, -LMT_EAGAIN while it
+ * still runs, -LMT_ESTATE without a job. */
+int lmt_session_wait(lmt_session *session, int timeout_ms);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif
