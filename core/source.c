@@ -18,6 +18,13 @@
 #define HARVEST_MAX 64u
 #define SERVICE_EVERY_NS 1000000ull
 #define WAIT_SLICE_NS 10000000ull
+/* lmt_save_iterate stops its own work a fifth of max-iterate-ms and a
+ * millisecond early: a wait that ends there still returns within the
+ * budget when a busy host wakes the caller late (by up to a scheduler
+ * time slice, a few milliseconds, on a host with fewer cores than busy
+ * threads). */
+#define ITERATE_GUARD_DIV 5u
+#define ITERATE_GUARD_NS 1000000ull
 #define NO_DEADLINE UINT64_MAX
 
 /* One write in flight. */
@@ -78,6 +85,13 @@ struct lmt_source_engine {
 	uint64_t pass_start_ns;
 	uint64_t pass_bytes;
 	uint64_t last_service_ns;
+
+	/* Steps iterate cannot cut short, by how long they recently took:
+	 * once a call has done some work, it leaves a step for the next call
+	 * rather than start it too close to its deadline. */
+	uint64_t keys_cost_ns; /* a key request to the destination */
+	uint64_t sync_cost_ns; /* the VMM's dirty-log sync */
+	bool call_progressed;  /* this call posted a write or ended a pass */
 
 	/* bandwidth: max-bandwidth accounting and the measured figure */
 	uint64_t bw_start_ns;
@@ -477,11 +491,26 @@ int lmt_save_setup(lmt_session *s, const char *uri)
 
 /* ---- dirty pages ---- */
 
+/* A cost estimate that follows a longer step at once and a shorter one
+ * slowly. */
+static void note_cost(uint64_t *estimate, uint64_t since)
+{
+	uint64_t took = lmt__now() - since;
+	*estimate = took > *estimate - *estimate / 8 ? took : *estimate - *estimate / 8;
+}
+
+/* Whether a step that recently took `cost` still fits before `deadline`,
+ * or this call has done nothing yet and must take it anyway. */
+static bool step_fits(const struct lmt_source_engine *e, uint64_t cost, uint64_t deadline)
+{
+	return !e->call_progressed || deadline == NO_DEADLINE || lmt__now() + cost <= deadline;
+}
+
 /* Ask the VMM what it dirtied and merge it in. */
 static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t added = 0;
+	uint64_t added = 0, since = lmt__now();
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		memset(b->sync, 0, b->words * sizeof(uint64_t));
@@ -501,6 +530,7 @@ static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 	e->dirty_bytes += added;
 	if (new_bytes)
 		*new_bytes = added;
+	note_cost(&e->sync_cost_ns, since);
 	return 0;
 }
 
@@ -743,8 +773,12 @@ static int prepare_window(struct lmt_session *s, const struct chunk *c, uint64_t
 {
 	struct lmt_block *b = &s->blocks[c->block];
 	int rc;
-	if (!b->rkeys[w] && (rc = request_keys(s, c)))
-		return rc;
+	if (!b->rkeys[w]) {
+		uint64_t since = lmt__now();
+		if ((rc = request_keys(s, c)))
+			return rc;
+		note_cost(&s->source->keys_cost_ns, since);
+	}
 	if (!b->rkeys[w])
 		return lmt__fail(s, LMT_EPROTO, "block '%s': no key for offset %llu", b->name,
 		                 (unsigned long long)(c->page << b->page_shift));
@@ -789,7 +823,7 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 
 /* Post one write for `c`, or shrink it to the part not overlapping a write
  * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
-static int try_post(struct lmt_session *s, struct chunk *c)
+static int try_post(struct lmt_session *s, struct chunk *c, uint64_t deadline)
 {
 	struct lmt_source_engine *e = s->source;
 	struct lmt_block *b = &s->blocks[c->block];
@@ -801,6 +835,8 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 	uint64_t offset = c->page << b->page_shift;
 	uint64_t bytes = c->npages << b->page_shift;
 	uint64_t w = offset / b->window;
+	if (!b->rkeys[w] && !step_fits(e, e->keys_cost_ns, deadline))
+		return 2;
 	int rc = prepare_window(s, c, w);
 	if (rc)
 		return rc;
@@ -814,6 +850,7 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
 		                 (unsigned long long)bytes, b->name);
 	account_post(s, c, ch, idx, cookie);
+	e->call_progressed = true;
 	return 1;
 }
 
@@ -849,9 +886,11 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 			e->pass_done = true;
 			break;
 		}
-		rc = try_post(s, &c);
+		rc = try_post(s, &c, deadline);
 		if (rc < 0)
 			return rc;
+		if (rc == 2)
+			return 0; /* for the next call */
 		if (rc == 0 && (rc = wait_some(s, deadline)))
 			return rc;
 	}
@@ -965,8 +1004,11 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t deadline = lmt__now() + e->iterate_ns;
+	uint64_t guard = e->iterate_ns / ITERATE_GUARD_DIV + ITERATE_GUARD_NS;
+	uint64_t deadline = lmt__now() + (e->iterate_ns > 2 * guard ? e->iterate_ns - guard
+	                                                             : e->iterate_ns / 2);
 	int rc = 0;
+	e->call_progressed = false;
 	e->bw_start_ns = lmt__now();
 	e->bw_bytes = 0;
 	if (e->pass == 0 && (rc = start_first_pass(s)))
@@ -978,10 +1020,11 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 	while (!res->ready && lmt__now() < deadline) {
 		if ((rc = send_pass(s, deadline, true)))
 			return rc;
-		if (!e->pass_done)
+		if (!e->pass_done || !step_fits(e, e->sync_cost_ns, deadline))
 			break;
 		if ((rc = end_pass(s, deadline, res)))
 			return rc < 0 ? rc : 0;
+		e->call_progressed = true;
 	}
 	return 0;
 }
