@@ -28,8 +28,9 @@
 
 #define RAM_BYTES (16ull << 20)
 #define MS 1000000ull
-/* idle-timeout bounds how long a silent peer goes unnoticed. */
-#define BASE "connect-timeout=2s,idle-timeout=2s,max-bandwidth=24M"
+/* idle-timeout bounds how long a silent peer goes unnoticed; connect-timeout
+ * leaves a busy host seconds to start the peer and open its channels. */
+#define BASE "connect-timeout=5s,idle-timeout=2s,max-bandwidth=24M"
 #define FAIL_WITHIN_NS (6000 * MS)
 
 enum side { SOURCE, DESTINATION };
