@@ -84,7 +84,9 @@ static const struct lmt_option_desc core_options[] = {
                 .default_value = "30s",
                 .min = NS_PER_MS,
                 .max = NS_PER_HOUR,
-                .doc = "a peer that says nothing for this long fails the migration",
+                .doc = "a peer that says nothing for this long fails the migration; a "
+                       "destination also fails when the source sends nothing but "
+                       "keep-alives for this long",
         },
         {
                 .name = "switchover-timeout",
@@ -102,6 +104,15 @@ static const struct lmt_option_desc core_options[] = {
                 .min = 1,
                 .max = 4096,
                 .doc = "writes in flight per channel",
+        },
+        {
+                .name = "max-device-state",
+                .type = LMT_OPT_SIZE,
+                .default_value = "1G",
+                .min = 0,
+                .max = GIB,
+                .doc = "destination: largest device state a source may announce; memory "
+                       "for it grows with the pieces that arrive, never ahead of them",
         },
         {
                 .name = "auth-key",

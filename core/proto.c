@@ -200,6 +200,13 @@ int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF])
 	return finish(b);
 }
 
+int lmt__enc_progress(struct lmt_buf *b, uint64_t bytes)
+{
+	begin(b, LMT_MSG_PROGRESS);
+	put_u64(b, bytes);
+	return finish(b);
+}
+
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type)
 {
 	begin(b, type);
@@ -321,6 +328,7 @@ static const char *const msg_names[] = {
         [LMT_MSG_COMPLETE] = "COMPLETE",   [LMT_MSG_COMPLETE_ACK] = "COMPLETE_ACK",
         [LMT_MSG_ERROR] = "ERROR",         [LMT_MSG_PING] = "PING",
         [LMT_MSG_PONG] = "PONG",           [LMT_MSG_AUTH] = "AUTH",
+        [LMT_MSG_PROGRESS] = "PROGRESS",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -476,6 +484,13 @@ int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
 {
 	struct reader r = reader(p, len, LMT_MSG_AUTH, err);
 	take(&r, proof, LMT_PROTO_PROOF, "truncated proof");
+	return done(&r);
+}
+
+int lmt__dec_progress(const uint8_t *p, size_t len, uint64_t *bytes, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_PROGRESS, err);
+	*bytes = get_u64(&r, "truncated byte count");
 	return done(&r);
 }
 

@@ -36,8 +36,9 @@ enum lmt_msg_type {
 	LMT_MSG_ERROR = 11,        /* both: the sender failed; code and text */
 	LMT_MSG_PING = 12,         /* both: keep-alive */
 	LMT_MSG_PONG = 13,
-	LMT_MSG_AUTH = 14, /* S->D: the source's proof of the key */
-	LMT_MSG_TYPE_MAX = 14,
+	LMT_MSG_AUTH = 14,     /* S->D: the source's proof of the key */
+	LMT_MSG_PROGRESS = 15, /* S->D: the source's engine is moving; bytes landed */
+	LMT_MSG_TYPE_MAX = 15,
 };
 
 struct lmt_msg_header {
@@ -134,6 +135,7 @@ int lmt__enc_state(struct lmt_buf *b, const struct lmt_msg_state *m);
 int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m);
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type); /* READY, PING, PONG */
 int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
+int lmt__enc_progress(struct lmt_buf *b, uint64_t bytes);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
@@ -154,6 +156,7 @@ int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
 int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err);
 int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
                   struct lmt_error *err);
+int lmt__dec_progress(const uint8_t *p, size_t len, uint64_t *bytes, struct lmt_error *err);
 
 const char *lmt__msg_name(uint16_t type);
 

@@ -85,6 +85,7 @@ struct lmt_source_engine {
 	uint64_t pass_start_ns;
 	uint64_t pass_bytes;
 	uint64_t last_service_ns;
+	uint64_t progress_sent_ns; /* the last PROGRESS to the destination */
 
 	/* Steps iterate cannot cut short, by how long they recently took:
 	 * once a call has done some work, it leaves a step for the next call
@@ -130,6 +131,26 @@ int lmt_session_set_dirty_sync(lmt_session *s, lmt_dirty_sync_fn fn, void *opaqu
 	return 0;
 }
 
+/* Tell the destination the engine is moving (and how many bytes have
+ * landed), at most every min(1 s, idle-timeout / 4): without it, or
+ * another message, for idle-timeout the destination gives up on a source
+ * that only sends keep-alives. */
+static int report_progress(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	uint64_t now = lmt__now();
+	uint64_t every = s->idle_timeout_ns / 4 < 1000000000ull ? s->idle_timeout_ns / 4
+	                                                        : 1000000000ull;
+	if (now - e->progress_sent_ns < every)
+		return 0;
+	e->progress_sent_ns = now;
+	pthread_mutex_lock(&s->lock);
+	uint64_t landed = s->stats.bytes_sent;
+	pthread_mutex_unlock(&s->lock);
+	int rc = lmt__enc_progress(&s->out, landed);
+	return rc ? lmt__fail(s, rc, "encoding PROGRESS") : lmt__ctrl_send(s);
+}
+
 /* Keep-alives both ways, and any error the destination sent meanwhile;
  * at most every SERVICE_EVERY_NS. */
 static int service(struct lmt_session *s)
@@ -141,11 +162,14 @@ static int service(struct lmt_session *s)
 	e->last_service_ns = now;
 	if (lmt__is_cancelled(s))
 		return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
+	int rc = report_progress(s);
+	if (rc)
+		return rc;
 	/* Keep-alives are the service thread's; the destination sends
 	 * nothing else unasked. */
 	if (lmt__ctrl_pending(s)) {
 		struct lmt_msg_header h;
-		int rc = lmt__ctrl_recv(s, &h, now);
+		rc = lmt__ctrl_recv(s, &h, now);
 		return rc ? rc
 		          : lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
 		                      lmt__msg_name(h.type));
@@ -205,7 +229,9 @@ static int authenticate(struct lmt_session *s, const struct lmt_msg_hello *hello
 	uint8_t want[LMT_AUTH_PROOF], mine[LMT_AUTH_PROOF];
 	int rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, hello->nonce, st->nonce,
 	                         want);
-	if (!rc && !lmt__auth_equal(want, st->proof))
+	bool equal = !rc && lmt__auth_equal(want, st->proof);
+	explicit_bzero(want, sizeof(want)); /* the right answer to an impostor */
+	if (!rc && !equal)
 		return lmt__fail(s, LMT_EAUTH,
 		                 "authentication failed: the destination does not hold this key");
 	if (!rc)
@@ -1072,7 +1098,9 @@ static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 	if (!res)
 		return lmt__usage(s, LMT_EINVAL, "save iterate: result is NULL");
 	memset(res, 0, sizeof(*res));
-	int rc = iterate(s, res);
+	int rc = report_progress(s);
+	if (!rc)
+		rc = iterate(s, res);
 	if (rc)
 		return lmt__abort(s, rc);
 	fill_result(s, res);
