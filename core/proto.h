@@ -10,7 +10,7 @@
 #include <lmt/lmt.h>
 
 #define LMT_PROTO_MAGIC 0x50544d4cu /* the bytes "LMTP" read as little-endian */
-#define LMT_PROTO_VERSION 1u
+#define LMT_PROTO_VERSION 2u
 #define LMT_PROTO_HEADER_SIZE 8u
 #define LMT_PROTO_MAX_PAYLOAD (2u << 20)
 #define LMT_PROTO_MAX_OPTIONS 64u
@@ -43,7 +43,7 @@ enum lmt_msg_type {
 
 struct lmt_msg_header {
 	uint16_t type;
-	uint16_t flags; /* must be 0 in version 1 */
+	uint16_t flags; /* must be 0 */
 	uint32_t length;
 };
 

@@ -51,7 +51,7 @@ static void proto_and_destination(void)
 	save_msg("hello", &b);
 	free(h);
 
-	struct lmt_msg_status st = {.version = 1, .auth = 1};
+	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .auth = 1};
 	strcpy(st.text, "ok");
 	lmt__enc_status(&b, LMT_MSG_HELLO_REPLY, &st);
 	save_msg("hello-reply", &b);

@@ -230,7 +230,7 @@ static void test_wrong_protocol_version(void **state)
 	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_HELLO_REPLY);
 	assert_int_equal(st.code, -LMT_EPROTO);
 	assert_non_null(strstr(st.text, "protocol version 9 is not supported"));
-	fake_end(f, -LMT_EPROTO, "this destination speaks 1");
+	fake_end(f, -LMT_EPROTO, "this destination speaks 2");
 }
 
 static void test_other_plugin(void **state)

@@ -262,7 +262,7 @@ static void test_addresses_round_trip(void **state)
 
 static void test_hello_reply_carries_challenge_and_proof(void **state)
 {
-	struct lmt_msg_status in = {.version = 1, .auth = 1};
+	struct lmt_msg_status in = {.version = LMT_PROTO_VERSION, .auth = 1};
 	memset(in.nonce, 0x11, sizeof(in.nonce));
 	memset(in.proof, 0x22, sizeof(in.proof));
 	strcpy(in.text, "ok");
@@ -280,7 +280,7 @@ static void test_hello_reply_carries_challenge_and_proof(void **state)
 
 static void test_auth_flag_other_than_0_or_1_is_refused(void **state)
 {
-	struct lmt_msg_hello in = {.magic = LMT_PROTO_MAGIC, .version = 1, .auth = 2};
+	struct lmt_msg_hello in = {.magic = LMT_PROTO_MAGIC, .version = LMT_PROTO_VERSION, .auth = 2};
 	assert_int_equal(lmt__enc_hello(&buf, &in), 0);
 	size_t len;
 	const uint8_t *p = payload(LMT_MSG_HELLO, &len);

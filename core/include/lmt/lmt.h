@@ -317,7 +317,9 @@ int lmt_save_switchover(lmt_session *session, const void *device_state, size_t l
 
 /* Wait up to timeout_ms (-1: for good) for the job to end: 0 when it
  * completed, its negative LMT_E* when it failed, -LMT_EAGAIN while it
- * still runs, -LMT_ESTATE without a job. */
+ * still runs, -LMT_ESTATE without a job. Once COMPLETED or FAILED was
+ * posted it returns the job's result whatever timeout_ms, after waiting
+ * for the job's thread to return (no longer than the teardown). */
 int lmt_session_wait(lmt_session *session, int timeout_ms);
 
 #if defined(__GNUC__)
