@@ -994,8 +994,10 @@ static void tune(struct lmt_session *s)
 static void hash_behind(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_source_engine *e = s->source;
+	if (!s->verify)
+		return;
 	uint64_t t0 = lmt__now(), now = t0, bytes = 0;
-	while (s->verify && now < deadline) {
+	while (now < deadline) {
 		if (e->hash_block == s->nblocks) {
 			if (e->hash_pass == e->pass)
 				break;
