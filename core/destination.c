@@ -10,14 +10,17 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "bitmap.h"
 #include "error.h"
 #include "net.h"
 #include "session.h"
 
 #define TARGET_SLICE_NS 1000000ull
 #define CONTROL_SLICE_MS 50
+/* verify=on: hashing between control messages and progress, a slice at a
+ * time, so that neither waits long. */
+#define HASH_SLICE_NS 1000000ull
 
 struct lmt_destination_engine {
 	int listen_fd; /* until the source connects */
@@ -31,7 +34,10 @@ struct lmt_destination_engine {
 	/* The last sign of the source's progress: a message other than a
 	 * keep-alive. idle-timeout without one fails the load. */
 	uint64_t progress_ns;
-	uint64_t landed; /* bytes landed, as the source's PROGRESS said */
+	struct lmt_msg_landed *landed; /* LANDED's, decoded */
+	/* verify=on: where hash_landed goes on from */
+	uint32_t hash_block;
+	uint64_t hash_stripe;
 };
 
 int lmt__destination_new(struct lmt_destination_engine **out)
@@ -52,6 +58,7 @@ void lmt__destination_free(struct lmt_destination_engine *d)
 	if (d->state_buf)
 		explicit_bzero(d->state_buf, d->state_cap); /* the guest's device state */
 	free(d->state_buf);
+	free(d->landed);
 	free(d);
 }
 
@@ -772,6 +779,133 @@ static int handle_reg_req(struct lmt_session *s, size_t length)
 	return rc;
 }
 
+/* ---- what landed, and verify=on ---- */
+
+static uint64_t landed_stripes(const struct lmt_session *s)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
+		n += s->blocks[i].landed.count;
+	return n;
+}
+
+/* Hash the stripes the source said landed, until `deadline`. Hashed
+ * after the LANDED that named them, they hold what the source wrote; a
+ * later write to one is named by a later LANDED, and it is hashed again. */
+static void hash_landed(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_destination_engine *d = s->destination;
+	uint64_t left = landed_stripes(s);
+	while (left && lmt__now() < deadline) {
+		if (d->hash_block >= s->nblocks) {
+			d->hash_block = 0;
+			d->hash_stripe = 0;
+		}
+		struct lmt_block *b = &s->blocks[d->hash_block];
+		uint64_t i = lmt__bitmap_next(b->landed.bits, d->hash_stripe, b->nstripes);
+		if (i == b->nstripes) {
+			d->hash_block++;
+			d->hash_stripe = 0;
+			continue;
+		}
+		lmt__verify_take(&b->landed, i);
+		lmt__verify_hash(b, i);
+		d->hash_stripe = i + 1;
+		left--;
+	}
+}
+
+static int check_ranges(struct lmt_session *s, const struct lmt_msg_landed *m)
+{
+	if (m->count && !s->verify)
+		return lmt__fail(s, LMT_EPROTO, "LANDED: %u stripe ranges, but verify is off",
+		                 m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		const struct lmt_msg_range *g = &m->ranges[i];
+		const struct lmt_block *b = g->block < s->nblocks ? &s->blocks[g->block] : NULL;
+		if (!b || g->first >= b->nstripes || g->count > b->nstripes - g->first)
+			return lmt__fail(s, LMT_EPROTO,
+			                 "LANDED: stripes %llu to %llu of block %u are not in a "
+			                 "RAM block",
+			                 (unsigned long long)g->first,
+			                 (unsigned long long)(g->first + g->count - 1), g->block);
+	}
+	return 0;
+}
+
+/* The counts of bytes only grow; they are the statistics' figures. */
+static int take_bytes(struct lmt_session *s, const struct lmt_msg_landed *m)
+{
+	if (m->channels != s->channels)
+		return lmt__fail(s, LMT_EPROTO, "LANDED: %u channels, expected %u", m->channels,
+		                 s->channels);
+	uint64_t total = 0;
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t c = 0; c < m->channels; c++)
+		if (m->bytes[c] < s->stats.channel_bytes[c]) {
+			uint64_t had = s->stats.channel_bytes[c];
+			pthread_mutex_unlock(&s->lock);
+			return lmt__fail(s, LMT_EPROTO,
+			                 "LANDED: channel %u went back from %llu to %llu bytes", c,
+			                 (unsigned long long)had, (unsigned long long)m->bytes[c]);
+		}
+	for (uint32_t c = 0; c < m->channels; c++) {
+		s->stats.channel_bytes[c] = m->bytes[c];
+		total += m->bytes[c];
+	}
+	s->stats.bytes_received = total;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static int handle_landed(struct lmt_session *s, size_t length)
+{
+	struct lmt_destination_engine *d = s->destination;
+	struct lmt_error err = {0};
+	if (!d->landed && !(d->landed = malloc(sizeof(*d->landed))))
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	struct lmt_msg_landed *m = d->landed;
+	int rc = lmt__dec_landed(s->in, length, m, &err);
+	if (rc)
+		return lmt__fail(s, rc, "%s", err.message);
+	if ((rc = check_ranges(s, m)) || (rc = take_bytes(s, m)))
+		return rc;
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct lmt_block *b = &s->blocks[m->ranges[i].block];
+		uint32_t shift = b->stripe_shift - b->page_shift;
+		uint64_t page = m->ranges[i].first << shift;
+		uint64_t npages = (uint64_t)m->ranges[i].count << shift;
+		lmt__verify_mark(b, &b->landed, page, npages);
+		lmt__verify_mark(b, &b->stale, page, npages);
+	}
+	return 0;
+}
+
+/* The block's digest, hashing first what is stale: what landed since it
+ * was last hashed, and what never was. */
+static uint64_t block_digest(struct lmt_block *b)
+{
+	for (uint64_t i = lmt__bitmap_next(b->stale.bits, 0, b->nstripes); i < b->nstripes;
+	     i = lmt__bitmap_next(b->stale.bits, i + 1, b->nstripes)) {
+		lmt__verify_take(&b->landed, i);
+		lmt__verify_hash(b, i);
+	}
+	return lmt__verify_digest(b);
+}
+
+/* A source that sent nothing but keep-alives for idle-timeout. */
+static int no_progress(struct lmt_session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	uint64_t landed = s->stats.bytes_received;
+	pthread_mutex_unlock(&s->lock);
+	return lmt__fail(s, LMT_ETIMEDOUT,
+	                 "the source made no progress for %llu ms (idle-timeout): nothing but "
+	                 "keep-alives, %llu bytes landed",
+	                 (unsigned long long)(s->idle_timeout_ns / 1000000),
+	                 (unsigned long long)landed);
+}
+
 /* ---- device state and completion ---- */
 
 static int handle_state(struct lmt_session *s, size_t length)
@@ -826,22 +960,6 @@ static int handle_state(struct lmt_session *s, size_t length)
 	return 0;
 }
 
-static int handle_progress(struct lmt_session *s, size_t length)
-{
-	struct lmt_destination_engine *d = s->destination;
-	struct lmt_error err = {0};
-	uint64_t landed;
-	int rc = lmt__dec_progress(s->in, length, &landed, &err);
-	if (rc)
-		return lmt__fail(s, rc, "%s", err.message);
-	if (landed < d->landed)
-		return lmt__fail(s, LMT_EPROTO,
-		                 "PROGRESS: %llu bytes landed, after %llu before",
-		                 (unsigned long long)landed, (unsigned long long)d->landed);
-	d->landed = landed;
-	return 0;
-}
-
 /* Returns 1 when the migration completed. */
 static int handle_complete(struct lmt_session *s, size_t length)
 {
@@ -863,8 +981,8 @@ static int handle_complete(struct lmt_session *s, size_t length)
 		            "COMPLETE carries %u digests, expected %u", m->digest_count,
 		            s->verify ? s->nblocks : 0);
 	for (uint32_t i = 0; i < m->digest_count && !rc; i++) {
-		const struct lmt_block *b = &s->blocks[i];
-		uint64_t mine = XXH3_64bits(b->host, b->length);
+		struct lmt_block *b = &s->blocks[i];
+		uint64_t mine = block_digest(b);
 		if (mine != m->digests[i])
 			rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EVERIFY,
 			            "verify: RAM block '%s' differs (xxh3 %016llx on the source, "
@@ -894,8 +1012,8 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return handle_state(s, h->length);
 	case LMT_MSG_COMPLETE:
 		return handle_complete(s, h->length);
-	case LMT_MSG_PROGRESS:
-		return handle_progress(s, h->length);
+	case LMT_MSG_LANDED:
+		return handle_landed(s, h->length);
 	default:
 		return lmt__fail(s, LMT_EPROTO,
 		                 "unexpected %s from the source during the migration",
@@ -916,17 +1034,17 @@ static int load(struct lmt_session *s)
 		if (lmt__is_cancelled(s))
 			return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
 		if (lmt__now() - d->progress_ns > s->idle_timeout_ns)
-			return lmt__fail(s, LMT_ETIMEDOUT,
-			                 "the source made no progress for %llu ms (idle-timeout): "
-			                 "nothing but keep-alives, %llu bytes landed",
-			                 (unsigned long long)(s->idle_timeout_ns / 1000000),
-			                 (unsigned long long)d->landed);
+			return no_progress(s);
 		int n = s->desc->ops.progress(s->inst, comps, 16, target ? TARGET_SLICE_NS : 0);
 		if (n < 0)
 			return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
 			                 lmt_err_name(n));
-		/* Without target progress to drive, the wait is for the source. */
-		uint64_t wait = target ? 0 : CONTROL_SLICE_MS * 1000000ull;
+		bool hashing = landed_stripes(s) != 0;
+		if (hashing)
+			hash_landed(s, lmt__now() + HASH_SLICE_NS);
+		/* Without target progress to drive or stripes to hash, the
+		 * wait is for the source. */
+		uint64_t wait = target || hashing ? 0 : CONTROL_SLICE_MS * 1000000ull;
 		if (lmt__ctrl_wait(s, lmt__now() + wait)) {
 			struct lmt_msg_header h;
 			int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
@@ -957,7 +1075,9 @@ static int accept_source(struct lmt_session *s, int fd)
 		return rc;
 	s->ctrl_fd = fd;
 	lmt__net_tune(s->ctrl_fd, 1, 0);
+	pthread_mutex_lock(&s->lock);
 	s->start_ns = accepted_ns;
+	pthread_mutex_unlock(&s->lock);
 	return lmt__ctrl_start(s);
 }
 
@@ -1002,8 +1122,7 @@ static int end_load(struct lmt_session *s, int rc)
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
-	s->stats.total_ns = lmt__now() - s->start_ns;
-	s->stats.status = LMT_STATUS_COMPLETED;
+	lmt__stats_end(s, LMT_STATUS_COMPLETED);
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
 	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);

@@ -957,21 +957,29 @@ static int split_list(char *list, struct list_item *items, struct lmt_error *err
 	return count;
 }
 
+struct list_filter {
+	lmt_optset_allow_fn allow; /* NULL: every option */
+	void *opaque;
+};
+
 static int check_items(const struct lmt_optset *set, const struct list_item *items, int count,
-                       struct lmt_error *err)
+                       const struct list_filter *filter, struct lmt_error *err)
 {
 	for (int i = 0; i < count; i++) {
 		const struct option_entry *entry = find_entry(set, items[i].name);
 		if (!entry)
 			return unknown_option(set, items[i].name, err);
-		int rc = check_value(entry, items[i].value, err);
+		int rc = filter->allow ? filter->allow(filter->opaque, entry->name, err) : 0;
+		if (rc == 0)
+			rc = check_value(entry, items[i].value, err);
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
 }
 
-static int apply_list(struct lmt_optset *set, char *list, struct lmt_error *err)
+static int apply_list(struct lmt_optset *set, char *list, const struct list_filter *filter,
+                      struct lmt_error *err)
 {
 	size_t max_items = 1;
 
@@ -981,15 +989,15 @@ static int apply_list(struct lmt_optset *set, char *list, struct lmt_error *err)
 	if (!items)
 		return lmt__error(err, LMT_ENOMEM, "out of memory");
 	int count = split_list(list, items, err);
-	int rc = count < 0 ? count : check_items(set, items, count, err);
+	int rc = count < 0 ? count : check_items(set, items, count, filter, err);
 	for (int i = 0; rc == 0 && i < count; i++)
 		rc = lmt__optset_set(set, items[i].name, items[i].value, LMT_OPT_SRC_EXPLICIT, err);
 	free(items);
 	return rc;
 }
 
-/* All or nothing: every item is checked before any is applied. */
-int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err)
+static int parse_filtered(struct lmt_optset *set, const char *list,
+                          const struct list_filter *filter, struct lmt_error *err)
 {
 	if (!set)
 		return lmt__error(err, LMT_EINVAL, "no option set");
@@ -999,10 +1007,22 @@ int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error
 	if (!copy)
 		return lmt__error(err, LMT_ENOMEM, "out of memory");
 	size_t len = strlen(list);
-	int rc = apply_list(set, copy, err);
+	int rc = apply_list(set, copy, filter, err);
 	explicit_bzero(copy, len); /* cut at ',' and '=', so by length */
 	free(copy);
 	return rc;
+}
+
+/* All or nothing: every item is checked before any is applied. */
+int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err)
+{
+	return parse_filtered(set, list, &(struct list_filter){0}, err);
+}
+
+int lmt__optset_parse_allowed(struct lmt_optset *set, const char *list, lmt_optset_allow_fn allow,
+                              void *opaque, struct lmt_error *err)
+{
+	return parse_filtered(set, list, &(struct list_filter){allow, opaque}, err);
 }
 
 /* ---- reading values ---------------------------------------------------- */

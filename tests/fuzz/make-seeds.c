@@ -101,6 +101,17 @@ static void proto_and_destination(void)
 	memcpy(stream.data + stream.len, b.data, b.len);
 	stream.len += b.len;
 
+	struct lmt_msg_landed *l = calloc(1, sizeof(*l));
+	l->channels = 1;
+	l->bytes[0] = 64 << 10;
+	l->count = 1;
+	l->ranges[0] = (struct lmt_msg_range){.block = 0, .first = 0, .count = 1};
+	lmt__enc_landed(&b, l); /* the destination harness runs with verify=on */
+	save_msg("landed", &b);
+	memcpy(stream.data + stream.len, b.data, b.len);
+	stream.len += b.len;
+	free(l);
+
 	struct lmt_msg_complete *c = calloc(1, sizeof(*c));
 	c->passes = 2;
 	c->state_length = sizeof(state);
