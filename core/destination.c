@@ -297,8 +297,8 @@ static void lobby_drop(struct lobby *l, unsigned i, int code, const char *fmt, .
 	l->last_code = code;
 	l->refused++;
 	snprintf(l->last_peer, sizeof(l->last_peer), "%s", c->peer);
-	lmt__log(LMT_LOG_WARN, "destination: dropped the connection from %s: %s", c->peer,
-	         l->last_why);
+	lmt__session_log(l->s, LMT_LOG_WARN, "destination: dropped the connection from %s: %s",
+	                 c->peer, l->last_why);
 	lobby_close(c);
 	lobby_remove(l, i);
 }
@@ -522,7 +522,8 @@ static void lobby_accept(struct lobby *l, int listen_fd)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK) {
 			/* Out of descriptors, say: make room rather than spin. */
-			lmt__log(LMT_LOG_WARN, "destination: accept: %s", strerror(errno));
+			lmt__session_log(l->s, LMT_LOG_WARN, "destination: accept: %s",
+			                 strerror(errno));
 			if (l->n)
 				lobby_drop(l, 0, LMT_EIO, "accept failed (%s): made room",
 				           strerror(errno));
@@ -609,8 +610,8 @@ static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
 static void lobby_end(struct lobby *l)
 {
 	for (unsigned i = 0; i < l->n; i++) {
-		lmt__log(LMT_LOG_INFO, "destination: closed the connection from %s: %s", l->c[i].peer,
-		         "another source was accepted");
+		lmt__session_log(l->s, LMT_LOG_INFO, "destination: closed the connection from %s: %s",
+		                 l->c[i].peer, "another source was accepted");
 		lobby_close(&l->c[i]);
 	}
 	l->n = 0;

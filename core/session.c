@@ -149,6 +149,7 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, c
 	s->stats.status = LMT_STATUS_NEW;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->opts_lock, NULL);
+	lmt__logger_init(&s->log);
 	int rc = open_plugins(s, plugin, err);
 	if (!rc)
 		rc = load_options(s, options, err);
@@ -199,6 +200,7 @@ void lmt_session_free(lmt_session *s)
 	lmt__events_free(s->events);
 	lmt_plugin_close(s->inner_plugin);
 	lmt_plugin_close(s->plugin);
+	lmt__logger_destroy(&s->log);
 	pthread_mutex_destroy(&s->opts_lock);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -237,7 +239,7 @@ int lmt__abort(struct lmt_session *s, int code)
 	atomic_store(&s->aborting, 1);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
-	lmt__log(LMT_LOG_INFO, "migration failed: %s", s->error.message);
+	lmt__session_log(s, LMT_LOG_INFO, "migration failed: %s", s->error.message);
 	post_failure(s, code);
 	return code;
 }
@@ -279,6 +281,19 @@ static const struct lmt_error no_session = {
 const struct lmt_error *lmt_session_error(const lmt_session *s)
 {
 	return s ? &s->error : &no_session;
+}
+
+uint64_t lmt_session_id(const lmt_session *s)
+{
+	return s ? s->log.id : 0;
+}
+
+int lmt_session_set_log_handler(lmt_session *s, lmt_log_fn fn, void *opaque)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	lmt__logger_set(&s->log, fn, opaque);
+	return 0;
 }
 
 /* ---- options ---- */

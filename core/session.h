@@ -13,6 +13,7 @@
 #include <lmt/lmt.h>
 
 #include "auth.h"
+#include "error.h"
 #include "net.h"
 #include "options.h"
 #include "proto.h"
@@ -114,7 +115,8 @@ struct lmt_session {
 	_Atomic int state;    /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error, stats and passes */
 	struct lmt_error error;
-	bool error_is_usage; /* `error` is a refused call's, not a failure */
+	bool error_is_usage;    /* `error` is a refused call's, not a failure */
+	struct lmt__logger log; /* the session's id and its own log handler */
 	struct lmt_stats stats;
 	struct lmt_pass_stats *passes;
 	uint32_t npasses;
@@ -150,6 +152,8 @@ int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...) LMT_PR
  * wrong state, anything that leaves the session as it was. It never
  * replaces a failure, and any later error replaces it. */
 int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* A message for the session, carrying its id, to its handler. */
+#define lmt__session_log(s, level, ...) lmt__slog(&(s)->log, level, __VA_ARGS__)
 /* Mark the session failed with the recorded error, tell the peer, release
  * the transport; returns the error code. */
 int lmt__abort(struct lmt_session *s, int code);

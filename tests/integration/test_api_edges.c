@@ -1,6 +1,7 @@
 /* The edges of the embedding API: NULL arguments, blocks that cannot be
- * guest RAM, configuration fixed once a side starts, and the rule of the
- * session's error object. */
+ * guest RAM, configuration fixed once a side starts, the rule of the
+ * session's error object, and log messages that carry their session's id
+ * to the session's own handler. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +75,7 @@ static void test_every_session_call_refuses_a_null_session(void **state)
 	assert_int_equal(lmt_session_get_option(NULL, "verify", &v), -LMT_EINVAL);
 	assert_int_equal(lmt_session_add_block(NULL, "ram0", page_mem, PAGE, PAGE), -LMT_EINVAL);
 	assert_int_equal(lmt_session_set_dirty_sync(NULL, guest_dirty_sync, NULL), -LMT_EINVAL);
+	assert_int_equal(lmt_session_set_log_handler(NULL, NULL, NULL), -LMT_EINVAL);
 	assert_int_equal(lmt_save_setup(NULL, "127.0.0.1:1"), -LMT_EINVAL);
 	assert_int_equal(lmt_save_iterate(NULL, &it), -LMT_EINVAL);
 	assert_int_equal(lmt_save_complete(NULL, NULL, 0), -LMT_EINVAL);
@@ -91,6 +95,7 @@ static void test_every_session_call_refuses_a_null_session(void **state)
 	/* Release and cancel do nothing; the getters give fixed values. */
 	lmt_session_free(NULL);
 	lmt_cancel(NULL);
+	assert_int_equal(lmt_session_id(NULL), 0);
 	assert_error(NULL, -LMT_EINVAL, "no session (lmt_session_error was given NULL)");
 }
 
@@ -461,6 +466,120 @@ static void test_a_completed_session_reports_refused_calls(void **state)
 	pair_close(&p);
 }
 
+/* ---- logging ---- */
+
+struct sink {
+	pthread_mutex_t lock;
+	char text[256 * 1024];
+	size_t used;
+	unsigned lines;
+};
+
+static void sink_fn(void *opaque, enum lmt_log_level level, const char *msg)
+{
+	struct sink *k = opaque;
+	pthread_mutex_lock(&k->lock);
+	int n = snprintf(k->text + k->used, sizeof(k->text) - k->used, "%s\n", msg);
+	if (n > 0 && (size_t)n < sizeof(k->text) - k->used)
+		k->used += (size_t)n;
+	k->lines++;
+	pthread_mutex_unlock(&k->lock);
+}
+
+static struct sink *sink_new(void)
+{
+	struct sink *k = calloc(1, sizeof(*k));
+	assert_non_null(k);
+	pthread_mutex_init(&k->lock, NULL);
+	return k;
+}
+
+static void sink_free(struct sink *k)
+{
+	pthread_mutex_destroy(&k->lock);
+	free(k);
+}
+
+static void id_prefix(uint64_t id, char *buf, size_t size)
+{
+	snprintf(buf, size, "[s%llu] ", (unsigned long long)id);
+}
+
+/* Every line of `k` starts with session `id`'s prefix. */
+static void assert_all_from(const struct sink *k, uint64_t id)
+{
+	char prefix[32];
+	id_prefix(id, prefix, sizeof(prefix));
+	for (const char *line = k->text; *line; line = strchr(line, '\n') + 1)
+		if (strncmp(line, prefix, strlen(prefix)) != 0)
+			fail_msg("not from %s: %.*s", prefix, (int)strcspn(line, "\n"), line);
+}
+
+static bool has_line_of(const struct sink *k, uint64_t id)
+{
+	char prefix[32];
+	id_prefix(id, prefix, sizeof(prefix));
+	return strstr(k->text, prefix) != NULL;
+}
+
+static void test_each_session_logs_to_its_own_handler_with_its_id(void **state)
+{
+	struct sink *global = sink_new(), *to_d = sink_new(), *to_s = sink_new();
+	lmt_set_log_handler(sink_fn, global);
+	lmt_set_log_level(LMT_LOG_DEBUG);
+	struct pair p;
+	pair_open(&p);
+	uint64_t src_id = lmt_session_id(p.s), dst_id = lmt_session_id(p.d);
+	assert_true(src_id > 0 && dst_id > 0 && src_id != dst_id);
+	assert_int_equal(lmt_session_set_log_handler(p.d, sink_fn, to_d), 0);
+	assert_int_equal(lmt_session_set_log_handler(p.s, sink_fn, to_s), 0);
+	pair_setup(&p);
+	pair_complete(&p);
+	pair_close(&p);
+	lmt_set_log_level(LMT_LOG_ERROR);
+	lmt_set_log_handler(NULL, NULL);
+
+	/* The plugin's own messages, through the host services, carry it too. */
+	assert_all_from(to_d, dst_id);
+	assert_non_null(strstr(to_d->text, "tcp: tcp channel 0: listening on"));
+	assert_all_from(to_s, src_id);
+	assert_non_null(strstr(to_s->text, "tcp: tcp channel 0: connected to"));
+	assert_false(has_line_of(global, src_id));
+	assert_false(has_line_of(global, dst_id));
+	sink_free(global);
+	sink_free(to_d);
+	sink_free(to_s);
+}
+
+static void test_without_its_own_handler_a_session_logs_to_the_process_handler(void **state)
+{
+	struct sink *global = sink_new(), *own = sink_new();
+	struct guest_ram ram;
+	ram_fill(&ram, RAM_BYTES, 8);
+	lmt_session *s = session_on(LMT_ROLE_SOURCE, &ram, "tcp", "connect-timeout=200ms");
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
+	/* Set, then taken away: the process-wide handler takes over again. */
+	assert_int_equal(lmt_session_set_log_handler(s, sink_fn, own), 0);
+	assert_int_equal(lmt_session_set_log_handler(s, NULL, NULL), 0);
+	lmt_set_log_handler(sink_fn, global);
+	lmt_set_log_level(LMT_LOG_INFO);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", closed_port());
+	assert_int_equal(lmt_save_setup(s, uri), -LMT_ECONN);
+	lmt_set_log_level(LMT_LOG_ERROR);
+	lmt_set_log_handler(NULL, NULL);
+
+	char expected[700];
+	snprintf(expected, sizeof(expected), "[s%llu] migration failed: %s\n",
+	         (unsigned long long)lmt_session_id(s), lmt_session_error(s)->message);
+	assert_non_null(strstr(global->text, expected));
+	assert_int_equal(own->lines, 0);
+	lmt_session_free(s);
+	ram_release(&ram);
+	sink_free(global);
+	sink_free(own);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -482,6 +601,9 @@ int main(void)
 	        cmocka_unit_test(test_a_refused_call_is_reported_until_the_next_error),
 	        cmocka_unit_test(test_the_first_failure_stays_whatever_follows),
 	        cmocka_unit_test(test_a_completed_session_reports_refused_calls),
+	        cmocka_unit_test(test_each_session_logs_to_its_own_handler_with_its_id),
+	        cmocka_unit_test(
+	                test_without_its_own_handler_a_session_logs_to_the_process_handler),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,9 +6,9 @@
  * returns int returns -LMT_EINVAL (with the reason in the session's error,
  * or in `err`, when there is one), a function that returns a pointer
  * returns NULL, and lmt_session_free, lmt_plugin_close and lmt_cancel do
- * nothing. lmt_session_error says what it gives for NULL.
- * docs/embedding.md has the whole contract: NULL, errors, when a
- * session's configuration is fixed. */
+ * nothing. lmt_session_error and lmt_session_id say what they give for
+ * NULL. docs/embedding.md has the whole contract: NULL, errors, when a
+ * session's configuration is fixed, logging. */
 #ifndef LMT_LMT_H
 #define LMT_LMT_H
 
@@ -58,7 +58,14 @@ const char *lmt_strerror(int code);
 
 /* Logging. By default messages at or above the level in LMT_LOG
  * (error|warn|info|debug; default warn) go to stderr. A VMM may route them
- * through its own logger; `fn` may be called from any lmt thread. */
+ * through its own logger (`fn` NULL goes back to stderr); `fn` may be
+ * called from any lmt thread, one call at a time, and must not call lmt.
+ * Once lmt_set_log_handler returns, the handler it replaced is no longer
+ * called. The messages of a session, the core's and those its plugin logs,
+ * start with the session's id ("[s3] tcp: tcp channel 0: connected to
+ * ...") and go to the session's own handler when it has one (see
+ * lmt_session_set_log_handler). The level applies to every handler; one
+ * outside the enum counts as the nearest level. Thread-safe. */
 typedef void (*lmt_log_fn)(void *opaque, enum lmt_log_level level, const char *msg);
 void lmt_set_log_handler(lmt_log_fn fn, void *opaque);
 void lmt_set_log_level(enum lmt_log_level level);
@@ -165,6 +172,18 @@ void lmt_session_free(lmt_session *session);
  * -LMT_EINVAL and "no session (...)". Valid as long as the session;
  * thread-safe. */
 const struct lmt_error *lmt_session_error(const lmt_session *session);
+
+/* The id that starts the session's log messages ("[s3] ..."): 1, 2, ...
+ * in the order sessions are created, unique in the process; 0 for NULL.
+ * Thread-safe. */
+uint64_t lmt_session_id(const lmt_session *session);
+
+/* Send this session's log messages to `fn` instead of the process-wide
+ * handler; `fn` NULL goes back to it. As there, `fn` may be called from
+ * any lmt thread, one call at a time, must not call lmt for this session,
+ * and the handler replaced is no longer called once this returns. Any time,
+ * from any thread. */
+int lmt_session_set_log_handler(lmt_session *session, lmt_log_fn fn, void *opaque);
 
 /* Options, RAM blocks and the dirty-sync callback are fixed once the
  * source's migration begins (lmt_save_setup, or lmt_save_start as soon as
