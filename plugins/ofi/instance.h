@@ -157,6 +157,9 @@ struct lmt_instance {
 	 * endpoints closed without its greeting wait until linger_deadline. */
 	atomic_bool connecting;
 	uint64_t linger_deadline;
+	/* Over tcp only: the leak lingering works around is tcp's, and shm
+	 * may touch a departed peer's memory when driven after it left. */
+	bool linger;
 
 	/* Registrations and peer keys; without FI_MR_PROV_KEY, the next key
 	 * to request (under the registry's lock). */
