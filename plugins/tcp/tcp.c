@@ -77,7 +77,7 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 		free(inst);
 		return rc;
 	}
-	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT32_MAX))) {
+	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT64_MAX))) {
 		putil_channels_fini(&inst->channels);
 		free(inst);
 		return rc;
@@ -174,8 +174,8 @@ static int tcp_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *lo
 	if ((uint64_t)len > rkey->len || offset > rkey->len - len)
 		return putil_error(&inst->base, LMT_EINVAL,
 		                   "tcp channel %u: write of %zu bytes at offset %llu past the end "
-		                   "of region %u (%llu bytes)",
-		                   ep->channel, len, (unsigned long long)offset, rkey->region,
+		                   "of a %llu-byte region",
+		                   ep->channel, len, (unsigned long long)offset,
 		                   (unsigned long long)rkey->len);
 	int rc = putil_channels_admit(&inst->channels, ep->channel);
 	if (!rc && !(rc = tcp_source_write(ep, local, len, rkey, offset, cookie)))

@@ -175,16 +175,21 @@ void ucx_rkey_release(lmt_instance *inst, lmt_rkey *rkey)
 	}
 }
 
+static void free_region(void *region, void *arg)
+{
+	struct lmt_instance *inst = arg;
+	struct lmt_mr *mr = region;
+	if (mr->memh)
+		ucp_mem_unmap(inst->context, mr->memh);
+	free(mr);
+}
+
 void ucx_regions_release_all(lmt_instance *inst)
 {
 	struct putil_registry *r = &inst->registry;
-	for (size_t i = 0; i < r->count; i++) {
-		struct lmt_mr *mr = r->table[i].mr;
-		if (mr->memh)
-			ucp_mem_unmap(inst->context, mr->memh);
-		free(mr);
-	}
-	r->count = 0;
+	pthread_mutex_lock(&r->lock);
+	putil_registry_drain_locked(r, free_region, inst);
+	pthread_mutex_unlock(&r->lock);
 	struct putil_link *link;
 	while ((link = putil_registry_first_rkey(r))) {
 		putil_registry_unlink(r, link);

@@ -928,27 +928,26 @@ static void test_forged_write_past_region_end_is_refused(void **state)
 {
 	(void)state;
 	forge_write(UCX_MAGIC_WRITE, 0, 4000, 200, 200,
-	            "ucx channel 0: write of 200 bytes at offset 4000 outside region 1 "
-	            "(4096 bytes)");
+	            "ucx channel 0: write of 200 bytes at offset 4000 outside region ");
 }
 
 static void test_forged_rendezvous_write_past_region_end_is_refused(void **state)
 {
 	(void)state;
 	/* Large enough for UCX to send it by rendezvous on every transport. */
-	forge_write(UCX_MAGIC_WRITE, 0, 0, 1 << 20, 1 << 20, "outside region 1 (4096 bytes)");
+	forge_write(UCX_MAGIC_WRITE, 0, 0, 1 << 20, 1 << 20, "(4096 bytes)");
 }
 
 static void test_forged_write_with_wrapping_offset_is_refused(void **state)
 {
 	(void)state;
-	forge_write(UCX_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 1");
+	forge_write(UCX_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region ");
 }
 
 static void test_forged_write_for_unknown_region_is_refused(void **state)
 {
 	(void)state;
-	forge_write(UCX_MAGIC_WRITE, 1, 0, 100, 100, "unknown region 2");
+	forge_write(UCX_MAGIC_WRITE, 1, 0, 100, 100, "to unknown region ");
 }
 
 static void test_forged_write_with_bad_magic_is_refused(void **state)
@@ -1016,7 +1015,7 @@ static void test_write_to_a_deregistered_region_fails_both_sides(void **state)
 	uint64_t expected = rc ? 1 : 2;
 	struct lmt_completion c[1];
 	assert_int_equal(plugin->ops.progress(p->dst, c, 1, 5 * SECOND), -LMT_EPROTO);
-	assert_non_null(strstr(p->dst_host.error, "unknown region 1"));
+	assert_non_null(strstr(p->dst_host.error, "to unknown region "));
 	uint64_t deadline = now_ns() + 10 * SECOND;
 	for (rc = 0; rc >= 0;) {
 		assert_true(now_ns() < deadline);
