@@ -205,6 +205,15 @@ static int verbs_instance_open(const struct lmt_host *host, void *host_ctx,
 		free_instance(inst);
 		return rc;
 	}
+	/* What a remote writer must hold (docs/security.md): the NIC's key,
+	 * which lmt cannot make stronger. */
+	if (params->role == LMT_ROLE_DESTINATION)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "verbs: a write into guest RAM is authorised by the NIC's 32-bit rkey on "
+		          "a connected RC queue pair, which takes packets only from the source's "
+		          "QP (QPN and a random 24-bit PSN) but does not authenticate them: a host "
+		          "that can inject packets on the fabric and learns or guesses those can "
+		          "write; migrate over a trusted fabric (docs/security.md)");
 	putil_log(&inst->base, LMT_LOG_DEBUG,
 	          "verbs: %s instance, %u channels, depth %u, signal 1 in %u",
 	          params->role == LMT_ROLE_SOURCE ? "source" : "destination", params->channels,
