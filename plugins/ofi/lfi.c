@@ -318,6 +318,15 @@ static int lfi_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin lfi_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write needs a memory key of this session: FI_EP_RDM takes RMA from any "
+                "peer that reaches the endpoint, and libfabric 1.17's tcp, shm, net and "
+                "verbs ignore or refuse auth_key, so the key is the whole credential. "
+                "tcp;ofi_rxm, shm, net (no FI_MR_PROV_KEY): keys drawn by lmt from "
+                "getrandom over mr_key_size, 64-bit. verbs;ofi_rxm and any provider with "
+                "FI_MR_PROV_KEY or FI_MR_RAW: the provider's keys (verbs: the NIC's 32-bit "
+                "rkey), guessable; keys under 8 bytes likewise; the destination warns at "
+                "setup.",
         .name = "ofi",
         .version = LMT_VERSION,
         .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",

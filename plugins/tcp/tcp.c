@@ -199,6 +199,13 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin tcp_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write needs its channel's 64-bit random token, presented in the hello of "
+                "its TCP connection and compared in constant time, and a 64-bit random "
+                "region id; both reach the source only over the authenticated control "
+                "connection, and any other connection is dropped. The stream is not "
+                "encrypted or integrity-protected: an attacker on the path who can inject "
+                "into the TCP connection can alter what it carries.",
         .name = "tcp",
         .version = LMT_VERSION,
         .description = "TCP sockets, one stream per channel; works everywhere",

@@ -401,6 +401,14 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin ucx_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write message needs its channel's 64-bit random token, compared in "
+                "constant time, and a 64-bit random region id; both reach the source only "
+                "over the authenticated control connection, and any other message is "
+                "dropped. UCX's RMA is off unless ucx.transfer=put (or auto over RC or DC) "
+                "on both sides: then puts carry no token, over RDMA only the NIC's rkey "
+                "guards them, and over tcp or shared memory UCX 1.13 serves emulated puts "
+                "and gets of any address to any peer; the destination warns at setup.",
         .name = "ucx",
         .version = LMT_VERSION,
         .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",

@@ -265,6 +265,12 @@ static int verbs_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin verbs_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write needs the NIC's 32-bit rkey and must arrive on the channel's "
+                "connected RC queue pair (the source's QPN, a random 24-bit PSN); packets "
+                "are not authenticated, so a host that can inject on the fabric and learns "
+                "or guesses those can write; the destination warns at setup. Use a "
+                "dedicated partition or VLAN.",
         .name = "verbs",
         .version = LMT_VERSION,
         .description = "RDMA verbs (rdma-core): RC RDMA writes on InfiniBand and RoCE",
