@@ -202,7 +202,8 @@ static void attack(struct side *a, struct side *target, const struct sockaddr_in
 	for (unsigned key = 0; key <= keys; key++) {
 		uint64_t offset = offsets[key % OFFSETS];
 		ssize_t rc;
-		uint64_t deadline = now_ns() + 2 * SECOND;
+		/* ofi_rxm answers EAGAIN until it has connected. */
+		uint64_t deadline = now_ns() + 10 * SECOND;
 		do {
 			rc = fi_write(a->ep, buf, sizeof(buf), NULL, *dest, offset, key, &ctx);
 			if (rc == -FI_EAGAIN) {
@@ -214,9 +215,11 @@ static void attack(struct side *a, struct side *target, const struct sockaddr_in
 		} while (rc == -FI_EAGAIN && now_ns() < deadline);
 		t->writes++;
 		int done = -1;
-		if (rc) {
+		if (rc && rc != -FI_EAGAIN) {
 			count_error(t, (int)-rc);
 			done = 0;
+		} else if (rc) {
+			count_error(t, FI_EAGAIN); /* never posted: unanswered */
 		} else {
 			done = wait_one(a, target, t);
 		}

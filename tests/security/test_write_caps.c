@@ -327,8 +327,11 @@ static void assert_migrated(struct destination *d, struct guest_ram *src, lmt_se
 static char *options(const char *base)
 {
 	static char opts[512];
-	snprintf(opts, sizeof(opts), "%s,auth-key-file=%s,pin-all=on,channels=2,chunk-size=1M",
-	         base, key_path);
+	/* The source says nothing but keep-alives while the attack runs, and
+	 * a destination gives up on such a source after idle-timeout. */
+	snprintf(opts, sizeof(opts),
+	         "%s,auth-key-file=%s,pin-all=on,channels=2,chunk-size=1M,idle-timeout=10m", base,
+	         key_path);
 	return opts;
 }
 

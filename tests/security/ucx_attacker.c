@@ -112,11 +112,13 @@ static int open_attacker(struct attacker *a, const char *tls, const uint8_t *add
 
 static void close_attacker(struct attacker *a)
 {
+	/* An orderly close: UCX 1.13 over tcp can abort the other side when a
+	 * connection it made for a peer breaks (docs/ucx.md), and this test
+	 * is about writes, not about that. */
 	if (a->ep) {
-		ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-		                         .flags = UCP_EP_CLOSE_FLAG_FORCE};
+		ucp_request_param_t p = {.op_attr_mask = 0};
 		void *req = ucp_ep_close_nbx(a->ep, &p);
-		uint64_t deadline = now_ns() + SECOND;
+		uint64_t deadline = now_ns() + 2 * SECOND;
 		while (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS &&
 		       now_ns() < deadline)
 			ucp_worker_progress(a->worker);
