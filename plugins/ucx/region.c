@@ -160,7 +160,8 @@ int ucx_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt_rkey **o
 		free(rkey);
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
 	}
-	memcpy(rkey->packed, k.rkey, k.rkey_len);
+	if (k.rkey_len) /* none from a destination that takes no puts */
+		memcpy(rkey->packed, k.rkey, k.rkey_len);
 	rkey->key = k;
 	rkey->key.rkey = rkey->packed;
 	putil_registry_add_rkey(&inst->registry, &rkey->link);
