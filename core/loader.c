@@ -163,10 +163,11 @@ static int check_options(const struct lmt_plugin *d, const char *path, struct lm
 
 static int check_descriptor(const struct lmt_plugin *d, const char *path, struct lmt_error *err)
 {
-	if (d->struct_size < sizeof(struct lmt_plugin))
+	if (d->struct_size < LMT_PLUGIN_V1_MIN_SIZE)
 		return lmt__error(err, LMT_EABI,
 		                  "plugin %s: descriptor of %u bytes is smaller than ABI v%u's %zu",
-		                  path, d->struct_size, d->abi_version, sizeof(struct lmt_plugin));
+		                  path, d->struct_size, d->abi_version,
+		                  (size_t)LMT_PLUGIN_V1_MIN_SIZE);
 	if (!valid_plugin_name(d->name))
 		return lmt__error(err, LMT_EABI, "plugin %s: name '%s' is not [a-z0-9_-]{1,32}",
 		                  path, d->name ? d->name : "(null)");

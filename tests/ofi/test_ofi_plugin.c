@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,7 @@ struct variant {
 	int fake_no_delivery;   /* lmtfake: no FI_DELIVERY_COMPLETE */
 	int fake_no_wait;       /* lmtfake: no CQ wait objects */
 	int fake_hold;          /* lmtfake: successful writes never complete */
+	int fake_taken;         /* lmtfake: requested keys refused (FI_ENOKEY) first */
 };
 
 static const struct variant tcp = {.provider = "tcp"};
@@ -76,6 +78,7 @@ static const struct variant shm_apart = {.provider = "shm", .coalesce = "off"};
 static const struct variant tcp_coalesced = {.provider = "tcp", .coalesce = "on"};
 static const struct variant fake_held_coalesced = {
         .provider = "lmtfake", .fake_hold = 1, .coalesce = "on"};
+static const struct variant fake_taken = {.provider = "lmtfake", .fake_taken = 3};
 static const struct variant fake_fence_coalesced = {
         .provider = "lmtfake", .fake_no_delivery = 1, .coalesce = "on"};
 
@@ -87,6 +90,8 @@ static void use_variant(const struct variant *v)
 	setenv("LMT_FAKE_NO_DELIVERY", v->fake_no_delivery ? "1" : "0", 1);
 	setenv("LMT_FAKE_NO_WAIT", v->fake_no_wait ? "1" : "0", 1);
 	setenv("LMT_FAKE_HOLD", v->fake_hold ? "1" : "0", 1);
+	snprintf(mode, sizeof(mode), "%d", v->fake_taken);
+	setenv("LMT_FAKE_TAKEN_KEYS", mode, 1);
 }
 
 /* ---- Fake host ----------------------------------------------------------- */
@@ -769,6 +774,40 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	pair_close(p);
 }
 
+/* Without FI_MR_PROV_KEY the keys are lmt's: drawn from getrandom over the
+ * provider's 8-byte key size, distinct, and never the 1, 2, 3 ... an
+ * attacker tries first. The fence regions' keys in the address blobs too. */
+static void test_requested_keys_are_random(void **state)
+{
+	enum { COUNT = 12 };
+	struct pair *p = pair_open(*state, 2);
+	struct region r[COUNT];
+	uint64_t keys[COUNT + 2];
+	bool high = false;
+	for (int i = 0; i < COUNT; i++) {
+		region_open(&r[i], p, 4096, (uint64_t)i);
+		struct lfi_key_blob k;
+		assert_null(lfi_key_decode(&r[i].key, &k));
+		assert_int_equal(k.count, 1);
+		keys[i] = k.keys[0].key;
+	}
+	for (int c = 0; c < 2; c++) {
+		struct lfi_addr a;
+		assert_null(lfi_addr_decode(&p->dst_addr[c], &a));
+		keys[COUNT + c] = a.fence_key.key;
+	}
+	for (int i = 0; i < COUNT + 2; i++) {
+		assert_true(keys[i] > (1u << 20));
+		high |= keys[i] >> 48 != 0;
+		for (int j = 0; j < i; j++)
+			assert_true(keys[i] != keys[j]);
+	}
+	assert_true(high);
+	for (int i = 0; i < COUNT; i++)
+		region_close(&r[i], p);
+	pair_close(p);
+}
+
 static void test_forged_raw_key_is_rejected(void **state)
 {
 	(void)state;
@@ -1187,6 +1226,10 @@ int main(int argc, char **argv)
 	        ON(test_malformed_key_blob_is_rejected, tcp),
 	        ON(test_malformed_key_blob_is_rejected, shm),
 	        cmocka_unit_test(test_forged_raw_key_is_rejected),
+	        ON(test_requested_keys_are_random, tcp),
+	        ON(test_requested_keys_are_random, shm),
+	        /* Its first registrations meet keys the domain holds: drawn again. */
+	        ON(test_one_channel_lands_bit_for_bit, fake_taken),
 	        ON(test_malformed_address_blob_is_rejected, tcp),
 	        ON(test_malformed_address_blob_is_rejected, shm),
 	        ON(test_malformed_address_blob_is_rejected, fake_all),

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,7 @@ struct fake_host {
 	const char *devices;
 	int64_t transfer;
 	atomic_int unused_config; /* UCX logged settings that no transport took */
+	atomic_int dropped;       /* the plugin logged a message without the token */
 };
 
 static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -65,6 +67,8 @@ static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
 	va_end(ap);
 	if (strstr(line, "invalid configuration"))
 		atomic_fetch_add(&h->unused_config, 1);
+	if (strstr(line, "without this session's token"))
+		atomic_fetch_add(&h->dropped, 1);
 }
 
 static int fake_error(void *ctx, int code, const char *fmt, ...)
@@ -395,6 +399,8 @@ struct forger {
 	ucp_context_h context;
 	ucp_worker_h worker;
 	ucp_ep_h ep;
+	uint64_t token;     /* in its blob: what the destination's notices carry */
+	uint64_t dst_token; /* from the destination's blob: what writes must carry */
 	int notes;
 	struct ucx_note last;
 };
@@ -441,7 +447,9 @@ static void forger_blob(struct forger *f, uint32_t channel, struct lmt_blob *blo
 	ucp_address_t *address;
 	size_t len;
 	assert_int_equal(ucp_worker_get_address(f->worker, &address, &len), UCS_OK);
-	assert_null(ucx_addr_encode(UCX_MAGIC_SRC_ADDR, channel, address, len, blob));
+	f->token = 0x5eed5eed5eed5eedull;
+	struct ucx_addr a = {.magic = UCX_MAGIC_SRC_ADDR, .channel = channel, .token = f->token};
+	assert_null(ucx_addr_encode(&a, address, len, blob));
 	ucp_worker_release_address(f->worker, address);
 }
 
@@ -456,6 +464,7 @@ static void forger_connect(struct forger *f, const struct lmt_blob *dst_addr)
 {
 	struct ucx_addr a;
 	assert_null(ucx_addr_decode(dst_addr, UCX_MAGIC_DST_ADDR, &a));
+	f->dst_token = a.token;
 	ucp_ep_params_t params = {
 	        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 	                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -550,7 +559,8 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 	struct forged s;
 	forged_open(&s);
 	uint8_t header[UCX_WRITE_HEADER_LEN];
-	ucx_write_encode(&(struct ucx_write){.region = s.key.region + region_delta,
+	ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+	                                     .region = s.key.region + region_delta,
 	                                     .offset = offset,
 	                                     .len = len},
 	                 header);
@@ -858,13 +868,13 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	bad[1].data[0] ^= 1;                 /* magic */
 	bad[2].data[4] = 9;                  /* version */
 	bad[3].data[6] = 1;                  /* reserved */
-	memset(bad[4].data + 8, 0, 4);       /* region id 0 */
-	memset(bad[5].data + 24, 0, 8);      /* zero length */
-	memset(bad[6].data + 16, 0xff, 8);   /* base + length wraps */
-	bad[7].len--;                        /* rkey shorter than announced */
+	memset(bad[4].data + 16, 0, 8);      /* region id 0 */
+	memset(bad[5].data + 32, 0, 8);      /* zero length */
+	memset(bad[6].data + 24, 0xff, 8);   /* base + length wraps */
+	bad[7].len++;                        /* longer than announced */
 	bad[8].len = LMT_BLOB_MAX + 1;       /* longer than any blob */
-	bad[9].data[12] ^= 0x40;             /* rkey length disagrees */
-	memset(bad[10].data + 12, 0, 4);     /* empty rkey */
+	bad[9].data[8] ^= 0x40;              /* rkey length disagrees */
+	bad[10].data[13] = 1;                /* reserved */
 	for (int i = 0; i < BAD; i++) {
 		lmt_rkey *rkey = (lmt_rkey *)(uintptr_t)1; /* must be cleared */
 		assert_int_equal(plugin->ops.rkey_import(src, &bad[i], &rkey), -LMT_EPROTO);
@@ -894,19 +904,20 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	assert_int_equal(plugin->ops.ep_open(src, 0, &sep, &saddr), 0);
 	assert_int_equal(plugin->ops.ep_open(dst, 0, &dep, &daddr), 0);
 
-	enum { BAD = 9 };
+	enum { BAD = 10 };
 	struct lmt_blob bad[BAD];
 	for (int i = 0; i < BAD; i++)
 		bad[i] = daddr;
 	bad[0].len = 3;                 /* short */
 	bad[1].data[3] ^= 0x80;         /* magic */
-	bad[2].data[4] = 2;             /* version */
-	bad[3].data[7] = 1;             /* reserved */
+	bad[2].data[4] = 9;             /* version */
+	bad[3].data[7] = 1;             /* unknown flag */
 	bad[4].data[8] = 1;             /* channel 1, for endpoint 0 */
 	bad[5].len--;                   /* address shorter than announced */
 	memset(bad[6].data + 12, 0, 4); /* empty address */
 	bad[7].len = LMT_BLOB_MAX + 1;  /* longer than any blob */
 	bad[8] = saddr;                 /* a source's blob is not a destination's */
+	memset(bad[9].data + 16, 0, 8); /* no token */
 	for (int i = 0; i < BAD; i++)
 		assert_int_equal(plugin->ops.ep_connect(sep, &bad[i]), -LMT_EPROTO);
 	assert_int_equal(sh.error_code, LMT_EPROTO);
@@ -928,27 +939,26 @@ static void test_forged_write_past_region_end_is_refused(void **state)
 {
 	(void)state;
 	forge_write(UCX_MAGIC_WRITE, 0, 4000, 200, 200,
-	            "ucx channel 0: write of 200 bytes at offset 4000 outside region 1 "
-	            "(4096 bytes)");
+	            "ucx channel 0: write of 200 bytes at offset 4000 outside region ");
 }
 
 static void test_forged_rendezvous_write_past_region_end_is_refused(void **state)
 {
 	(void)state;
 	/* Large enough for UCX to send it by rendezvous on every transport. */
-	forge_write(UCX_MAGIC_WRITE, 0, 0, 1 << 20, 1 << 20, "outside region 1 (4096 bytes)");
+	forge_write(UCX_MAGIC_WRITE, 0, 0, 1 << 20, 1 << 20, "(4096 bytes)");
 }
 
 static void test_forged_write_with_wrapping_offset_is_refused(void **state)
 {
 	(void)state;
-	forge_write(UCX_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 1");
+	forge_write(UCX_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region ");
 }
 
 static void test_forged_write_for_unknown_region_is_refused(void **state)
 {
 	(void)state;
-	forge_write(UCX_MAGIC_WRITE, 1, 0, 100, 100, "unknown region 2");
+	forge_write(UCX_MAGIC_WRITE, 1, 0, 100, 100, "to unknown region ");
 }
 
 static void test_forged_write_with_bad_magic_is_refused(void **state)
@@ -963,19 +973,118 @@ static void test_forged_write_longer_than_its_header_says_is_refused(void **stat
 	forge_write(UCX_MAGIC_WRITE, 0, 0, 16, 4000, "write header says 16 bytes, 4000 arrived");
 }
 
-static void test_forged_write_with_short_header_is_refused(void **state)
+/* A write that does not carry the channel's token, eager or by rendezvous,
+ * with a header too short to hold one, or with one guessed wrong: it comes
+ * from outside the session. It is dropped, memory stays as it was, the
+ * load goes on, and a write of the source's lands after it. */
+static void test_write_without_the_token_is_dropped(void **state)
 {
 	(void)state;
 	struct forged s;
 	forged_open(&s);
-	uint8_t header[UCX_WRITE_HEADER_LEN] = {0};
-	uint8_t data[64] = {0};
-	forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header) - 1, data, sizeof(data));
+	size_t sizes[] = {64, 1 << 20};
+	uint8_t *data = malloc(1 << 20);
+	assert_non_null(data);
+	memset(data, 0x5a, 1 << 20);
+	for (int i = 0; i < 2; i++) {
+		uint8_t header[UCX_WRITE_HEADER_LEN];
+		uint64_t len = sizes[i] < 4096 ? sizes[i] : 4096;
+		ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token ^ (1ull << (7 * i)),
+		                                     .region = s.key.region,
+		                                     .len = len},
+		                 header);
+		forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header), data, len);
+		ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+		                                     .region = s.key.region,
+		                                     .len = sizes[i]},
+		                 header);
+		forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header) - 1, data, sizes[i]);
+	}
 	struct lmt_completion c[1];
-	assert_int_equal(plugin->ops.progress(s.dst, c, 1, 5 * SECOND), -LMT_EPROTO);
-	assert_non_null(strstr(s.dh.error, "write header of the wrong length"));
+	assert_int_equal(plugin->ops.progress(s.dst, c, 1, SECOND / 5), 0);
+	assert_int_equal(s.dh.errors, 0);
 	assert_true(all_zero(s.r.mem, s.r.len));
+	assert_true(guards_intact(&s.r));
+	assert_true(atomic_load(&s.dh.dropped) > 0);
+
+	/* The source's own write still lands, and is acknowledged. */
+	uint8_t header[UCX_WRITE_HEADER_LEN];
+	ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+	                                     .region = s.key.region,
+	                                     .offset = 100,
+	                                     .len = 200,
+	                                     .slot = 3,
+	                                     .generation = 1},
+	                 header);
+	assert_int_equal(forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header), data, 200),
+	                 UCS_OK);
+	uint64_t deadline = now_ns() + 5 * SECOND;
+	while (!s.f.notes && now_ns() < deadline) {
+		ucp_worker_progress(s.f.worker);
+		plugin->ops.progress(s.dst, c, 1, 0);
+	}
+	assert_int_equal(s.f.notes, 1);
+	assert_int_equal(s.f.last.kind, UCX_NOTE_ACK);
+	assert_int_equal(s.f.last.token, s.f.token);
+	assert_true(all_zero(s.r.mem, 100));
+	for (size_t i = 100; i < 300; i++)
+		assert_int_equal(s.r.mem[i], 0x5a);
+	assert_true(all_zero(s.r.mem + 300, s.r.len - 300));
+	assert_int_equal(s.dh.errors, 0);
+	free(data);
 	forged_close(&s);
+}
+
+/* A goodbye without the token does not close the channel. */
+static void test_notice_without_the_token_is_ignored(void **state)
+{
+	(void)state;
+	struct forged s;
+	forged_open(&s);
+	uint8_t header[UCX_NOTE_HEADER_LEN];
+	ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_BYE, .token = s.f.dst_token + 1},
+	                header);
+	forger_send(&s.f, UCX_AM_NOTE, header, sizeof(header), NULL, 0);
+	struct lmt_completion c[1];
+	assert_int_equal(plugin->ops.progress(s.dst, c, 1, SECOND / 5), 0);
+	assert_int_equal(s.dh.errors, 0);
+	assert_int_equal(atomic_load(&s.dh.dropped), 1);
+	/* Not answered: the channel never heard a goodbye. */
+	uint64_t deadline = now_ns() + SECOND / 5;
+	while (now_ns() < deadline)
+		ucp_worker_progress(s.f.worker);
+	assert_int_equal(s.f.notes, 0);
+	forged_close(&s);
+}
+
+/* Region ids come from the CSPRNG: 64-bit, distinct, never 1, 2, 3 ... */
+static void test_region_ids_are_random(void **state)
+{
+	(void)state;
+	enum { COUNT = 16 };
+	struct fake_host dh;
+	fake_host_init(&dh);
+	lmt_instance *dst = open_instance(&dh, LMT_ROLE_DESTINATION, 1, SECOND);
+	struct region r[COUNT];
+	uint64_t ids[COUNT];
+	bool high = false;
+	for (int i = 0; i < COUNT; i++) {
+		region_open(&r[i], dst, NULL, 4096);
+		struct ucx_key key;
+		assert_null(ucx_key_decode(&r[i].key, &key));
+		ids[i] = key.region;
+		assert_true(ids[i] > (1u << 20));
+		high |= ids[i] >> 48 != 0;
+		for (int j = 0; j < i; j++)
+			assert_true(ids[j] != ids[i]);
+		/* An rkey only where the destination takes puts. */
+		assert_int_equal(key.rkey_len != 0, putting());
+	}
+	assert_true(high);
+	for (int i = 0; i < COUNT; i++)
+		region_close(&r[i], dst, NULL);
+	plugin->ops.instance_close(dst);
+	pthread_mutex_destroy(&dh.lock);
 }
 
 static void test_forged_acknowledgement_to_destination_is_refused(void **state)
@@ -984,7 +1093,7 @@ static void test_forged_acknowledgement_to_destination_is_refused(void **state)
 	struct forged s;
 	forged_open(&s);
 	uint8_t header[UCX_NOTE_HEADER_LEN];
-	ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_ACK}, header);
+	ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_ACK, .token = s.f.dst_token}, header);
 	forger_send(&s.f, UCX_AM_NOTE, header, sizeof(header), NULL, 0);
 	struct lmt_completion c[1];
 	assert_int_equal(plugin->ops.progress(s.dst, c, 1, 5 * SECOND), -LMT_EPROTO);
@@ -1016,7 +1125,7 @@ static void test_write_to_a_deregistered_region_fails_both_sides(void **state)
 	uint64_t expected = rc ? 1 : 2;
 	struct lmt_completion c[1];
 	assert_int_equal(plugin->ops.progress(p->dst, c, 1, 5 * SECOND), -LMT_EPROTO);
-	assert_non_null(strstr(p->dst_host.error, "unknown region 1"));
+	assert_non_null(strstr(p->dst_host.error, "to unknown region "));
 	uint64_t deadline = now_ns() + 10 * SECOND;
 	for (rc = 0; rc >= 0;) {
 		assert_true(now_ns() < deadline);
@@ -1289,7 +1398,9 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_forged_write_for_unknown_region_is_refused),
 	        cmocka_unit_test(test_forged_write_with_bad_magic_is_refused),
 	        cmocka_unit_test(test_forged_write_longer_than_its_header_says_is_refused),
-	        cmocka_unit_test(test_forged_write_with_short_header_is_refused),
+	        cmocka_unit_test(test_write_without_the_token_is_dropped),
+	        cmocka_unit_test(test_notice_without_the_token_is_ignored),
+	        cmocka_unit_test(test_region_ids_are_random),
 	        cmocka_unit_test(test_forged_acknowledgement_to_destination_is_refused),
 	        cmocka_unit_test(test_write_to_a_deregistered_region_fails_both_sides),
 	        cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),

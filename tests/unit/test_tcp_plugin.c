@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -557,10 +558,10 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	bad[0].len--;                   /* short */
 	bad[1].data[0] ^= 1;            /* magic */
 	bad[2].data[4] = 9;             /* version */
-	bad[3].data[8] = 0;             /* region id 0 (ids start at 1) */
+	memset(bad[3].data + 8, 0, 8);  /* region id 0 (ids are never 0) */
 	memset(bad[4].data + 16, 0, 8); /* zero length */
 	bad[5].len = LMT_BLOB_MAX;      /* long */
-	bad[6].data[13] = 1;            /* reserved */
+	bad[6].data[6] = 1;             /* reserved */
 	for (int i = 0; i < 7; i++) {
 		lmt_rkey *rkey = NULL;
 		assert_int_equal(plugin->ops.rkey_import(src, &bad[i], &rkey), -LMT_EPROTO);
@@ -575,6 +576,35 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	region_close(&r, dst, NULL);
 	plugin->ops.instance_close(src);
 	plugin->ops.instance_close(dst);
+}
+
+/* Region ids are drawn from the CSPRNG: 64-bit, distinct, never the
+ * 1, 2, 3 ... an attacker would try first. */
+static void test_region_ids_are_random(void **state)
+{
+	(void)state;
+	enum { COUNT = 16 };
+	struct fake_host dh;
+	fake_host_init(&dh);
+	lmt_instance *dst = open_instance(&dh, LMT_ROLE_DESTINATION, 1, SECOND);
+	struct region r[COUNT];
+	uint64_t ids[COUNT];
+	bool high = false;
+	for (int i = 0; i < COUNT; i++) {
+		region_open(&r[i], dst, NULL, 4096);
+		struct tcp_key key;
+		assert_null(tcp_key_decode(&r[i].key, &key));
+		ids[i] = key.region;
+		assert_true(ids[i] > (1u << 20));
+		high |= ids[i] >> 48 != 0;
+		for (int j = 0; j < i; j++)
+			assert_true(ids[j] != ids[i]);
+	}
+	assert_true(high);
+	for (int i = 0; i < COUNT; i++)
+		region_close(&r[i], dst, NULL);
+	plugin->ops.instance_close(dst);
+	pthread_mutex_destroy(&dh.lock);
 }
 
 static void test_malformed_address_blob_is_rejected(void **state)
@@ -753,20 +783,19 @@ static void test_forged_header_past_region_end_is_rejected(void **state)
 {
 	(void)state;
 	forge_write(TCP_MAGIC_WRITE, 0, 4000, 200, 200,
-	            "tcp channel 0: write of 200 bytes at offset 4000 outside region 1 "
-	            "(4096 bytes)");
+	            "tcp channel 0: write of 200 bytes at offset 4000 outside region 0x");
 }
 
 static void test_forged_header_with_wrapping_offset_is_rejected(void **state)
 {
 	(void)state;
-	forge_write(TCP_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 1");
+	forge_write(TCP_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 0x");
 }
 
 static void test_forged_header_for_unknown_region_is_rejected(void **state)
 {
 	(void)state;
-	forge_write(TCP_MAGIC_WRITE, 1, 0, 100, 100, "unknown region 2");
+	forge_write(TCP_MAGIC_WRITE, 1, 0, 100, 100, "to unknown region 0x");
 }
 
 static void test_forged_header_with_bad_magic_is_rejected(void **state)
@@ -1120,6 +1149,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_malformed_key_blob_is_rejected),
 	        cmocka_unit_test(test_malformed_address_blob_is_rejected),
 	        cmocka_unit_test(test_unknown_token_connection_is_ignored),
+	        cmocka_unit_test(test_region_ids_are_random),
 	        cmocka_unit_test(test_forged_header_past_region_end_is_rejected),
 	        cmocka_unit_test(test_forged_header_with_wrapping_offset_is_rejected),
 	        cmocka_unit_test(test_forged_header_for_unknown_region_is_rejected),
