@@ -21,7 +21,9 @@
 #define ALL_CAPS                                                                                   \
 	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |              \
 	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR | LMT_CAP_MERGES_RUNS)
-#define PROMPT_NS (2 * PH_SECOND) /* a cancelled or timed-out call returns this soon */
+#define PROMPT_NS (2 * PH_SECOND)  /* a timed-out call returns this soon after */
+#define CANCEL_PROMPT_NS PH_SECOND /* a cancelled call returns this soon */
+#define IDLE_NS (PH_SECOND / 20)   /* how long idle progress waits */
 
 static double seconds(uint64_t ns)
 {
@@ -378,33 +380,52 @@ static void check_connect(struct ph_run *run)
 	ph_pair_close(&pair);
 }
 
+/* Progress with nothing to report returns 0 once its timeout has passed,
+ * and not before: the core's destination loop waits in it. */
+static bool idle_progress(struct ph_run *run, struct ph_side *side, uint64_t timeout_ns)
+{
+	struct lmt_completion c[8];
+	char d[640];
+	uint64_t start = ph_now();
+	int n = run->cfg->plugin->ops.progress(side->inst, c, 8, timeout_ns);
+	uint64_t took = ph_now() - start;
+	if (n < 0)
+		return ph_fail(run, "%s progress with nothing posted: %s", side->host.role,
+		               ph_describe(&side->host, n, d, sizeof(d)));
+	if (n > 0)
+		return ph_fail(run, "%s progress reported %d completions before any write",
+		               side->host.role, n);
+	if (took < timeout_ns)
+		return ph_fail(run,
+		               "%s progress(%.0f ms) with nothing to report returned after "
+		               "%.1f ms, before its timeout",
+		               side->host.role, seconds(timeout_ns) * 1000, seconds(took) * 1000);
+	if (took > timeout_ns + PROMPT_NS)
+		return ph_fail(run, "%s progress(%.0f ms) took %.1f s", side->host.role,
+		               seconds(timeout_ns) * 1000, seconds(took));
+	return true;
+}
+
 static void check_idle(struct ph_run *run)
 {
 	struct ph_pair pair;
-	struct lmt_completion c[8];
 	char d[640];
-	if (ph_pair_ready(run, &pair)) {
+	bool ok = ph_pair_ready(run, &pair) && ph_pair_stop_progress(run, &pair) &&
+	          idle_progress(run, &pair.src, IDLE_NS) && idle_progress(run, &pair.dst, IDLE_NS);
+	if (ok) {
 		uint64_t start = ph_now();
-		int n = pair.plugin->ops.progress(pair.src.inst, c, 8, PH_SECOND / 20);
+		int rc = pair.plugin->ops.flush(pair.src.inst, PH_SECOND);
 		uint64_t took = ph_now() - start;
-		if (n < 0)
-			ph_fail(run, "source progress with nothing posted: %s",
-			        ph_describe(&pair.src.host, n, d, sizeof(d)));
-		else if (n > 0)
-			ph_fail(run, "source progress reported %d completions before any write", n);
-		else if (took > PH_SECOND / 20 + PROMPT_NS)
-			ph_fail(run, "progress(50 ms) took %.1f s", seconds(took));
-		start = ph_now();
-		int rc = run->failed ? 0 : pair.plugin->ops.flush(pair.src.inst, PH_SECOND);
-		took = ph_now() - start;
 		if (rc)
-			ph_fail(run, "flush with nothing posted: %s",
-			        ph_describe(&pair.src.host, rc, d, sizeof(d)));
+			ok = ph_fail(run, "flush with nothing posted: %s",
+			             ph_describe(&pair.src.host, rc, d, sizeof(d)));
 		else if (took > PH_SECOND + PROMPT_NS)
-			ph_fail(run, "flush(1 s) with nothing posted took %.1f s", seconds(took));
-		if (ph_pair_stop_progress(run, &pair))
-			ph_pair_quiet(run, &pair);
+			ok = ph_fail(run, "flush(1 s) with nothing posted took %.1f s",
+			             seconds(took));
 	}
+	if (ok && ph_pair_quiet(run, &pair))
+		ph_note(run, "progress(%.0f ms) waited its time on both sides",
+		        seconds(IDLE_NS) * 1000);
 	ph_pair_close(&pair);
 }
 
@@ -477,27 +498,41 @@ struct span {
 };
 
 /* Sizes from a page to several MiB, each at an odd multiple of 4 KiB with
- * a gap before the next, and a last page that ends the region. */
+ * a gap before the next; then sizes that are no multiple of anything, each
+ * 13 bytes after the one before; a last page that ends the region, and a
+ * write of no bytes at its very end. */
 static size_t plan_sizes(uint64_t chunk, struct span *spans, size_t max, uint64_t *region_len)
 {
-	static const size_t sizes[] = {
+	static const size_t pages[] = {
 	        PH_PAGE,      2 * PH_PAGE,           3 * PH_PAGE, 15 * PH_PAGE,
 	        16 * PH_PAGE, 17 * PH_PAGE,          64 * KIB,    252 * KIB,
 	        256 * KIB,    MIB - PH_PAGE,         MIB,         MIB + PH_PAGE,
 	        2 * MIB,      3 * MIB + 5 * PH_PAGE, 4 * MIB,     8 * MIB,
 	        5 * PH_PAGE,
 	};
+	static const size_t odd[] = {
+	        1,           7,           92,   93,           100,           512,
+	        PH_PAGE - 1, PH_PAGE + 3, 8257, 64 * KIB + 1, 256 * KIB + 3, MIB + 1,
+	};
 	size_t n = 0;
 	uint64_t at = PH_PAGE;
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && n + 1 < max; i++) {
-		if (sizes[i] > chunk)
+	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]) && n + 3 < max; i++) {
+		if (pages[i] > chunk)
 			continue;
-		spans[n++] = (struct span){at, sizes[i]};
-		uint64_t end = at + sizes[i];
+		spans[n++] = (struct span){at, pages[i]};
+		uint64_t end = at + pages[i];
 		at = end + ((end / PH_PAGE) % 2 ? 2 : 1) * PH_PAGE;
 	}
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]) && n + 3 < max; i++) {
+		if (odd[i] > chunk)
+			continue;
+		spans[n++] = (struct span){at + 13, odd[i]};
+		at += 13 + odd[i];
+	}
+	at = (at + 2 * PH_PAGE - 1) / PH_PAGE * PH_PAGE;
 	spans[n++] = (struct span){at, PH_PAGE};
 	*region_len = at + PH_PAGE;
+	spans[n++] = (struct span){*region_len, 0};
 	return n;
 }
 
@@ -507,8 +542,9 @@ static bool post_spans(struct ph_run *run, struct ph_pair *pair, struct ph_tally
 {
 	for (size_t k = 0; k < n; k++) {
 		const struct span *s = &spans[reverse ? n - 1 - k : k];
-		if (!ph_post(run, pair, tally, (uint32_t)(k % pair->channels), source,
-		             source->mem + s->offset, region, s->offset, s->len))
+		const uint8_t *local = source->mem + (s->len ? s->offset : 0);
+		if (!ph_post(run, pair, tally, (uint32_t)(k % pair->channels), source, local,
+		             region, s->offset, s->len))
 			return false;
 	}
 	return true;
@@ -532,37 +568,69 @@ static bool spans_landed(struct ph_run *run, const struct ph_region *region,
 	       ph_region_guards_intact(run, region);
 }
 
+static bool flush(struct ph_run *run, struct ph_pair *pair)
+{
+	char d[640];
+	int rc = pair->plugin->ops.flush(pair->src.inst, 30 * PH_SECOND);
+	return rc == 0 || ph_fail(run, "flush: %s", ph_describe(&pair->src.host, rc, d, sizeof(d)));
+}
+
 static void check_sizes(struct ph_run *run)
 {
-	struct span spans[32];
+	struct span spans[48];
 	uint64_t len;
-	size_t n = plan_sizes(run->cfg->chunk_size, spans, 32, &len);
+	size_t n = plan_sizes(run->cfg->chunk_size, spans, 48, &len);
 	struct ph_pair pair;
 	struct ph_region region = {0};
 	struct ph_source source = {0};
 	struct ph_tally tally = {0};
-	char d[640];
 	bool ok = ph_pair_ready(run, &pair) && ph_region_open(run, &pair, &region, len) &&
 	          ph_source_open(run, &pair, &source, len, 3) && ph_tally_init(run, &tally, 2 * n);
-	/* Twice: the second round re-sends every page with new bytes. */
-	for (int round = 0; round < 2 && ok; round++) {
-		if (round)
-			ph_fill(source.mem, source.len, 4);
-		ok = post_spans(run, &pair, &tally, &source, &region, spans, n, round) &&
-		     ph_harvest_all(run, &pair, &tally);
-		int rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PH_SECOND) : 0;
-		if (rc)
-			ok = ph_fail(run, "flush: %s",
-			             ph_describe(&pair.src.host, rc, d, sizeof(d)));
-		ok = ok && spans_landed(run, &region, &source, spans, n);
-	}
+	/* Harvested, then flushed; then every byte again, new, in reverse
+	 * order, flushed and compared before anything is harvested. */
+	ok = ok && post_spans(run, &pair, &tally, &source, &region, spans, n, false) &&
+	     ph_harvest_all(run, &pair, &tally) && flush(run, &pair) &&
+	     spans_landed(run, &region, &source, spans, n);
+	if (ok)
+		ph_fill(source.mem, source.len, 4);
+	ok = ok && post_spans(run, &pair, &tally, &source, &region, spans, n, true) &&
+	     flush(run, &pair) && spans_landed(run, &region, &source, spans, n) &&
+	     ph_harvest_all(run, &pair, &tally);
 	ok = ok && ph_pair_stop_progress(run, &pair) && ph_pair_quiet(run, &pair);
 	size_t largest = 0;
 	for (size_t i = 0; i < n; i++)
 		largest = spans[i].len > largest ? spans[i].len : largest;
 	if (ok)
-		ph_note(run, "%zu writes of 4 KiB to %zu KiB at odd multiples of 4 KiB, twice", n,
-		        largest / KIB);
+		ph_note(run,
+		        "%zu writes of 0 bytes to %zu KiB, page-aligned and not, twice; flush "
+		        "before harvest the second time",
+		        n, largest / KIB);
+	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+/* One write as large as the core may post (chunk-size, 8M unless -o says
+ * otherwise), starting a byte into a page, and nothing around it touched. */
+static void check_largest(struct ph_run *run)
+{
+	size_t big = run->cfg->chunk_size, len = big + 2 * PH_PAGE;
+	struct ph_pair pair;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	bool ok = ph_pair_ready(run, &pair) && ph_region_open(run, &pair, &region, len) &&
+	          ph_source_open(run, &pair, &source, len, 12) && ph_tally_init(run, &tally, 1) &&
+	          ph_post(run, &pair, &tally, 0, &source, source.mem + 1, &region, PH_PAGE + 1,
+	                  big) &&
+	          ph_harvest_all(run, &pair, &tally) && flush(run, &pair) &&
+	          ph_all_zero(run, "before the write", region.mem, PH_PAGE + 1, 0) &&
+	          ph_same(run, "the write", region.mem + PH_PAGE + 1, source.mem + 1, big,
+	                  PH_PAGE + 1) &&
+	          ph_all_zero(run, "after the write", region.mem + PH_PAGE + 1 + big, PH_PAGE - 1,
+	                      PH_PAGE + 1 + big) &&
+	          ph_region_guards_intact(run, &region) && ph_pair_stop_progress(run, &pair) &&
+	          ph_pair_quiet(run, &pair);
+	if (ok)
+		ph_note(run, "%zu MiB in one write", big / MIB);
 	finish(run, &pair, &tally, &source, &region, 1);
 }
 
@@ -609,7 +677,6 @@ static void check_flush(struct ph_run *run)
 	struct ph_region region = {0};
 	struct ph_source source = {0};
 	struct ph_tally tally = {0};
-	char d[640];
 	bool ok = ph_pair_ready(run, &pair) && ph_region_open(run, &pair, &region, len) &&
 	          ph_source_open(run, &pair, &source, len, 6) &&
 	          ph_tally_init(run, &tally, WRITES + 1);
@@ -617,22 +684,15 @@ static void check_flush(struct ph_run *run)
 		ok = ph_post(run, &pair, &tally, (uint32_t)(i % pair.channels), &source,
 		             source.mem + i * piece, &region, i * piece, piece);
 	/* Nothing harvested yet: flush alone must make every write visible. */
-	int rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PH_SECOND) : 0;
-	if (rc)
-		ok = ph_fail(run, "flush: %s", ph_describe(&pair.src.host, rc, d, sizeof(d)));
-	ok = ok && ph_same(run, "after flush", region.mem, source.mem, len, 0) &&
+	ok = ok && flush(run, &pair) &&
+	     ph_same(run, "after flush", region.mem, source.mem, len, 0) &&
 	     ph_harvest_all(run, &pair, &tally);
 	/* A single small write, then flush again. */
-	if (ok) {
+	if (ok)
 		ph_fill(source.mem, PH_PAGE, 7);
-		ok = ph_post(run, &pair, &tally, 0, &source, source.mem, &region, 0, PH_PAGE);
-		rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PH_SECOND) : 0;
-		if (rc)
-			ok = ph_fail(run, "flush: %s",
-			             ph_describe(&pair.src.host, rc, d, sizeof(d)));
-		ok = ok && ph_same(run, "after flush", region.mem, source.mem, PH_PAGE, 0) &&
-		     ph_harvest_all(run, &pair, &tally);
-	}
+	ok = ok && ph_post(run, &pair, &tally, 0, &source, source.mem, &region, 0, PH_PAGE) &&
+	     flush(run, &pair) && ph_same(run, "after flush", region.mem, source.mem, PH_PAGE, 0) &&
+	     ph_harvest_all(run, &pair, &tally);
 	ok = ok && ph_region_guards_intact(run, &region) && ph_pair_stop_progress(run, &pair) &&
 	     ph_pair_quiet(run, &pair);
 	if (ok)
@@ -691,6 +751,8 @@ static bool fill_queue(struct ph_run *run, struct ph_pair *pair, struct ph_tally
 	return true;
 }
 
+/* A queue that never fills would grow without bound: every plugin answers
+ * EAGAIN at some depth, and the core relies on it to pace its writes. */
 static void check_queue_full(struct ph_run *run)
 {
 	enum { PAGES = 8192 };
@@ -700,25 +762,24 @@ static void check_queue_full(struct ph_run *run)
 	struct ph_source source = {0};
 	struct ph_tally tally = {0};
 	uint64_t full_at = 0;
-	char d[640];
 	bool ok = ph_pair_ready(run, &pair) && ph_region_open(run, &pair, &region, len) &&
 	          ph_source_open(run, &pair, &source, len, 8) &&
 	          ph_tally_init(run, &tally, PAGES) &&
 	          fill_queue(run, &pair, &tally, &source, &region, PAGES, &full_at);
+	if (ok && !full_at)
+		ok = ph_fail(run,
+		             "%d writes posted without a harvest and never LMT_EAGAIN: a "
+		             "plugin's queue must be bounded",
+		             PAGES);
 	for (uint64_t i = tally.posted; i < PAGES && ok; i++)
 		ok = ph_post(run, &pair, &tally, (uint32_t)(i % pair.channels), &source,
 		             source.mem + i * PH_PAGE, &region, i * PH_PAGE, PH_PAGE);
-	ok = ok && ph_harvest_all(run, &pair, &tally);
-	int rc = ok ? pair.plugin->ops.flush(pair.src.inst, 30 * PH_SECOND) : 0;
-	if (rc)
-		ok = ph_fail(run, "flush: %s", ph_describe(&pair.src.host, rc, d, sizeof(d)));
-	ok = ok && ph_same(run, "the region", region.mem, source.mem, len, 0) &&
+	ok = ok && ph_harvest_all(run, &pair, &tally) && flush(run, &pair) &&
+	     ph_same(run, "the region", region.mem, source.mem, len, 0) &&
 	     ph_pair_stop_progress(run, &pair) && ph_pair_quiet(run, &pair);
-	if (ok && full_at)
+	if (ok)
 		ph_note(run, "EAGAIN with %llu write%s outstanding, accepted after progress",
 		        (unsigned long long)full_at, full_at == 1 ? "" : "s");
-	else if (ok)
-		ph_note(run, "never full in %d writes", PAGES);
 	finish(run, &pair, &tally, &source, &region, 1);
 }
 
@@ -729,6 +790,9 @@ struct variant {
 	struct lmt_blob blob;
 };
 
+static bool refuses(struct ph_run *run, struct ph_host *host, const char *what, int before, int rc,
+                    int expected);
+
 /* Malformed copies of a good blob. */
 static size_t malformed(const struct lmt_blob *good, struct variant *out)
 {
@@ -736,20 +800,60 @@ static size_t malformed(const struct lmt_blob *good, struct variant *out)
 	out[n] = (struct variant){.what = "an empty blob"};
 	n++;
 	if (good->len > 2) {
-		out[n] = (struct variant){.what = "one byte", .blob = *good};
+		out[n] = (struct variant){.what = "its first byte", .blob = *good};
 		out[n++].blob.len = 1;
-		out[n] = (struct variant){.what = "half of it", .blob = *good};
+		out[n] = (struct variant){.what = "its first half", .blob = *good};
 		out[n++].blob.len = good->len / 2;
 	}
 	if (good->len > 1) {
-		out[n] = (struct variant){.what = "one byte short", .blob = *good};
+		out[n] = (struct variant){.what = "it one byte short", .blob = *good};
 		out[n++].blob.len = good->len - 1;
 	}
-	out[n] = (struct variant){.what = "all zero bytes", .blob.len = good->len};
+	if (good->len < LMT_BLOB_MAX) {
+		out[n] = (struct variant){.what = "it with a zero byte more", .blob = *good};
+		out[n++].blob.len = good->len + 1;
+	}
+	out[n] =
+	        (struct variant){.what = "it claiming more than LMT_BLOB_MAX bytes", .blob = *good};
+	out[n++].blob.len = LMT_BLOB_MAX + 1;
+	out[n] = (struct variant){.what = "as many zero bytes", .blob.len = good->len};
 	n++;
-	out[n] = (struct variant){.what = "all 0xff bytes", .blob.len = good->len};
+	out[n] = (struct variant){.what = "as many 0xff bytes", .blob.len = good->len};
 	memset(out[n++].blob.data, 0xff, good->len);
 	return n;
+}
+
+/* Good addresses given to the wrong endpoint: one of its own side, and the
+ * peer's for another channel. */
+static size_t misdirected(const struct ph_pair *pair, const struct ph_side *own,
+                          const struct ph_side *peer, struct variant *out)
+{
+	size_t n = 0;
+	out[n++] = (struct variant){.what = "an address of its own side", .blob = own->addr[0]};
+	if (pair->channels > 1)
+		out[n++] = (struct variant){.what = "the peer's address for channel 1",
+		                            .blob = peer->addr[1]};
+	return n;
+}
+
+/* Every variant refused with LMT_EPROTO by `side`'s ep_connect of channel 0. */
+static bool refuses_addresses(struct ph_run *run, struct ph_pair *pair, struct ph_side *side,
+                              const struct ph_side *peer, size_t *count)
+{
+	struct variant v[12];
+	size_t n = malformed(&peer->addr[0], v);
+	n += misdirected(pair, side, peer, v + n);
+	char what[200];
+	for (size_t i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "%s ep_connect with %s (of a %u-byte address)",
+		         side->host.role, v[i].what, peer->addr[0].len);
+		int before = ph_host_errors(&side->host);
+		int rc = pair->plugin->ops.ep_connect(side->ep[0], &v[i].blob);
+		if (!refuses(run, &side->host, what, before, rc, -LMT_EPROTO))
+			return false;
+	}
+	*count = n;
+	return true;
 }
 
 static bool refuses(struct ph_run *run, struct ph_host *host, const char *what, int before, int rc,
@@ -766,36 +870,16 @@ static bool refuses(struct ph_run *run, struct ph_host *host, const char *what, 
 static void check_bad_address(struct ph_run *run)
 {
 	struct ph_pair pair;
-	struct variant v[8];
-	char what[160];
-	size_t n = 0;
+	size_t sent = 0, received = 0;
 	/* A short timeout: a destination that waits before it validates
 	 * returns LMT_ETIMEDOUT, not LMT_EPROTO. */
-	bool ok = ph_pair_open(run, &pair, 3 * PH_SECOND) && ph_pair_open_endpoints(run, &pair);
-	if (ok) {
-		n = malformed(&pair.dst.addr[0], v);
-		for (size_t i = 0; i < n && ok; i++) {
-			snprintf(what, sizeof(what),
-			         "source ep_connect with %s of a %u-byte address", v[i].what,
-			         pair.dst.addr[0].len);
-			int before = ph_host_errors(&pair.src.host);
-			int rc = pair.plugin->ops.ep_connect(pair.src.ep[0], &v[i].blob);
-			ok = refuses(run, &pair.src.host, what, before, rc, -LMT_EPROTO);
-		}
-	}
-	if (ok) {
-		n = malformed(&pair.src.addr[0], v);
-		for (size_t i = 0; i < n && ok; i++) {
-			snprintf(what, sizeof(what),
-			         "destination ep_connect with %s of a %u-byte address", v[i].what,
-			         pair.src.addr[0].len);
-			int before = ph_host_errors(&pair.dst.host);
-			int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &v[i].blob);
-			ok = refuses(run, &pair.dst.host, what, before, rc, -LMT_EPROTO);
-		}
-	}
-	if (ok)
-		ph_note(run, "%zu malformed blobs refused with LMT_EPROTO on each side", n);
+	if (ph_pair_open(run, &pair, 3 * PH_SECOND) && ph_pair_open_endpoints(run, &pair) &&
+	    refuses_addresses(run, &pair, &pair.src, &pair.dst, &sent) &&
+	    refuses_addresses(run, &pair, &pair.dst, &pair.src, &received))
+		ph_note(run,
+		        "%zu malformed or misdirected blobs refused with LMT_EPROTO by the "
+		        "source, %zu by the destination",
+		        sent, received);
 	ph_pair_close(&pair);
 }
 
@@ -803,14 +887,14 @@ static void check_bad_key(struct ph_run *run)
 {
 	struct ph_pair pair;
 	struct ph_region region = {0};
-	struct variant v[8];
-	char what[160];
+	struct variant v[12];
+	char what[160], d[640];
 	size_t n = 0;
 	bool ok = ph_pair_ready(run, &pair) && ph_region_open(run, &pair, &region, 16 * PH_PAGE);
 	if (ok) {
 		n = malformed(&region.key, v);
 		for (size_t i = 0; i < n && ok; i++) {
-			snprintf(what, sizeof(what), "rkey_import of %s of a %u-byte key",
+			snprintf(what, sizeof(what), "rkey_import of %s (of a %u-byte key)",
 			         v[i].what, region.key.len);
 			lmt_rkey *rkey = NULL;
 			int before = ph_host_errors(&pair.src.host);
@@ -820,9 +904,18 @@ static void check_bad_key(struct ph_run *run)
 				pair.plugin->ops.rkey_release(pair.src.inst, rkey);
 		}
 	}
+	/* The refusals left the instance as it was: the good key still imports. */
+	lmt_rkey *again = NULL;
+	int rc = ok ? pair.plugin->ops.rkey_import(pair.src.inst, &region.key, &again) : 0;
+	if (rc)
+		ok = ph_fail(run, "rkey_import of the good key after the malformed ones: %s",
+		             ph_describe(&pair.src.host, rc, d, sizeof(d)));
+	if (again)
+		pair.plugin->ops.rkey_release(pair.src.inst, again);
 	ok = ok && ph_pair_stop_progress(run, &pair);
 	if (ok)
-		ph_note(run, "%zu malformed keys refused with LMT_EPROTO", n);
+		ph_note(run, "%zu malformed keys refused with LMT_EPROTO, the good one still taken",
+		        n);
 	finish(run, &pair, NULL, NULL, &region, 1);
 }
 
@@ -839,6 +932,7 @@ static void check_beyond(struct ph_run *run)
 	        {len + PH_PAGE, PH_PAGE},
 	        {UINT64_MAX - PH_PAGE + 1, PH_PAGE},
 	        {UINT64_MAX, 2},
+	        {1, SIZE_MAX},
 	};
 	struct ph_pair pair;
 	struct ph_region region = {0};
@@ -880,20 +974,44 @@ static void check_beyond(struct ph_run *run)
 	finish(run, &pair, &tally, &source, &region, 1);
 }
 
-/* A blocking call that gave up must return promptly with `expected`, or 0
- * from a plugin that had nothing to wait for. */
+/* A blocking call that gave up must return within `limit` with `expected`;
+ * with 0 only when `may_succeed`, for a call that had nothing to wait for. */
 static bool prompt(struct ph_run *run, struct ph_host *host, const char *what, int before, int rc,
-                   uint64_t took, uint64_t limit, int expected)
+                   uint64_t took, uint64_t limit, int expected, bool may_succeed)
 {
 	if (took > limit)
 		return ph_fail(run, "%s took %.1f s", what, seconds(took));
+	if (rc == 0 && !may_succeed)
+		return ph_fail(run, "%s returned 0, expected %s", what, lmt_err_name(expected));
 	if (rc < 0 && rc != expected)
-		return ph_fail(run, "%s returned %s, expected %s or 0", what, lmt_err_name(rc),
-		               lmt_err_name(expected));
+		return ph_fail(run, "%s returned %s, expected %s%s", what, lmt_err_name(rc),
+		               lmt_err_name(expected), may_succeed ? " or 0" : "");
 	return rc >= 0 || ph_error_recorded(run, host, before, rc, what);
 }
 
-static bool cancelled_calls(struct ph_run *run)
+/* A destination's ep_connect with no source. A plugin whose destination
+ * waits there for the source gives up with LMT_ETIMEDOUT (*waits); one that
+ * does not wait returns 0. */
+static bool connect_times_out(struct ph_run *run, bool *waits)
+{
+	struct ph_pair pair;
+	bool ok = ph_pair_open(run, &pair, PH_SECOND / 2) && ph_pair_open_endpoints(run, &pair);
+	if (ok) {
+		int before = ph_host_errors(&pair.dst.host);
+		uint64_t start = ph_now();
+		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
+		ok = prompt(run, &pair.dst.host,
+		            "a destination's ep_connect(timeout 500 ms), with no source", before,
+		            rc, ph_now() - start, PH_SECOND / 2 + PROMPT_NS, -LMT_ETIMEDOUT, true);
+		*waits = rc != 0;
+	}
+	ph_pair_close(&pair);
+	return ok;
+}
+
+/* Cancelled calls return LMT_ECANCELED; only an ep_connect that does not
+ * wait (see connect_times_out) may return 0. */
+static bool cancelled_calls(struct ph_run *run, bool waits)
 {
 	struct ph_pair pair;
 	struct lmt_completion c[4];
@@ -905,14 +1023,14 @@ static bool cancelled_calls(struct ph_run *run)
 		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
 		ok = prompt(run, &pair.dst.host,
 		            "a cancelled destination's ep_connect, with no source", before, rc,
-		            ph_now() - start, PROMPT_NS, -LMT_ECANCELED);
+		            ph_now() - start, CANCEL_PROMPT_NS, -LMT_ECANCELED, !waits);
 	}
 	if (ok) {
 		int before = ph_host_errors(&pair.dst.host);
 		uint64_t start = ph_now();
 		int rc = pair.plugin->ops.progress(pair.dst.inst, c, 4, 30 * PH_SECOND);
 		ok = prompt(run, &pair.dst.host, "a cancelled destination's progress(30 s)", before,
-		            rc, ph_now() - start, PROMPT_NS, -LMT_ECANCELED);
+		            rc, ph_now() - start, CANCEL_PROMPT_NS, -LMT_ECANCELED, false);
 	}
 	if (ok) {
 		atomic_store(&pair.src.host.cancelled, 1);
@@ -920,7 +1038,7 @@ static bool cancelled_calls(struct ph_run *run)
 		uint64_t start = ph_now();
 		int rc = pair.plugin->ops.progress(pair.src.inst, c, 4, 30 * PH_SECOND);
 		ok = prompt(run, &pair.src.host, "a cancelled source's progress(30 s)", before, rc,
-		            ph_now() - start, PROMPT_NS, -LMT_ECANCELED);
+		            ph_now() - start, CANCEL_PROMPT_NS, -LMT_ECANCELED, false);
 	}
 	ph_pair_close(&pair);
 	return ok;
@@ -928,19 +1046,13 @@ static bool cancelled_calls(struct ph_run *run)
 
 static void check_cancel(struct ph_run *run)
 {
-	if (!cancelled_calls(run))
-		return;
-	struct ph_pair pair;
-	if (ph_pair_open(run, &pair, PH_SECOND / 2) && ph_pair_open_endpoints(run, &pair)) {
-		int before = ph_host_errors(&pair.dst.host);
-		uint64_t start = ph_now();
-		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
-		prompt(run, &pair.dst.host,
-		       "a destination's ep_connect(timeout 500 ms), with no "
-		       "source",
-		       before, rc, ph_now() - start, PH_SECOND / 2 + PROMPT_NS, -LMT_ETIMEDOUT);
-	}
-	ph_pair_close(&pair);
+	bool waits = false;
+	if (connect_times_out(run, &waits) && cancelled_calls(run, waits))
+		ph_note(run,
+		        "the destination's ep_connect %s; cancelled, it and progress on both "
+		        "sides returned within %.0f s",
+		        waits ? "waits for the source until its timeout" : "does not wait",
+		        seconds(CANCEL_PROMPT_NS));
 }
 
 /* ---- Open/close cycles ------------------------------------------------------ */
@@ -1053,26 +1165,75 @@ static void check_endpoint_cycles(struct ph_run *run)
 	ph_pair_close(&pair);
 }
 
-/* Connect, write, and tear down: in order on even cycles; on odd ones with
- * the write maybe in flight and nothing released but the instances. */
+/* Endpoints opened on both sides and never connected, one closed by the
+ * core, the destination's ep_connect cancelled (a destination that does not
+ * wait is then connected to a source that never connects back); nothing
+ * released but the instances. */
+static bool half_open_cycle(struct ph_run *run)
+{
+	struct ph_pair pair;
+	char d[640];
+	bool ok = ph_pair_open(run, &pair, run->cfg->op_timeout_ns) &&
+	          ph_pair_open_endpoints(run, &pair);
+	if (ok) {
+		uint32_t last = pair.channels - 1;
+		pair.plugin->ops.ep_close(pair.src.ep[last]);
+		pair.src.ep[last] = NULL;
+		atomic_store(&pair.dst.host.cancelled, 1);
+		int rc = pair.plugin->ops.ep_connect(pair.dst.ep[0], &pair.src.addr[0]);
+		if (rc && rc != -LMT_ECANCELED)
+			ok = ph_fail(run, "a cancelled destination's ep_connect: %s",
+			             ph_describe(&pair.dst.host, rc, d, sizeof(d)));
+	}
+	ph_pair_close(&pair);
+	return ok;
+}
+
+static void check_half_open_cycles(struct ph_run *run)
+{
+	if (!half_open_cycle(run))
+		return;
+	struct ph_census before = ph_census_take();
+	struct cycles c = cycles_plan(run, run->cfg->cycles / 100 ? run->cfg->cycles / 100 : 1);
+	for (; cycles_left(&c); c.done++)
+		if (!half_open_cycle(run))
+			return;
+	char text[96];
+	if (same_usage(run, before, &c))
+		ph_note(run, "%s of endpoints never connected, closed by instance_close",
+		        cycles_text(&c, text, sizeof(text)));
+}
+
+/* Connect, write, and tear down: in order on even cycles, with the source's
+ * endpoints closed first or, every other time, the destination's; on odd
+ * ones with 1 MiB of writes maybe in flight and nothing released but the
+ * instances. */
 static bool connected_cycle(struct ph_run *run, unsigned i)
 {
+	enum { PIECES = 8, PIECE = 128 * KIB };
 	struct ph_pair pair;
 	struct ph_region region = {0};
 	struct ph_source source = {0};
 	struct ph_tally tally = {0};
-	bool ok = ph_pair_ready(run, &pair) && ph_region_open(run, &pair, &region, 4 * PH_PAGE) &&
-	          ph_source_open(run, &pair, &source, PH_PAGE, i) &&
-	          ph_tally_init(run, &tally, 1) &&
-	          ph_post(run, &pair, &tally, i % pair.channels, &source, source.mem, &region, 0,
-	                  PH_PAGE);
-	bool orderly = !ok || i % 2 == 0;
+	bool orderly = i % 2 == 0;
+	unsigned writes = orderly ? 1 : PIECES;
+	size_t len = orderly ? PH_PAGE : PIECE;
+	bool ok = ph_pair_ready(run, &pair) &&
+	          ph_region_open(run, &pair, &region, (size_t)PIECES * PIECE) &&
+	          ph_source_open(run, &pair, &source, (size_t)PIECES * PIECE, i) &&
+	          ph_tally_init(run, &tally, writes);
+	for (unsigned k = 0; k < writes && ok; k++)
+		ok = ph_post(run, &pair, &tally, (i + k) % pair.channels, &source,
+		             source.mem + k * len, &region, k * len, len);
+	orderly = orderly || !ok;
 	if (ok && orderly) {
 		ok = ph_harvest_all(run, &pair, &tally) && ph_pair_stop_progress(run, &pair);
-		for (uint32_t c = 0; c < pair.channels && ok; c++) {
-			pair.plugin->ops.ep_close(pair.src.ep[c]);
-			pair.plugin->ops.ep_close(pair.dst.ep[c]);
-		}
+		struct ph_side *first = i % 4 == 2 ? &pair.dst : &pair.src;
+		struct ph_side *second = i % 4 == 2 ? &pair.src : &pair.dst;
+		for (uint32_t c = 0; c < pair.channels && ok; c++)
+			pair.plugin->ops.ep_close(first->ep[c]);
+		for (uint32_t c = 0; c < pair.channels && ok; c++)
+			pair.plugin->ops.ep_close(second->ep[c]);
 		ok = ok && ph_pair_quiet(run, &pair);
 	}
 	ph_pair_stop_progress(run, &pair);
@@ -1102,7 +1263,9 @@ static void check_connected_cycles(struct ph_run *run)
 			return;
 	char text[96];
 	if (same_usage(run, before, &c))
-		ph_note(run, "%s, every other one closed with a write outstanding",
+		ph_note(run,
+		        "%s, every other one closed with 1 MiB of writes outstanding, the rest "
+		        "endpoints first, either side first",
 		        cycles_text(&c, text, sizeof(text)));
 }
 
@@ -1197,6 +1360,7 @@ const struct pc_check pc_checks[] = {
         {"idle progress and flush", check_idle},
         {"registration", check_registration},
         {"writes of many sizes", check_sizes},
+        {"a write of chunk-size", check_largest},
         {"every cookie exactly once", check_cookies},
         {"flush visibility", check_flush},
         {"queue full (EAGAIN)", check_queue_full},
@@ -1206,6 +1370,7 @@ const struct pc_check pc_checks[] = {
         {"cancel and timeout", check_cancel},
         {"instance open/close cycles", check_instance_cycles},
         {"endpoint open/close cycles", check_endpoint_cycles},
+        {"half-open close cycles", check_half_open_cycles},
         {"connected open/close cycles", check_connected_cycles},
         {"unload", check_unload},
 };
