@@ -143,11 +143,11 @@ add_elf() {
 bench="$build/tools/lmt-bench"
 faults="$build/tests/integration/test_faults"
 plugin="$build/plugins/verbs/verbs.so"
-for f in "$bench" "$plugin" "$build/tests/verbs/verbs-probe"; do
+for f in "$bench" "$plugin" "$build/tests/plugins/verbs/verbs-probe"; do
 	[ -x "$f" ] || [ -f "$f" ] || die "$f not built (meson compile first)"
 done
 cp "$busybox" "$stage/bin/busybox"
-for f in "$bench" "$plugin" "$build/tests/verbs/verbs-probe" "$(command -v rdma)" \
+for f in "$bench" "$plugin" "$build/tests/plugins/verbs/verbs-probe" "$(command -v rdma)" \
          "$(command -v ip)" "$(command -v ib_write_bw)"; do
 	add_elf "$f"
 done
@@ -163,7 +163,7 @@ chmod +x "$stage/init"
 cat >"$stage/lmt/env" <<ENV
 BENCH='$bench'
 FAULTS='$faults'
-PROBE='$build/tests/verbs/verbs-probe'
+PROBE='$build/tests/plugins/verbs/verbs-probe'
 PLUGIN_DIR='$(dirname "$plugin")'
 RDMA='$(command -v rdma)'
 IP='$(command -v ip)'
