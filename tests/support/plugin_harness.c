@@ -942,10 +942,11 @@ bool ph_lose_destination_mid_stream(struct ph_run *run, struct ph_pair *pair, st
 	if (again != error)
 		ok = ph_fail(run, "progress returned %s, then %s", lmt_err_name(error),
 		             lmt_err_name(again));
-	*loss = (struct ph_loss){.write_rc = loss->write_rc,
-	                         .progress_rc = error,
-	                         .posted = tally.posted,
-	                         .failed = tally.failed};
+	loss->progress_rc = error;
+	loss->posted = tally.posted;
+	loss->failed = tally.failed;
+	loss->first_code =
+	        ph_host_first_error(&pair->src.host, loss->first_error, sizeof(loss->first_error));
 	ph_tally_fini(&tally);
 	ph_source_close(pair, &source);
 	ph_region_close(pair, &region);

@@ -291,6 +291,8 @@ struct ph_loss {
 	int progress_rc; /* the error progress ended with */
 	uint64_t posted; /* writes posted, each accounted for exactly once */
 	uint64_t failed; /* of which completed with an error status */
+	int first_code;  /* the first error the source recorded, and why */
+	char first_error[512];
 };
 
 /* Connect a pair, keep 64 MiB of writes in flight, close the destination's
