@@ -736,6 +736,8 @@ int ph_post_once(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tall
 		        ph_describe(&pair->src.host, rc, d, sizeof(d)));
 		return -1;
 	}
+	if (tally->allow_failures)
+		return rc;
 	ph_fail(run, "write of %zu bytes at offset %llu of a %zu-byte region, channel %u: %s", len,
 	        (unsigned long long)offset, region->len, channel,
 	        ph_describe(&pair->src.host, rc, d, sizeof(d)));
@@ -750,8 +752,13 @@ bool ph_post(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally, u
 	for (;;) {
 		int rc =
 		        ph_post_once(run, pair, tally, channel, source, local, region, offset, len);
-		if (rc != -LMT_EAGAIN)
-			return rc == 0;
+		if (rc == 0)
+			return true;
+		char d[640];
+		if (rc != -LMT_EAGAIN) /* failed already, unless failures are allowed */
+			return ph_fail(run, "write of %zu bytes at offset %llu, channel %u: %s",
+			               len, (unsigned long long)offset, channel,
+			               ph_describe(&pair->src.host, rc, d, sizeof(d)));
 		if (ph_harvest(run, pair, tally, HARVEST_MAX, PH_SECOND / 100) < 0)
 			return false;
 		if (ph_now() > deadline)

@@ -269,7 +269,8 @@ void ph_tally_fini(struct ph_tally *tally);
 bool ph_post(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally, uint32_t channel,
              struct ph_source *source, const uint8_t *local, struct ph_region *region,
              uint64_t offset, size_t len);
-/* Post one write once: 0, -LMT_EAGAIN, or fails the run (returns -1). */
+/* Post one write once: 0, -LMT_EAGAIN, or fails the run (returns -1; with
+ * failures allowed, the write's error code instead, the run untouched). */
 int ph_post_once(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally, uint32_t channel,
                  struct ph_source *source, const uint8_t *local, struct ph_region *region,
                  uint64_t offset, size_t len);
