@@ -1,6 +1,7 @@
-/* Deadlines and monotonic condition variables (see sync.h). */
+/* Deadlines, monotonic condition variables and threads (see sync.h). */
 #include "sync.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -31,4 +32,14 @@ void lmt__cond_wait_slice(pthread_cond_t *cond, pthread_mutex_t *lock, uint64_t 
 	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
 	                      .tv_nsec = (long)(until % 1000000000u)};
 	pthread_cond_timedwait(cond, lock, &ts);
+}
+
+int lmt__thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(thread, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc ? -LMT_ENOMEM : 0;
 }

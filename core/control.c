@@ -1,25 +1,70 @@
 /* The control connection: one reliable ordered stream per session that
- * carries every control message (docs/protocol.md), keep-alives both ways,
- * and the peer's ERROR message turned into the session's error. */
+ * carries every control message (docs/protocol.md). A service thread owns
+ * its reading side from the moment it is connected: it answers and sends
+ * keep-alives whether or not the VMM is inside an lmt call, takes in the
+ * peer's ERROR, notices a peer that went quiet or away, and queues every
+ * other message for the engine, which takes them with lmt__ctrl_recv. */
 #define _GNU_SOURCE
 #include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "bytes.h"
 #include "error.h"
 #include "session.h"
+#include "sync.h"
+
+/* Messages queued beyond this many bytes wait in the socket: the peer is
+ * then held back by TCP, however much it sends. */
+#define INBOX_MAX_BYTES (2 * (size_t)LMT_PROTO_MAX_PAYLOAD)
+/* A hang-up is looked for at most this often by lmt__peer_gone. */
+#define PEER_CHECK_NS 10000000ull
+
+struct ctrl_msg {
+	struct ctrl_msg *next;
+	struct lmt_msg_header h;
+	uint8_t payload[];
+};
+
+struct lmt__ctrl {
+	struct lmt_session *s;
+	pthread_t thread;
+	int wake_fd; /* eventfd: the thread is to stop */
+	atomic_bool stop;
+	pthread_mutex_t send_lock; /* one message at a time on the socket */
+	pthread_mutex_t lock;      /* everything below */
+	pthread_cond_t cond;       /* broadcast on every change */
+	struct ctrl_msg *head, *tail;
+	size_t queued; /* payload bytes in the inbox */
+	int error;     /* -LMT_E* once the connection failed */
+	char why[LMT_PROTO_MAX_TEXT + 96];
+	bool closing; /* the peer may now close: no failure */
+	bool told;    /* the failure is the peer's own ERROR */
+	uint64_t last_rx_ns, last_tx_ns;
+};
 
 static const char *peer_name(const struct lmt_session *s)
 {
 	return s->role == LMT_ROLE_SOURCE ? "destination" : "source";
 }
 
-/* A hang-up is looked for at most this often. */
-#define PEER_CHECK_NS 10000000ull
+static uint64_t ping_interval(const struct lmt_session *s)
+{
+	uint64_t t = s->idle_timeout_ns / 4;
+	return t < 1000000000ull ? t : 1000000000ull;
+}
 
+/* Gone, and every message it sent before was taken by the engine: a
+ * message still queued may explain the departure better. */
 bool lmt__peer_gone(struct lmt_session *s)
 {
 	if (atomic_load(&s->peer_gone))
-		return true;
+		return !lmt__ctrl_queued(s);
 	uint64_t now = lmt__now(), last = atomic_load(&s->peer_checked_ns);
 	int fd = s->ctrl_fd;
 	if (fd < 0 || now - last < PEER_CHECK_NS ||
@@ -28,7 +73,7 @@ bool lmt__peer_gone(struct lmt_session *s)
 	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
 	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		atomic_store(&s->peer_gone, 1);
-	return atomic_load(&s->peer_gone) != 0;
+	return atomic_load(&s->peer_gone) && !lmt__ctrl_queued(s);
 }
 
 static int wait_cancelled(void *ctx)
@@ -42,6 +87,287 @@ struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns)
 	        .deadline_ns = deadline_ns, .cancelled = wait_cancelled, .ctx = s};
 }
 
+/* ---- the service thread ---- */
+
+/* Record the connection's first failure (the thread's own wording). */
+static void ctrl_failed(struct lmt__ctrl *c, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+
+static void ctrl_failed(struct lmt__ctrl *c, int code, const char *fmt, ...)
+{
+	char why[sizeof(c->why)];
+	pthread_mutex_lock(&c->lock);
+	bool first = !c->error, orderly = c->closing;
+	if (first) {
+		c->error = -(code < 0 ? -code : code);
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(c->why, sizeof(c->why), fmt, ap);
+		va_end(ap);
+	}
+	code = c->error;
+	memcpy(why, c->why, sizeof(why));
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	atomic_store(&c->s->peer_gone, 1);
+	if (first && !orderly)
+		lmt__session_async_failure(c->s, code, why);
+}
+
+static int send_locked(struct lmt__ctrl *c, const uint8_t *data, size_t len, uint64_t deadline_ns,
+                       struct lmt__net_error *e)
+{
+	struct lmt__wait w = lmt__wait_until(c->s, deadline_ns);
+	pthread_mutex_lock(&c->send_lock);
+	int rc = lmt__net_send_all(c->s->ctrl_fd, data, len, &w, e);
+	pthread_mutex_unlock(&c->send_lock);
+	if (!rc) {
+		pthread_mutex_lock(&c->lock);
+		c->last_tx_ns = lmt__now();
+		pthread_mutex_unlock(&c->lock);
+	}
+	return rc;
+}
+
+static void send_keepalive(struct lmt__ctrl *c, uint16_t type)
+{
+	uint8_t msg[LMT_PROTO_HEADER_SIZE];
+	struct lmt_buf b = {.data = msg, .cap = sizeof(msg)};
+	struct lmt__net_error e;
+	if (lmt__enc_empty(&b, type) == 0 &&
+	    send_locked(c, msg, b.len, lmt__now() + c->s->idle_timeout_ns, &e))
+		ctrl_failed(c, LMT_ECONN, "sending %s: control connection to the %s: %s",
+		            lmt__msg_name(type), peer_name(c->s), e.msg);
+}
+
+static int thread_stopping(void *ctx)
+{
+	struct lmt__ctrl *c = ctx;
+	return atomic_load(&c->stop);
+}
+
+/* The peer's ERROR: its reason becomes the connection's failure. */
+static void take_error(struct lmt__ctrl *c, const struct ctrl_msg *m)
+{
+	struct lmt_msg_status st;
+	struct lmt_error err = {0};
+	if (lmt__dec_status(m->payload, m->h.length, LMT_MSG_ERROR, &st, &err)) {
+		ctrl_failed(c, LMT_EPROTO, "%s", err.message);
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->told = !c->error;
+	pthread_mutex_unlock(&c->lock);
+	ctrl_failed(c, st.code ? st.code : LMT_EPROTO, "the %s failed: %s", peer_name(c->s),
+	            st.text);
+}
+
+/* Read one whole message; NULL after recording why not. */
+static struct ctrl_msg *read_message(struct lmt__ctrl *c)
+{
+	struct lmt_session *s = c->s;
+	uint8_t hdr[LMT_PROTO_HEADER_SIZE];
+	struct lmt__net_error e;
+	struct lmt__wait w = {.deadline_ns = lmt__now() + s->idle_timeout_ns,
+	                      .cancelled = thread_stopping,
+	                      .ctx = c};
+	int rc = lmt__net_recv_all(s->ctrl_fd, hdr, sizeof(hdr), &w, &e);
+	struct lmt_msg_header h;
+	struct lmt_error err = {0};
+	if (!rc && (rc = lmt__dec_header(hdr, sizeof(hdr), &h, &err))) {
+		ctrl_failed(c, rc, "%s", err.message);
+		return NULL;
+	}
+	struct ctrl_msg *m = rc ? NULL : malloc(sizeof(*m) + h.length);
+	if (!rc && !m) {
+		ctrl_failed(c, LMT_ENOMEM, "out of memory for a %u-byte %s", h.length,
+		            lmt__msg_name(h.type));
+		return NULL;
+	}
+	if (!rc) {
+		m->next = NULL;
+		m->h = h;
+		w.deadline_ns = lmt__now() + s->idle_timeout_ns;
+		rc = lmt__net_recv_all(s->ctrl_fd, m->payload, h.length, &w, &e);
+	}
+	if (rc) {
+		free(m);
+		pthread_mutex_lock(&c->lock);
+		bool orderly = c->closing;
+		pthread_mutex_unlock(&c->lock);
+		if (rc == -LMT_ECANCELED)
+			return NULL; /* stopping */
+		if (orderly && rc == -LMT_ECONN)
+			ctrl_failed(c, LMT_ECONN, "the %s closed the control connection",
+			            peer_name(s));
+		else if (rc == -LMT_ETIMEDOUT)
+			ctrl_failed(c, rc, "the %s said nothing for too long", peer_name(s));
+		else
+			ctrl_failed(c, rc, "control connection to the %s: %s", peer_name(s), e.msg);
+		return NULL;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->last_rx_ns = lmt__now();
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
+/* Queue a message for the engine, holding back while the inbox is full. */
+static void enqueue(struct lmt__ctrl *c, struct ctrl_msg *m)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->queued && c->queued + m->h.length > INBOX_MAX_BYTES && !atomic_load(&c->stop))
+		lmt__cond_wait_slice(&c->cond, &c->lock, UINT64_MAX);
+	if (c->tail)
+		c->tail->next = m;
+	else
+		c->head = m;
+	c->tail = m;
+	c->queued += m->h.length;
+	if (m->h.type == LMT_MSG_COMPLETE_ACK)
+		c->closing = true; /* the destination closes after it */
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* What to wait for next: the time until a ping is due, or the peer's
+ * silence turns into a failure, whichever is sooner; at most 100 ms. */
+static int poll_timeout_ms(struct lmt__ctrl *c)
+{
+	struct lmt_session *s = c->s;
+	pthread_mutex_lock(&c->lock);
+	uint64_t now = lmt__now();
+	uint64_t ping_at = c->last_tx_ns + ping_interval(s);
+	uint64_t quiet_at = c->last_rx_ns + s->idle_timeout_ns;
+	pthread_mutex_unlock(&c->lock);
+	uint64_t at = ping_at < quiet_at ? ping_at : quiet_at;
+	uint64_t ms = at > now ? (at - now) / 1000000 + 1 : 0;
+	return ms > 100 ? 100 : (int)ms;
+}
+
+static void *service(void *arg)
+{
+	struct lmt__ctrl *c = arg;
+	struct lmt_session *s = c->s;
+	while (!atomic_load(&c->stop)) {
+		struct pollfd p[2] = {{.fd = s->ctrl_fd, .events = POLLIN},
+		                      {.fd = c->wake_fd, .events = POLLIN}};
+		int n = poll(p, 2, poll_timeout_ms(c));
+		if (atomic_load(&c->stop))
+			break;
+		pthread_mutex_lock(&c->lock);
+		int failed = c->error;
+		uint64_t quiet = lmt__now() - c->last_rx_ns;
+		bool ping = lmt__now() - c->last_tx_ns >= ping_interval(s);
+		pthread_mutex_unlock(&c->lock);
+		if (failed)
+			break;
+		if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+			struct ctrl_msg *m = read_message(c);
+			if (!m)
+				break;
+			if (m->h.type == LMT_MSG_PING) {
+				send_keepalive(c, LMT_MSG_PONG);
+				free(m);
+			} else if (m->h.type == LMT_MSG_PONG) {
+				free(m);
+			} else if (m->h.type == LMT_MSG_ERROR) {
+				take_error(c, m);
+				free(m);
+				break;
+			} else {
+				enqueue(c, m);
+			}
+			continue;
+		}
+		if (quiet > s->idle_timeout_ns) {
+			ctrl_failed(c, LMT_ETIMEDOUT, "the %s said nothing for %llu ms",
+			            peer_name(s),
+			            (unsigned long long)(s->idle_timeout_ns / 1000000));
+			break;
+		}
+		if (ping)
+			send_keepalive(c, LMT_MSG_PING);
+	}
+	return NULL;
+}
+
+int lmt__ctrl_start(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = calloc(1, sizeof(*c));
+	if (!c)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	c->s = s;
+	c->last_rx_ns = c->last_tx_ns = lmt__now();
+	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int rc = c->wake_fd < 0 ? -LMT_EIO : 0;
+	if (!rc && pthread_mutex_init(&c->send_lock, NULL) == 0) {
+		if (pthread_mutex_init(&c->lock, NULL) == 0) {
+			if (lmt__cond_init(&c->cond) == 0) {
+				s->ctrl = c;
+				if (lmt__thread_start(&c->thread, service, c) == 0)
+					return 0;
+				s->ctrl = NULL;
+				pthread_cond_destroy(&c->cond);
+			}
+			pthread_mutex_destroy(&c->lock);
+		}
+		pthread_mutex_destroy(&c->send_lock);
+	}
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
+	free(c);
+	return lmt__fail(s, LMT_ENOMEM, "cannot start the control connection's thread");
+}
+
+void lmt__ctrl_expect_close(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->closing = true;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void ctrl_stop(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return;
+	atomic_store(&c->stop, true);
+	uint64_t one = 1;
+	if (write(c->wake_fd, &one, sizeof(one)) < 0) {
+		/* The thread still sees `stop` within its poll slice. */
+	}
+	pthread_mutex_lock(&c->lock);
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+	while (c->head) {
+		struct ctrl_msg *m = c->head;
+		c->head = m->next;
+		free(m);
+	}
+	close(c->wake_fd);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->send_lock);
+	free(c);
+	s->ctrl = NULL;
+}
+
+void lmt__ctrl_close(struct lmt_session *s)
+{
+	ctrl_stop(s);
+	if (s->ctrl_fd >= 0) {
+		shutdown(s->ctrl_fd, SHUT_RDWR);
+		close(s->ctrl_fd);
+		s->ctrl_fd = -1;
+	}
+}
+
+/* ---- what the engines call ---- */
+
 static int net_fail(struct lmt_session *s, int rc, const char *what, const struct lmt__net_error *e)
 {
 	if (rc == -LMT_ECANCELED)
@@ -51,16 +377,32 @@ static int net_fail(struct lmt_session *s, int rc, const char *what, const struc
 	return lmt__fail(s, rc, "%s: control connection to the %s: %s", what, peer_name(s), e->msg);
 }
 
+/* The connection's failure, as the session's. Called with c->lock held. */
+static int connection_failed(struct lmt_session *s, const char *what)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (c->told)
+		return lmt__fail(s, c->error, "%s", c->why);
+	return lmt__fail(s, c->error, "%s: %s", what, c->why);
+}
+
 int lmt__ctrl_send(struct lmt_session *s)
 {
+	return lmt__ctrl_send_by(s, lmt__now() + s->idle_timeout_ns);
+}
+
+int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline)
+{
 	struct lmt__net_error e;
-	struct lmt__wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
 	uint16_t type = lmt__get16(s->out.data);
-	int rc = lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
-	if (rc)
-		return net_fail(s, rc, lmt__msg_name(type), &e);
-	s->last_tx_ns = lmt__now();
-	return 0;
+	int rc;
+	if (s->ctrl) {
+		rc = send_locked(s->ctrl, s->out.data, s->out.len, deadline, &e);
+	} else {
+		struct lmt__wait w = lmt__wait_until(s, deadline);
+		rc = lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
+	}
+	return rc ? net_fail(s, rc, lmt__msg_name(type), &e) : 0;
 }
 
 int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type)
@@ -69,87 +411,112 @@ int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type)
 	return rc ? lmt__fail(s, rc, "encoding %s", lmt__msg_name(type)) : lmt__ctrl_send(s);
 }
 
-/* An ERROR message: the peer failed, and says why. */
-static int peer_failed(struct lmt_session *s, const struct lmt_msg_header *h)
+void lmt__ctrl_send_error(struct lmt_session *s, const struct lmt_msg_status *st)
 {
-	struct lmt_msg_status st;
-	struct lmt_error err = {0};
-	int rc = lmt__dec_status(s->in, h->length, LMT_MSG_ERROR, &st, &err);
-	if (rc)
-		return lmt__fail(s, rc, "%s", err.message);
-	return lmt__fail(s, st.code ? st.code : -LMT_EPROTO, "the %s failed: %s", peer_name(s),
-	                 st.text);
+	if (s->ctrl_fd < 0 || lmt__enc_status(&s->out, LMT_MSG_ERROR, st))
+		return;
+	/* Best effort and brief: the session is over either way. */
+	struct lmt__net_error e;
+	uint64_t deadline = lmt__now_ns() + 200 * 1000000ull;
+	if (s->ctrl) {
+		send_locked(s->ctrl, s->out.data, s->out.len, deadline, &e);
+	} else {
+		struct lmt__wait w = {.deadline_ns = deadline};
+		lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
+	}
 }
 
 int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns)
 {
-	uint8_t hdr[LMT_PROTO_HEADER_SIZE];
-	struct lmt__net_error e;
-	struct lmt__wait w = lmt__wait_until(s, deadline_ns);
-	int rc = lmt__net_recv_all(s->ctrl_fd, hdr, sizeof(hdr), &w, &e);
-	if (rc)
-		return net_fail(s, rc, "waiting for a control message", &e);
-	struct lmt_error err = {0};
-	rc = lmt__dec_header(hdr, sizeof(hdr), h, &err);
-	if (rc)
-		return lmt__fail(s, rc, "%s", err.message);
-	w.deadline_ns = lmt__now() + s->idle_timeout_ns;
-	rc = lmt__net_recv_all(s->ctrl_fd, s->in, h->length, &w, &e);
-	if (rc)
-		return net_fail(s, rc, lmt__msg_name(h->type), &e);
-	s->last_rx_ns = lmt__now();
-	return h->type == LMT_MSG_ERROR ? peer_failed(s, h) : 0;
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return lmt__fail(s, LMT_ESTATE, "waiting for a control message: not connected");
+	pthread_mutex_lock(&c->lock);
+	while (!c->head && !c->error) {
+		if (lmt__is_cancelled(s)) {
+			pthread_mutex_unlock(&c->lock);
+			return lmt__fail(s, LMT_ECANCELED,
+			                 "waiting for a control message: cancelled");
+		}
+		if (lmt__now() >= deadline_ns) {
+			pthread_mutex_unlock(&c->lock);
+			return lmt__fail(s, LMT_ETIMEDOUT,
+			                 "waiting for a control message: the %s said nothing for "
+			                 "too long",
+			                 peer_name(s));
+		}
+		lmt__cond_wait_slice(&c->cond, &c->lock, deadline_ns);
+	}
+	struct ctrl_msg *m = c->head;
+	if (!m) {
+		int rc = connection_failed(s, "waiting for a control message");
+		pthread_mutex_unlock(&c->lock);
+		return rc;
+	}
+	c->head = m->next;
+	if (!c->head)
+		c->tail = NULL;
+	c->queued -= m->h.length;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	*h = m->h;
+	memcpy(s->in, m->payload, m->h.length);
+	free(m);
+	return 0;
 }
 
 int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
                      struct lmt_msg_header *h)
 {
-	for (;;) {
-		int rc = lmt__ctrl_recv(s, h, deadline_ns);
-		if (rc)
-			return rc;
-		if (h->type == want)
-			return 0;
-		if (h->type == LMT_MSG_PING && (rc = lmt__ctrl_send_empty(s, LMT_MSG_PONG)))
-			return rc;
-		if (h->type != LMT_MSG_PING && h->type != LMT_MSG_PONG)
-			return lmt__fail(s, LMT_EPROTO, "expected %s from the %s, got %s",
-			                 lmt__msg_name(want), peer_name(s), lmt__msg_name(h->type));
-	}
+	int rc = lmt__ctrl_recv(s, h, deadline_ns);
+	if (rc || h->type == want)
+		return rc;
+	return lmt__fail(s, LMT_EPROTO, "expected %s from the %s, got %s", lmt__msg_name(want),
+	                 peer_name(s), lmt__msg_name(h->type));
 }
 
-static bool readable(const struct lmt_session *s)
+bool lmt__ctrl_wait(struct lmt_session *s, uint64_t deadline_ns)
 {
-	struct pollfd p = {.fd = s->ctrl_fd, .events = POLLIN};
-	return poll(&p, 1, 0) > 0;
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	while (!c->head && !c->error && !lmt__is_cancelled(s) && lmt__now() < deadline_ns)
+		lmt__cond_wait_slice(&c->cond, &c->lock, deadline_ns);
+	bool pending = c->head != NULL || c->error != 0;
+	pthread_mutex_unlock(&c->lock);
+	return pending;
 }
 
-static uint64_t ping_interval(const struct lmt_session *s)
+bool lmt__ctrl_queued(struct lmt_session *s)
 {
-	uint64_t t = s->idle_timeout_ns / 4;
-	return t < 1000000000ull ? t : 1000000000ull;
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	bool queued = c->head != NULL;
+	pthread_mutex_unlock(&c->lock);
+	return queued;
 }
 
-int lmt__ctrl_keepalive(struct lmt_session *s)
+bool lmt__ctrl_pending(struct lmt_session *s)
 {
-	if (lmt__now() - s->last_tx_ns >= ping_interval(s)) {
-		int rc = lmt__ctrl_send_empty(s, LMT_MSG_PING);
-		if (rc)
-			return rc;
-	}
-	while (readable(s)) {
-		struct lmt_msg_header h;
-		int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
-		if (!rc && h.type == LMT_MSG_PING)
-			rc = lmt__ctrl_send_empty(s, LMT_MSG_PONG);
-		else if (!rc && h.type != LMT_MSG_PONG)
-			rc = lmt__fail(s, LMT_EPROTO, "unexpected %s from the %s",
-			               lmt__msg_name(h.type), peer_name(s));
-		if (rc)
-			return rc;
-	}
-	if (lmt__now() - s->last_rx_ns > s->idle_timeout_ns)
-		return lmt__fail(s, LMT_ETIMEDOUT, "the %s said nothing for %llu ms", peer_name(s),
-		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	return 0;
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	bool pending = c->head != NULL || c->error != 0;
+	pthread_mutex_unlock(&c->lock);
+	return pending;
+}
+
+int lmt__ctrl_check(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	int rc = c->error && !c->head ? connection_failed(s, "control connection") : 0;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }

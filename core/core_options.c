@@ -87,6 +87,15 @@ static const struct lmt_option_desc core_options[] = {
                 .doc = "a peer that says nothing for this long fails the migration",
         },
         {
+                .name = "switchover-timeout",
+                .type = LMT_OPT_DURATION,
+                .default_value = "10s",
+                .min = NS_PER_MS,
+                .max = NS_PER_HOUR,
+                .doc = "longest lmt_save_complete may take with the guest paused; past it "
+                       "the migration fails and the source guest may resume",
+        },
+        {
                 .name = "queue-depth",
                 .type = LMT_OPT_INT,
                 .default_value = "64",

@@ -421,12 +421,12 @@ static int handle_complete(struct lmt_session *s, size_t length)
 	if (rc)
 		return rc;
 	rc = send_status(s, LMT_MSG_COMPLETE_ACK, 0, "ok");
+	lmt__ctrl_expect_close(s); /* the source is done with it */
 	return rc ? rc : 1;
 }
 
 static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 {
-	struct lmt_error err = {0};
 	switch (h->type) {
 	case LMT_MSG_REG_REQ:
 		return handle_reg_req(s, h->length);
@@ -434,12 +434,6 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return handle_state(s, h->length);
 	case LMT_MSG_COMPLETE:
 		return handle_complete(s, h->length);
-	case LMT_MSG_PING:
-		if (lmt__dec_empty(s->in, h->length, h->type, &err))
-			return lmt__fail(s, LMT_EPROTO, "%s", err.message);
-		return lmt__ctrl_send_empty(s, LMT_MSG_PONG);
-	case LMT_MSG_PONG:
-		return 0;
 	default:
 		return lmt__fail(s, LMT_EPROTO,
 		                 "unexpected %s from the source during the migration",
@@ -459,17 +453,15 @@ static int load(struct lmt_session *s)
 		if (n < 0)
 			return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
 			                 lmt_err_name(n));
-		struct pollfd p = {.fd = s->ctrl_fd, .events = POLLIN};
-		if (poll(&p, 1, target ? 0 : CONTROL_SLICE_MS) > 0) {
+		/* Without target progress to drive, the wait is for the source. */
+		uint64_t wait = target ? 0 : CONTROL_SLICE_MS * 1000000ull;
+		if (lmt__ctrl_wait(s, lmt__now() + wait)) {
 			struct lmt_msg_header h;
 			int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
 			if (rc == 0)
 				rc = handle(s, &h);
 			if (rc)
 				return rc;
-		} else if (lmt__now() - s->last_rx_ns > s->idle_timeout_ns) {
-			return lmt__fail(s, LMT_ETIMEDOUT, "the source said nothing for %llu ms",
-			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
 		}
 	}
 }
@@ -488,8 +480,8 @@ static int accept_source(struct lmt_session *s)
 	close(d->listen_fd);
 	d->listen_fd = -1;
 	lmt__net_tune(s->ctrl_fd, 1, 0);
-	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
-	return 0;
+	s->start_ns = lmt__now();
+	return lmt__ctrl_start(s);
 }
 
 /* Everything after the source connected. */
@@ -509,6 +501,7 @@ static int serve(struct lmt_session *s)
 	s->stats.status = LMT_STATUS_ACTIVE;
 	s->stats.setup_ns = lmt__now() - s->start_ns;
 	pthread_mutex_unlock(&s->lock);
+	lmt__event_simple(s, LMT_EVENT_SETUP_DONE, 0);
 	rc = load(s);
 	return rc == 1 ? 0 : rc;
 }
@@ -530,17 +523,17 @@ static int end_load(struct lmt_session *s, int rc)
 	if (rc)
 		return lmt__abort(s, rc);
 	lmt__transport_close(s);
-	close(s->ctrl_fd);
-	s->ctrl_fd = -1;
+	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
 	s->stats.total_ns = lmt__now() - s->start_ns;
 	s->stats.status = LMT_STATUS_COMPLETED;
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
+	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
 	return 0;
 }
 
-int lmt_load_run(lmt_session *s)
+static int load_run(lmt_session *s)
 {
 	int rc = begin_load(s, LMT_STATE_LISTENING);
 	if (rc)
@@ -553,14 +546,29 @@ int lmt_load_run(lmt_session *s)
 	return end_load(s, rc);
 }
 
+int lmt_load_run(lmt_session *s)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(s, LMT_ESTATE,
+		                  "load run: a job started with lmt_load_start runs this session");
+	lmt__call_enter(s);
+	int rc = load_run(s);
+	lmt__call_leave(s);
+	return rc;
+}
+
 int lmt__load_connected(struct lmt_session *s, int fd)
 {
 	int rc = begin_load(s, LMT_STATE_NEW);
 	if (rc)
 		return rc;
 	s->ctrl_fd = fd;
-	s->start_ns = s->last_rx_ns = s->last_tx_ns = lmt__now();
-	rc = lmt__session_prepare(s);
+	s->start_ns = lmt__now();
+	rc = lmt__ctrl_start(s);
+	if (!rc)
+		rc = lmt__session_prepare(s);
 	if (!rc)
 		rc = serve(s);
 	return end_load(s, rc);

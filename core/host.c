@@ -54,11 +54,13 @@ static int host_option(void *ctx, const char *name, struct lmt_option_value *out
 	return lmt__optset_get(s->opts, name, out);
 }
 
-/* Cancelled, or the peer hung up the control connection: either way a
- * blocking plugin call has nothing left to wait for. */
+/* Cancelled, the session failed and is being torn down, or the peer hung
+ * up the control connection: a blocking plugin call has nothing left to
+ * wait for. */
 static int host_cancelled(void *ctx)
 {
-	return lmt__is_cancelled(ctx) || lmt__peer_gone(ctx);
+	struct lmt_session *s = ctx;
+	return lmt__is_cancelled(s) || atomic_load(&s->aborting) || lmt__peer_gone(s);
 }
 
 static const struct lmt_plugin *host_inner(void *ctx)

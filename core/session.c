@@ -49,6 +49,29 @@ int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...)
 	return code;
 }
 
+int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...)
+{
+	char msg[sizeof(s->error.message)];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	code = code > 0 ? -code : code;
+	pthread_mutex_lock(&s->lock);
+	if (atomic_load(&s->state) != LMT_STATE_DONE) {
+		if (s->error.code && !s->error_is_usage) {
+			char cause[sizeof(s->error.message)];
+			memcpy(cause, s->error.message, sizeof(cause));
+			lmt__error(&s->error, code, "%s (%s)", msg, cause);
+		} else {
+			lmt__error(&s->error, code, "%s", msg);
+		}
+		s->error_is_usage = false;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return code;
+}
+
 int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -99,7 +122,7 @@ static int load_options(struct lmt_session *s, const char *options, struct lmt_e
 static int alloc_role(struct lmt_session *s, struct lmt_error *err)
 {
 	s->in = malloc(LMT_PROTO_MAX_PAYLOAD);
-	int rc = s->in ? 0 : -LMT_ENOMEM;
+	int rc = s->in ? lmt__events_new(&s->events) : -LMT_ENOMEM;
 	if (!rc && s->role == LMT_ROLE_SOURCE)
 		rc = lmt__source_new(&s->source);
 	else if (!rc)
@@ -156,9 +179,9 @@ void lmt_session_free(lmt_session *s)
 	if (!s)
 		return;
 	lmt_cancel(s);
+	lmt__job_free(s);
 	lmt__transport_close(s);
-	if (s->ctrl_fd >= 0)
-		close(s->ctrl_fd);
+	lmt__ctrl_close(s);
 	lmt__source_free(s->source);
 	lmt__destination_free(s->destination);
 	blocks_free(s);
@@ -167,6 +190,7 @@ void lmt_session_free(lmt_session *s)
 	free(s->in);
 	lmt__buf_free(&s->out);
 	lmt__optset_free(s->opts);
+	lmt__events_free(s->events);
 	lmt_plugin_close(s->inner_plugin);
 	lmt_plugin_close(s->plugin);
 	pthread_mutex_destroy(&s->lock);
@@ -180,6 +204,13 @@ void lmt_cancel(lmt_session *s)
 }
 
 /* Tell the peer (best effort, briefly), release the transport. */
+/* The FAILED event, once per session. */
+static void post_failure(struct lmt_session *s, int code)
+{
+	if (!atomic_exchange(&s->failure_posted, 1))
+		lmt__event_simple(s, LMT_EVENT_FAILED, code);
+}
+
 int lmt__abort(struct lmt_session *s, int code)
 {
 	pthread_mutex_lock(&s->lock);
@@ -192,18 +223,41 @@ int lmt__abort(struct lmt_session *s, int code)
 	s->stats.status = lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED;
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_FAILED);
-	if (s->ctrl_fd >= 0 && lmt__enc_status(&s->out, LMT_MSG_ERROR, &st) == 0) {
-		struct lmt__wait w = {.deadline_ns = lmt__now_ns() + 200 * 1000000ull};
-		lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, NULL);
-	}
+	lmt__ctrl_send_error(s, &st);
+	/* From here a plugin's waits in teardown end soon (host cancelled). */
+	atomic_store(&s->aborting, 1);
 	lmt__transport_close(s);
-	if (s->ctrl_fd >= 0) {
-		shutdown(s->ctrl_fd, SHUT_RDWR);
-		close(s->ctrl_fd);
-		s->ctrl_fd = -1;
-	}
+	lmt__ctrl_close(s);
 	lmt__log(LMT_LOG_INFO, "migration failed: %s", s->error.message);
+	post_failure(s, code);
 	return code;
+}
+
+void lmt__call_enter(struct lmt_session *s)
+{
+	atomic_fetch_add(&s->in_call, 1);
+}
+
+void lmt__call_leave(struct lmt_session *s)
+{
+	atomic_fetch_sub(&s->in_call, 1);
+}
+
+void lmt__session_async_failure(struct lmt_session *s, int code, const char *why)
+{
+	/* Inside a call, or with messages still queued before the failure,
+	 * the engine reports it, in order. */
+	int state = atomic_load(&s->state);
+	if ((state != LMT_STATE_SETUP && state != LMT_STATE_ACTIVE) || atomic_load(&s->in_call) ||
+	    lmt__ctrl_queued(s))
+		return;
+	lmt__fail(s, code, "%s", why);
+	pthread_mutex_lock(&s->lock);
+	if (s->stats.status != LMT_STATUS_COMPLETED)
+		s->stats.status = lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED;
+	code = s->error.code;
+	pthread_mutex_unlock(&s->lock);
+	post_failure(s, code);
 }
 
 const struct lmt_error *lmt_session_error(const lmt_session *s)

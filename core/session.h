@@ -43,7 +43,11 @@ struct lmt_block {
 	lmt_mr **mrs;     /* source local / destination registration per window */
 };
 
-/* Each role's engine, defined in its own file. */
+/* Each role's engine, defined in its own file; the control connection's
+ * service thread (control.c) and the event queue (events.c). */
+struct lmt__ctrl;
+struct lmt__events;
+struct lmt__job;
 struct lmt_source_engine;
 struct lmt_destination_engine;
 
@@ -71,18 +75,23 @@ struct lmt_session {
 	struct lmt_block *blocks;
 	uint32_t nblocks;
 
-	/* The control connection (control.c). */
+	/* The control connection (control.c): the socket, its service thread
+	 * and inbox, and the engine's buffers for one message each way. */
 	int ctrl_fd;
+	struct lmt__ctrl *ctrl;
 	struct lmt_buf out;
 	uint8_t *in; /* LMT_PROTO_MAX_PAYLOAD bytes */
-	uint64_t last_rx_ns;
-	uint64_t last_tx_ns;
 	/* The peer hung up the control connection (lmt__peer_gone), and when
 	 * that was last looked at. */
 	_Atomic int peer_gone;
 	_Atomic uint64_t peer_checked_ns;
 
+	struct lmt__events *events;
+	struct lmt__job *job;       /* lmt_load_start or lmt_save_start (jobs.c) */
+	_Atomic int failure_posted; /* the FAILED event went out */
+	_Atomic int in_call;        /* a VMM's call is running the engine */
 	_Atomic int cancelled;
+	_Atomic int aborting; /* a failed session is being torn down */
 	_Atomic int state;    /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error, stats and passes */
 	struct lmt_error error;
@@ -107,6 +116,10 @@ struct lmt_session {
 
 /* Record a failure (the first one wins) and return -code. */
 int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* Record a failure that explains the one recorded so far, which stays in
+ * parentheses as its cause: "switchover-timeout ... (chaos: stalled flush
+ * timed out)". */
+int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 /* Record a misuse of the API: reported, but replaced by any later error. */
 int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 /* Mark the session failed with the recorded error, tell the peer, release
@@ -115,6 +128,15 @@ int lmt__abort(struct lmt_session *s, int code);
 
 uint64_t lmt__now(void);
 bool lmt__is_cancelled(const struct lmt_session *s);
+/* Around every call that runs an engine: failures found by the control
+ * connection's thread meanwhile are the engine's to report. */
+void lmt__call_enter(struct lmt_session *s);
+void lmt__call_leave(struct lmt_session *s);
+/* The control connection failed while the session was set up or active
+ * (from its service thread): the session records it, shows it in its
+ * status and posts a failure event; the engine releases the rest at its
+ * next call. */
+void lmt__session_async_failure(struct lmt_session *s, int code, const char *why);
 /* Read the shared option values and size the blocks' windows once setup
  * starts, for either role. */
 int lmt__session_prepare(struct lmt_session *s);
@@ -132,19 +154,37 @@ extern const struct lmt_host lmt__host_services;
 bool lmt__peer_gone(struct lmt_session *s);
 /* A wait for the net helpers: until deadline_ns (absolute), or a cancel. */
 struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
+/* Once connected: the service thread takes the reading side, answers and
+ * sends keep-alives, and queues every other message for the engine. */
+int lmt__ctrl_start(struct lmt_session *s);
+/* The peer is about to close the connection after a completion: that is
+ * no failure. */
+void lmt__ctrl_expect_close(struct lmt_session *s);
+/* Stop the service thread, drop what it queued, close the socket. */
+void lmt__ctrl_close(struct lmt_session *s);
 /* Send the message in s->out; encode and send one without a payload. */
 int lmt__ctrl_send(struct lmt_session *s);
+/* The same, giving up at `deadline` rather than after idle-timeout. */
+int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline);
 int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type);
-/* Receive one message (payload in s->in) before `deadline_ns`. An ERROR
- * message from the peer becomes the session's error. */
+/* Tell the peer this side failed, briefly and on a best-effort basis. */
+void lmt__ctrl_send_error(struct lmt_session *s, const struct lmt_msg_status *st);
+/* The next queued message (payload in s->in), waiting until `deadline_ns`.
+ * The peer's ERROR, a dead or silent peer become the session's error once
+ * the messages before them were taken. */
 int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns);
-/* Receive until a message of type `want`, answering keep-alives; anything
- * else is a protocol error. */
+/* The same for a message of type `want`; any other is a protocol error. */
 int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
                      struct lmt_msg_header *h);
-/* Between other work: ping a quiet peer, answer its pings, take in any
- * error it sent, and fail when it said nothing for idle-timeout. */
-int lmt__ctrl_keepalive(struct lmt_session *s);
+/* Whether a message (or the connection's failure) is waiting; the second
+ * waits for one until `deadline_ns` (or a cancel), recording nothing. */
+bool lmt__ctrl_pending(struct lmt_session *s);
+/* Whether a message is queued (not counting a failure). */
+bool lmt__ctrl_queued(struct lmt_session *s);
+bool lmt__ctrl_wait(struct lmt_session *s, uint64_t deadline_ns);
+/* The connection's failure as the session's, once nothing is queued; 0
+ * while it is well. */
+int lmt__ctrl_check(struct lmt_session *s);
 
 /* ---- transport.c: the plugin instance and endpoints, shared by both roles ---- */
 
@@ -152,6 +192,22 @@ int lmt__ctrl_keepalive(struct lmt_session *s);
 int lmt__endpoints_open(struct lmt_session *s);
 /* Release every key, registration and endpoint, then the instance. */
 void lmt__transport_close(struct lmt_session *s);
+
+/* ---- events.c ---- */
+
+int lmt__events_new(struct lmt__events **out);
+void lmt__events_free(struct lmt__events *q);
+/* Queue an event (its time is filled in), signal the descriptor, call the
+ * VMM's callback. Any thread. */
+void lmt__event_post(struct lmt_session *s, const struct lmt_event *ev);
+void lmt__event_simple(struct lmt_session *s, enum lmt_event_type type, int code);
+
+/* ---- jobs.c ---- */
+
+/* Whether a job runs this session and the caller is not its thread. */
+bool lmt__job_owns(struct lmt_session *s);
+/* Wait for the job's thread to end (after a cancel) and free it. */
+void lmt__job_free(struct lmt_session *s);
 
 /* ---- stats.c ---- */
 

@@ -18,6 +18,13 @@
 #define HARVEST_MAX 64u
 #define SERVICE_EVERY_NS 1000000ull
 #define WAIT_SLICE_NS 10000000ull
+/* lmt_save_iterate stops its own work a fifth of max-iterate-ms and a
+ * millisecond early: a wait that ends there still returns within the
+ * budget when a busy host wakes the caller late (by up to a scheduler
+ * time slice, a few milliseconds, on a host with fewer cores than busy
+ * threads). */
+#define ITERATE_GUARD_DIV 5u
+#define ITERATE_GUARD_NS 1000000ull
 #define NO_DEADLINE UINT64_MAX
 
 /* One write in flight. */
@@ -39,7 +46,10 @@ struct lmt_source_engine {
 	uint64_t max_bandwidth;
 	uint64_t downtime_limit_ns;
 	uint64_t iterate_ns;
+	uint64_t switchover_timeout_ns;
 	uint32_t queue_depth;
+	/* lmt_save_complete's end: no wait goes past it (NO_DEADLINE otherwise) */
+	uint64_t switchover_deadline;
 
 	/* writes in flight, by the slot in their cookie */
 	struct lmt_slot *slots;
@@ -48,6 +58,10 @@ struct lmt_source_engine {
 	uint32_t nfree;
 	uint64_t generation;
 	uint32_t ch_writes[LMT_MAX_CHANNELS];
+	/* When each channel last completed a write, or took its first one
+	 * while idle: a channel with writes in flight and nothing completed
+	 * for idle-timeout has stalled. */
+	uint64_t ch_progress_ns[LMT_MAX_CHANNELS];
 	uint64_t ch_bytes[LMT_MAX_CHANNELS];    /* completed, per channel */
 	uint64_t ch_inflight[LMT_MAX_CHANNELS]; /* posted, not yet completed */
 	/* The last write posted: its channel, where it ended, and how many
@@ -65,11 +79,19 @@ struct lmt_source_engine {
 	uint32_t pass;
 	bool pass_done;        /* the walk reached the end of the pass */
 	bool need_pass;        /* "ready" was returned; the next call starts a pass */
+	bool ready_posted;     /* the last call returned ready, and said so */
 	bool draining;         /* the pass ended near convergence: draining */
 	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
 	uint64_t pass_start_ns;
 	uint64_t pass_bytes;
 	uint64_t last_service_ns;
+
+	/* Steps iterate cannot cut short, by how long they recently took:
+	 * once a call has done some work, it leaves a step for the next call
+	 * rather than start it too close to its deadline. */
+	uint64_t keys_cost_ns; /* a key request to the destination */
+	uint64_t sync_cost_ns; /* the VMM's dirty-log sync */
+	bool call_progressed;  /* this call posted a write or ended a pass */
 
 	/* bandwidth: max-bandwidth accounting and the measured figure */
 	uint64_t bw_start_ns;
@@ -119,7 +141,34 @@ static int service(struct lmt_session *s)
 	e->last_service_ns = now;
 	if (lmt__is_cancelled(s))
 		return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
-	return lmt__ctrl_keepalive(s);
+	/* Keep-alives are the service thread's; the destination sends
+	 * nothing else unasked. */
+	if (lmt__ctrl_pending(s)) {
+		struct lmt_msg_header h;
+		int rc = lmt__ctrl_recv(s, &h, now);
+		return rc ? rc
+		          : lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
+		                      lmt__msg_name(h.type));
+	}
+	return 0;
+}
+
+/* The switchover took longer than switchover-timeout: `what` was not done. */
+static int switchover_expired(struct lmt_session *s, const char *what)
+{
+	return lmt__fail_over(s, LMT_ETIMEDOUT,
+	                      "switchover-timeout (%llu ms) passed with the guest paused, %s; the "
+	                      "source guest may resume",
+	                      (unsigned long long)(s->source->switchover_timeout_ns / 1000000),
+	                      what);
+}
+
+/* How long to wait for the destination's answer: idle-timeout, and never
+ * past the switchover's end. */
+static uint64_t reply_deadline(const struct lmt_session *s)
+{
+	uint64_t d = lmt__now() + s->idle_timeout_ns;
+	return d < s->source->switchover_deadline ? d : s->source->switchover_deadline;
 }
 
 /* ---- setup ---- */
@@ -302,9 +351,7 @@ static int wait_ready(struct lmt_session *s)
 			break;
 		if (h.type == LMT_MSG_REG_REPLY && s->pin_all)
 			rc = import_keys(s, h.length);
-		else if (h.type == LMT_MSG_PING)
-			rc = lmt__ctrl_send_empty(s, LMT_MSG_PONG);
-		else if (h.type != LMT_MSG_PONG)
+		else
 			rc = lmt__fail(s, LMT_EPROTO, "expected READY from the destination, got %s",
 			               lmt__msg_name(h.type));
 		if (rc)
@@ -344,6 +391,8 @@ static void read_options(struct lmt_session *s)
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
+	e->switchover_timeout_ns = (uint64_t)lmt__opt_int(o, "switchover-timeout");
+	e->switchover_deadline = NO_DEADLINE;
 }
 
 /* The source's page bitmaps and the destination's keys, per block. */
@@ -385,8 +434,7 @@ static int connect_control(struct lmt_session *s, const char *uri, uint64_t dead
 	if (rc)
 		return lmt__fail(s, rc, "control connection: %s", ne.msg);
 	lmt__net_tune(s->ctrl_fd, 1, 0);
-	s->last_rx_ns = s->last_tx_ns = lmt__now();
-	return 0;
+	return lmt__ctrl_start(s);
 }
 
 static int setup(struct lmt_session *s, const char *uri)
@@ -404,7 +452,7 @@ static int setup(struct lmt_session *s, const char *uri)
 	return alloc_slots(s);
 }
 
-int lmt_save_setup(lmt_session *s, const char *uri)
+static int save_setup(lmt_session *s, const char *uri)
 {
 	if (s->role != LMT_ROLE_SOURCE)
 		return lmt__usage(s, LMT_ESTATE, "save setup: this session is a destination");
@@ -423,16 +471,46 @@ int lmt_save_setup(lmt_session *s, const char *uri)
 	s->stats.status = LMT_STATUS_ACTIVE;
 	s->stats.setup_ns = lmt__now() - s->start_ns;
 	pthread_mutex_unlock(&s->lock);
+	lmt__event_simple(s, LMT_EVENT_SETUP_DONE, 0);
 	return 0;
 }
 
+int lmt_save_setup(lmt_session *s, const char *uri)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save setup: a job started with lmt_save_start runs this session");
+	lmt__call_enter(s);
+	int rc = save_setup(s, uri);
+	lmt__call_leave(s);
+	return rc;
+}
+
 /* ---- dirty pages ---- */
+
+/* A cost estimate that follows a longer step at once and a shorter one
+ * slowly. */
+static void note_cost(uint64_t *estimate, uint64_t since)
+{
+	uint64_t took = lmt__now() - since;
+	*estimate = took > *estimate - *estimate / 8 ? took : *estimate - *estimate / 8;
+}
+
+/* Whether a step that recently took `cost` still fits before `deadline`,
+ * or this call has done nothing yet and must take it anyway. */
+static bool step_fits(const struct lmt_source_engine *e, uint64_t cost, uint64_t deadline)
+{
+	return !e->call_progressed || deadline == NO_DEADLINE || lmt__now() + cost <= deadline;
+}
 
 /* Ask the VMM what it dirtied and merge it in. */
 static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t added = 0;
+	uint64_t added = 0, since = lmt__now();
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		memset(b->sync, 0, b->words * sizeof(uint64_t));
@@ -452,6 +530,7 @@ static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 	e->dirty_bytes += added;
 	if (new_bytes)
 		*new_bytes = added;
+	note_cost(&e->sync_cost_ns, since);
 	return 0;
 }
 
@@ -557,6 +636,7 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 		        (unsigned long long)(sl->page << b->page_shift), sl->channel,
 		        lmt_strerror(cp->status));
 	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
+	e->ch_progress_ns[sl->channel] = lmt__now();
 	e->ch_writes[sl->channel]--;
 	e->ch_inflight[sl->channel] -= sl->bytes;
 	e->ch_bytes[sl->channel] += sl->bytes;
@@ -568,6 +648,22 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 	pthread_mutex_unlock(&s->lock);
 	sl->cookie = 0;
 	e->free_slots[e->nfree++] = (uint32_t)idx;
+	return 0;
+}
+
+/* A channel with writes in flight that completed none for idle-timeout
+ * has stalled, whether lmt is iterating, completing or between calls. */
+static int check_stalls(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	uint64_t now = lmt__now();
+	for (uint32_t ch = 0; ch < s->channels; ch++)
+		if (e->ch_writes[ch] && now - e->ch_progress_ns[ch] > s->idle_timeout_ns)
+			return lmt__fail(s, LMT_ETIMEDOUT,
+			                 "channel %u: %u writes in flight and none completed for "
+			                 "%llu ms",
+			                 ch, e->ch_writes[ch],
+			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
 	return 0;
 }
 
@@ -584,27 +680,19 @@ static int harvest(struct lmt_session *s, uint64_t timeout_ns)
 		if (rc)
 			return rc;
 	}
-	return n;
+	int rc = check_stalls(s);
+	return rc ? rc : n;
 }
 
-/* Wait a slice for completions; fails after idle-timeout without any. */
-static int wait_some(struct lmt_session *s, uint64_t deadline, uint64_t *quiet_since)
+/* Wait a slice for completions, then look after the control connection. */
+static int wait_some(struct lmt_session *s, uint64_t deadline)
 {
-	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
 	uint64_t slice = WAIT_SLICE_NS;
 	if (deadline != NO_DEADLINE)
 		slice = deadline > now ? (deadline - now < slice ? deadline - now : slice) : 0;
 	int n = harvest(s, slice);
-	if (n < 0)
-		return n;
-	now = lmt__now();
-	if (n > 0 || e->inflight_bytes == 0)
-		*quiet_since = now;
-	else if (now - *quiet_since > s->idle_timeout_ns)
-		return lmt__fail(s, LMT_ETIMEDOUT, "no write completed for %llu ms",
-		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	return service(s);
+	return n < 0 ? n : service(s);
 }
 
 /* Writes in a row, each following the one before in guest RAM, that one
@@ -660,7 +748,7 @@ static int request_keys(struct lmt_session *s, const struct chunk *c)
 		return lmt__fail(s, rc, "encoding REG_REQ");
 	struct lmt_msg_header h;
 	if ((rc = lmt__ctrl_send(s)) ||
-	    (rc = lmt__ctrl_expect(s, LMT_MSG_REG_REPLY, lmt__now() + s->idle_timeout_ns, &h)))
+	    (rc = lmt__ctrl_expect(s, LMT_MSG_REG_REPLY, reply_deadline(s), &h)))
 		return rc;
 	return import_keys(s, h.length);
 }
@@ -685,8 +773,12 @@ static int prepare_window(struct lmt_session *s, const struct chunk *c, uint64_t
 {
 	struct lmt_block *b = &s->blocks[c->block];
 	int rc;
-	if (!b->rkeys[w] && (rc = request_keys(s, c)))
-		return rc;
+	if (!b->rkeys[w]) {
+		uint64_t since = lmt__now();
+		if ((rc = request_keys(s, c)))
+			return rc;
+		note_cost(&s->source->keys_cost_ns, since);
+	}
 	if (!b->rkeys[w])
 		return lmt__fail(s, LMT_EPROTO, "block '%s': no key for offset %llu", b->name,
 		                 (unsigned long long)(c->page << b->page_shift));
@@ -717,7 +809,8 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 	e->run_block = c->block;
 	e->run_end_page = c->page + c->npages;
 	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
-	e->ch_writes[ch]++;
+	if (e->ch_writes[ch]++ == 0)
+		e->ch_progress_ns[ch] = lmt__now();
 	e->ch_inflight[ch] += bytes;
 	e->dirty_bytes -= bytes;
 	e->inflight_bytes += bytes;
@@ -730,7 +823,7 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 
 /* Post one write for `c`, or shrink it to the part not overlapping a write
  * in flight. Returns 1 when it posted, 0 when it must wait, < 0 on error. */
-static int try_post(struct lmt_session *s, struct chunk *c)
+static int try_post(struct lmt_session *s, struct chunk *c, uint64_t deadline)
 {
 	struct lmt_source_engine *e = s->source;
 	struct lmt_block *b = &s->blocks[c->block];
@@ -742,6 +835,8 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 	uint64_t offset = c->page << b->page_shift;
 	uint64_t bytes = c->npages << b->page_shift;
 	uint64_t w = offset / b->window;
+	if (!b->rkeys[w] && !step_fits(e, e->keys_cost_ns, deadline))
+		return 2;
 	int rc = prepare_window(s, c, w);
 	if (rc)
 		return rc;
@@ -755,6 +850,7 @@ static int try_post(struct lmt_session *s, struct chunk *c)
 		return lmt__fail(s, rc, "channel %u: write of %llu bytes to block '%s' failed", ch,
 		                 (unsigned long long)bytes, b->name);
 	account_post(s, c, ch, idx, cookie);
+	e->call_progressed = true;
 	return 1;
 }
 
@@ -771,7 +867,6 @@ static uint64_t bandwidth_gate(const struct lmt_session *s, bool limited)
 static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t quiet = lmt__now();
 	struct chunk c;
 	while (!e->pass_done) {
 		int rc = harvest(s, 0);
@@ -791,10 +886,12 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 			e->pass_done = true;
 			break;
 		}
-		rc = try_post(s, &c);
+		rc = try_post(s, &c, deadline);
 		if (rc < 0)
 			return rc;
-		if (rc == 0 && (rc = wait_some(s, deadline, &quiet)))
+		if (rc == 2)
+			return 0; /* for the next call */
+		if (rc == 0 && (rc = wait_some(s, deadline)))
 			return rc;
 	}
 	return 0;
@@ -804,11 +901,10 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 static int drain(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t quiet = lmt__now();
 	while (e->inflight_bytes) {
 		if (lmt__now() >= deadline)
 			return 1;
-		int rc = wait_some(s, deadline, &quiet);
+		int rc = wait_some(s, deadline);
 		if (rc)
 			return rc;
 	}
@@ -908,8 +1004,11 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t deadline = lmt__now() + e->iterate_ns;
+	uint64_t guard = e->iterate_ns / ITERATE_GUARD_DIV + ITERATE_GUARD_NS;
+	uint64_t deadline = lmt__now() + (e->iterate_ns > 2 * guard ? e->iterate_ns - guard
+	                                                             : e->iterate_ns / 2);
 	int rc = 0;
+	e->call_progressed = false;
 	e->bw_start_ns = lmt__now();
 	e->bw_bytes = 0;
 	if (e->pass == 0 && (rc = start_first_pass(s)))
@@ -921,10 +1020,11 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 	while (!res->ready && lmt__now() < deadline) {
 		if ((rc = send_pass(s, deadline, true)))
 			return rc;
-		if (!e->pass_done)
+		if (!e->pass_done || !step_fits(e, e->sync_cost_ns, deadline))
 			break;
 		if ((rc = end_pass(s, deadline, res)))
 			return rc < 0 ? rc : 0;
+		e->call_progressed = true;
 	}
 	return 0;
 }
@@ -965,7 +1065,7 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 	refresh_stats(s);
 }
 
-int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
+static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 {
 	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
 		return lmt__usage(s, LMT_ESTATE, "save iterate: the session is not migrating");
@@ -976,7 +1076,26 @@ int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 	if (rc)
 		return lmt__abort(s, rc);
 	fill_result(s, res);
+	/* READY when the migration becomes ready, not on every call that
+	 * finds it still so. */
+	if (res->ready && !s->source->ready_posted)
+		lmt__event_simple(s, LMT_EVENT_READY, 0);
+	s->source->ready_posted = res->ready;
 	return 0;
+}
+
+int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save iterate: a job started with lmt_save_start runs this session");
+	lmt__call_enter(s);
+	int rc = save_iterate(s, res);
+	lmt__call_leave(s);
+	return rc;
 }
 
 /* ---- stop and copy ---- */
@@ -992,30 +1111,45 @@ static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t 
 		int rc = lmt__enc_state(&s->out, &m);
 		if (rc)
 			return lmt__fail(s, rc, "encoding DEVICE_STATE");
-		if ((rc = lmt__ctrl_send(s)))
-			return rc;
+		if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
+			return rc == -LMT_ETIMEDOUT && lmt__now() >= s->source->switchover_deadline
+			               ? switchover_expired(s, "sending the device state")
+			               : rc;
 		off += n;
 	}
 	return 0;
 }
 
 /* The guest is paused: a last pass over what is dirty, then every write
- * landed and flushed. */
+ * landed and flushed, all before the switchover's end. */
 static int send_rest(struct lmt_session *s)
 {
 	struct lmt_source_engine *e = s->source;
+	uint64_t end = e->switchover_deadline;
 	int rc;
 	if (e->pass == 0) {
 		if ((rc = start_first_pass(s)))
 			return rc;
 	} else {
-		if ((rc = drain(s, NO_DEADLINE)) || (rc = sync_dirty(s, NULL)))
+		if ((rc = drain(s, end)))
+			return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
+		if ((rc = sync_dirty(s, NULL)))
 			return rc;
 		start_pass(s);
 	}
-	if ((rc = send_pass(s, NO_DEADLINE, false)) || (rc = drain(s, NO_DEADLINE)))
+	if ((rc = send_pass(s, end, false)))
 		return rc;
-	rc = s->desc->ops.flush(s->inst, s->idle_timeout_ns);
+	if (!e->pass_done)
+		return switchover_expired(s, "the final pass unfinished");
+	if ((rc = drain(s, end)))
+		return rc < 0 ? rc : switchover_expired(s, "writes of the final pass in flight");
+	uint64_t now = lmt__now();
+	if (now >= end)
+		return switchover_expired(s, "before the flush");
+	uint64_t left = end - now;
+	rc = s->desc->ops.flush(s->inst, left < s->idle_timeout_ns ? left : s->idle_timeout_ns);
+	if (rc == -LMT_ETIMEDOUT && lmt__now() >= end)
+		return switchover_expired(s, "in the plugin's flush");
 	if (rc)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
@@ -1039,9 +1173,11 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 	if (rc)
 		return lmt__fail(s, rc, "encoding COMPLETE");
 	struct lmt_msg_header h;
-	if ((rc = lmt__ctrl_send(s)) ||
-	    (rc = lmt__ctrl_expect(s, LMT_MSG_COMPLETE_ACK, lmt__now() + s->idle_timeout_ns, &h)))
-		return rc;
+	if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))) ||
+	    (rc = lmt__ctrl_expect(s, LMT_MSG_COMPLETE_ACK, reply_deadline(s), &h)))
+		return rc == -LMT_ETIMEDOUT && lmt__now() >= s->source->switchover_deadline
+		               ? switchover_expired(s, "without the destination's acknowledgement")
+		               : rc;
 	struct lmt_msg_status st;
 	struct lmt_error err = {0};
 	if ((rc = lmt__dec_status(s->in, h.length, LMT_MSG_COMPLETE_ACK, &st, &err)))
@@ -1059,7 +1195,7 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	return send_complete(s, length);
 }
 
-int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
+static int save_complete(lmt_session *s, const void *device_state, size_t length)
 {
 	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
 		return lmt__usage(s, LMT_ESTATE, "save complete: the session is not migrating");
@@ -1070,6 +1206,7 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 		return lmt__usage(s, LMT_EOVERFLOW,
 		                  "save complete: device state of %zu bytes over 1G", length);
 	uint64_t t0 = lmt__now();
+	s->source->switchover_deadline = t0 + s->source->switchover_timeout_ns;
 	pthread_mutex_lock(&s->lock);
 	s->stats.status = LMT_STATUS_COMPLETING;
 	pthread_mutex_unlock(&s->lock);
@@ -1078,8 +1215,7 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 		return lmt__abort(s, rc);
 	uint64_t now = lmt__now();
 	lmt__transport_close(s);
-	close(s->ctrl_fd);
-	s->ctrl_fd = -1;
+	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
 	s->stats.downtime_ns = now - t0;
 	s->stats.total_ns = now - s->start_ns;
@@ -1088,5 +1224,20 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
 	refresh_stats(s);
+	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
 	return 0;
+}
+
+int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save complete: a job started with lmt_save_start runs this session");
+	lmt__call_enter(s);
+	int rc = save_complete(s, device_state, length);
+	lmt__call_leave(s);
+	return rc;
 }

@@ -46,6 +46,7 @@ void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass)
 	if (s->npasses < s->passes_cap)
 		s->passes[s->npasses++] = *pass;
 	pthread_mutex_unlock(&s->lock);
+	lmt__event_post(s, &(struct lmt_event){.type = LMT_EVENT_PASS_END, .pass = *pass});
 }
 
 int lmt_session_passes(lmt_session *s, struct lmt_pass_stats *out, uint32_t max)

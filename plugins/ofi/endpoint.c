@@ -67,6 +67,10 @@ static void cq_error(lmt_endpoint *ep)
 	char buf[256];
 	const char *text = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, buf, sizeof(buf));
 	int code = lfi_code(err.err);
+	/* ofi_rxm cancels what was queued on a connection its peer closed:
+	 * unless lmt itself is cancelling, the peer is what went away. */
+	if (code == LMT_ECANCELED && !putil_cancelled(&inst->base))
+		code = LMT_ECONN;
 	const char *what = err.op_context == &ep->fence_op      ? "fence read"
 	                   : err.op_context == &ep->greeting_op ? "greeting"
 	                                                        : "write";
@@ -381,7 +385,7 @@ int lfi_endpoint_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	/* Live before its thread starts, which may fail the session at once. */
 	if (source)
 		lfi_source_go_live(ep);
-	if (putil_thread_start(&ep->thread, channel_thread, ep))
+	if (lmt__thread_start(&ep->thread, channel_thread, ep))
 		return putil_error(&inst->base, LMT_ENOMEM,
 		                   "ofi channel %u: cannot start its thread", ep->channel);
 	ep->thread_started = true;

@@ -329,7 +329,7 @@ int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	ep->listen_fd = -1;
 	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
 	ep->fd = fd;
-	if (putil_thread_start(&ep->receiver, dest_receiver, ep)) {
+	if (lmt__thread_start(&ep->receiver, dest_receiver, ep)) {
 		close(fd);
 		ep->fd = -1;
 		return putil_error(&inst->base, LMT_ENOMEM,

@@ -276,9 +276,9 @@ static socklen_t to_sockaddr(const struct tcp_dst_addr *a, struct sockaddr_stora
 
 static int start_threads(lmt_endpoint *ep)
 {
-	if (putil_thread_start(&ep->sender, source_sender, ep))
+	if (lmt__thread_start(&ep->sender, source_sender, ep))
 		return -LMT_ENOMEM;
-	if (putil_thread_start(&ep->acker, source_acker, ep) == 0) {
+	if (lmt__thread_start(&ep->acker, source_acker, ep) == 0) {
 		ep->threads_started = true;
 		return 0;
 	}

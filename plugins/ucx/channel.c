@@ -204,7 +204,7 @@ int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
 	int rc = create_endpoint(ep, &a, failed);
 	if (rc)
 		return rc;
-	if (putil_thread_start(&ep->thread, thread, ep)) {
+	if (lmt__thread_start(&ep->thread, thread, ep)) {
 		ucx_ep_close_now(ep, true);
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
 		                   ep->channel);

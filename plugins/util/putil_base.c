@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "putil_base.h"
 
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -145,16 +144,6 @@ int putil_wait_check(const struct putil_instance *base, uint64_t deadline_ns, ui
 		return putil_error(base, LMT_ETIMEDOUT, "%s: timed out after %llu ms", what,
 		                   (unsigned long long)(timeout_ns / 1000000));
 	return 0;
-}
-
-int putil_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
-{
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(thread, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return rc ? -LMT_ENOMEM : 0;
 }
 
 void putil_nap(uint64_t ns)

@@ -68,10 +68,6 @@ struct lmt__wait putil_wait(const struct putil_instance *base, uint64_t deadline
 int putil_wait_check(const struct putil_instance *base, uint64_t deadline_ns, uint64_t timeout_ns,
                      const char *what);
 
-/* Start a plugin thread with every signal blocked: the embedding VMM's
- * signals belong to its own threads. 0 or -LMT_ENOMEM. */
-int putil_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
-
 /* Sleep `ns` nanoseconds (less than a second), for a thread that polls
  * something it cannot wait on. */
 void putil_nap(uint64_t ns);

@@ -6,10 +6,12 @@
 # is built the way a vendor would: against the staging install alone
 # (pkg-config, no path into lmt's tree), migrated with through
 # LMT_PLUGIN_PATH, and run through lmt-plugin-check.
-# usage: vendor-plugin.sh BUILD_DIR EXAMPLE_DIR SOURCE_ROOT MESON NINJA
+# usage: vendor-plugin.sh BUILD_DIR EXAMPLE_DIR SOURCE_ROOT MESON NINJA [SANITIZE]
+# SANITIZE is the build's b_sanitize (none, or e.g. address,undefined): the
+# program is built with the same sanitizers as the liblmt it links.
 set -eu
 
-build=$1 example=$2 source_root=$3 meson=$4 ninja=$5
+build=$1 example=$2 source_root=$3 meson=$4 ninja=$5 sanitize=${6:-none}
 for tool in pkg-config cc ldd; do
 	command -v "$tool" >/dev/null || { echo "SKIP: no $tool"; exit 77; }
 done
@@ -77,6 +79,10 @@ step "a program built with pkg-config --cflags --libs lmt"
 # What pkg-config gives for lmt installed in the staged prefix itself.
 flags=$(env -u PKG_CONFIG_SYSROOT_DIR pkg-config --define-variable=prefix="$stage$prefix" \
 	--cflags --libs lmt)
+case $sanitize in
+none | '') ;;
+*) flags="-fsanitize=$sanitize $flags" ;;
+esac
 echo "flags: $flags"
 cat >"$tmp/embed.c" <<'PROGRAM'
 #include <stdio.h>

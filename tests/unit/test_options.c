@@ -695,7 +695,7 @@ static void test_core_schema_is_complete(void **state)
 	const struct lmt_option_desc *core = lmt_core_options(&count);
 
 	assert_non_null(lmt_core_options(NULL));
-	assert_int_equal(count, 13);
+	assert_int_equal(count, 14);
 	for (uint32_t i = 0; i < count; i++) {
 		assert_non_null(core[i].doc);
 		assert_true(strlen(core[i].doc) > 10);
@@ -706,6 +706,7 @@ static void test_core_schema_is_complete(void **state)
 	assert_int_equal(core_desc("downtime-limit")->max, 3600 * NS_PER_S);
 	assert_int_equal(core_desc("auth-key")->flags, LMT_OPTF_SECRET);
 	assert_int_equal(core_desc("auth-key-file")->type, LMT_OPT_STRING);
+	assert_int_equal(core_desc("switchover-timeout")->type, LMT_OPT_DURATION);
 }
 
 static void test_env_overrides_default(void **state)

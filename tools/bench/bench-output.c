@@ -31,6 +31,7 @@ static const struct {
         [BENCH_ZERO_PAGES] = {"zero_pages", "zero", "(pages)", 8, 0, 1, true},
         [BENCH_PASS_COUNT] = {"pass_count", "passes", "(count)", 7, 0, 1, true},
         [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
+        [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
 };
 
 static const char *const suffixes[3] = {"", "_min", "_max"};
@@ -103,6 +104,7 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_ZERO_PAGES] = (double)s->zero_pages;
 	v[BENCH_PASS_COUNT] = (double)s->passes;
 	v[BENCH_PREFAULT_MS] = r->prefaulted ? (double)r->prefault_ns / 1e6 : NAN;
+	v[BENCH_MAX_ITERATE_MS] = r->max_iterate_ns ? (double)r->max_iterate_ns / 1e6 : NAN;
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,

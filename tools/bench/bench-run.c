@@ -340,7 +340,11 @@ static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
 	if (rc == -LMT_ENOTFOUND)
 		run->out->unavailable = true;
 	while (rc == 0) {
+		uint64_t t0 = guest_now_ns();
 		rc = lmt_save_iterate(session, &run->last);
+		uint64_t took = guest_now_ns() - t0;
+		if (took > run->out->max_iterate_ns)
+			run->out->max_iterate_ns = took;
 		if (rc < 0 || run->last.ready)
 			break;
 		progress_show(run, &last_ns);

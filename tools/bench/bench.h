@@ -49,6 +49,7 @@ struct bench_result {
 	struct lmt_pass_stats *passes; /* the source's timeline, malloc'ed */
 	uint32_t npasses;
 	bool unavailable; /* setup found no device to run on */
+	uint64_t max_iterate_ns; /* the longest lmt_save_iterate call */
 };
 
 /* ---- bench-run.c -------------------------------------------------------- */
@@ -93,6 +94,7 @@ enum bench_figure {
 	BENCH_ZERO_PAGES,
 	BENCH_PASS_COUNT,
 	BENCH_PREFAULT_MS,
+	BENCH_MAX_ITERATE_MS,
 	BENCH_FIGURE_COUNT
 };
 

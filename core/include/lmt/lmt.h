@@ -256,6 +256,70 @@ const char *lmt_status_name(enum lmt_status status);
  * snprintf), or a negative code. */
 int lmt_stats_json(const struct lmt_stats *stats, char *buf, size_t size);
 
+/* ---- Events ------------------------------------------------------------ */
+
+/* What a session reports as it goes, for a VMM's event loop. */
+enum lmt_event_type {
+	LMT_EVENT_SETUP_DONE = 1, /* channels connected; the source may iterate */
+	LMT_EVENT_PASS_END = 2,   /* a pass ended: `pass` */
+	LMT_EVENT_READY = 3,      /* source: the rest fits in downtime-limit */
+	LMT_EVENT_COMPLETED = 4,  /* the destination owns the guest */
+	LMT_EVENT_FAILED = 5,     /* `code`; lmt_session_error() says why */
+};
+
+struct lmt_event {
+	enum lmt_event_type type;
+	int code;                   /* FAILED: negative LMT_E* (LMT_ECANCELED after lmt_cancel) */
+	uint64_t time_ns;           /* since the session's setup began */
+	struct lmt_pass_stats pass; /* PASS_END */
+};
+
+/* A descriptor that is readable while events are queued, for poll/epoll.
+ * Owned by the session (closed by lmt_session_free); never read it
+ * yourself: take the events with lmt_session_next_event(). Thread-safe. */
+int lmt_session_event_fd(lmt_session *session);
+
+/* Take the oldest queued event: 1 with *event filled, 0 when none is
+ * queued. The queue keeps the last 256 events; older pass ends are
+ * dropped first. Thread-safe. */
+int lmt_session_next_event(lmt_session *session, struct lmt_event *event);
+
+/* Or be called for each event as it happens, from whichever lmt thread
+ * posts it (the caller's, or one of lmt's own). The callback must return
+ * promptly and must not free the session; it may call lmt_cancel and
+ * lmt_session_stats. Events still go to the queue as well. Set it before
+ * setup or listen; NULL removes it. */
+typedef void (*lmt_event_fn)(void *opaque, const struct lmt_event *event);
+int lmt_session_set_event_callback(lmt_session *session, lmt_event_fn fn, void *opaque);
+
+/* ---- Migrations that run on lmt's own thread --------------------------- */
+
+/* For a VMM whose main loop must never block in lmt: each call starts the
+ * work on a thread of the session's and returns at once; progress and the
+ * end come as events (lmt_session_event_fd). While such a job runs, the
+ * blocking lmt_save_* and lmt_load_* calls answer -LMT_ESTATE; stats,
+ * events, cancel and runtime options remain available. The dirty-sync
+ * callback is then called from lmt's thread. */
+
+/* Destination: lmt_load_run on lmt's thread (after lmt_load_listen).
+ * Ends with COMPLETED or FAILED. */
+int lmt_load_start(lmt_session *session);
+
+/* Source: lmt_save_setup, then lmt_save_iterate for as long as it takes,
+ * on lmt's thread. READY is posted each time the migration becomes ready;
+ * passes go on (the guest still runs) until lmt_save_switchover. */
+int lmt_save_start(lmt_session *session, const char *uri);
+
+/* Source, the guest paused: the job finishes the migration with this
+ * device state (copied; the caller may free it at once). Ends with
+ * COMPLETED, or FAILED after which the source guest may resume. */
+int lmt_save_switchover(lmt_session *session, const void *device_state, size_t length);
+
+/* Wait up to timeout_ms (-1: for good) for the job to end: 0 when it
+ * completed, its negative LMT_E* when it failed, -LMT_EAGAIN while it
+ * still runs, -LMT_ESTATE without a job. */
+int lmt_session_wait(lmt_session *session, int timeout_ms);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif
