@@ -34,12 +34,17 @@ static int host_error(void *ctx, int code, const char *fmt, ...)
 	if ((code < 0 ? -code : code) >= LMT_ERRC_COUNT || code == 0)
 		code = LMT_EIO;
 	lmt__log(LMT_LOG_DEBUG, "%s: %s", s->desc->name, msg);
-	/* A blocking call that stopped because the peer left (see
-	 * host_cancelled) failed for that, not for a cancel. */
+	/* A blocking call that stopped because the peer left or went silent
+	 * (see host_cancelled) failed for that, not for a cancel: the control
+	 * connection's own failure says which. */
 	if ((code == LMT_ECANCELED || code == -LMT_ECANCELED) && !lmt__is_cancelled(s) &&
-	    lmt__peer_gone(s))
+	    lmt__peer_gone(s)) {
+		int rc = lmt__ctrl_check(s);
+		if (rc)
+			return rc;
 		return lmt__fail(s, LMT_ECONN, "%s: the %s closed the control connection", msg,
 		                 s->role == LMT_ROLE_SOURCE ? "destination" : "source");
+	}
 	return lmt__fail(s, code, "%s", msg);
 }
 
