@@ -1,7 +1,12 @@
-/* Unit tests of the libfabric plugin through the plugin ABI and a fake host:
- * a destination and a source instance in one process, over the tcp and shm
- * providers and over lmtfake, a test provider that demands each FI_MR_* mode
- * and can withhold delivery completion. */
+/* The ofi plugin's own tests, through the plugin ABI on the plugin test
+ * harness: provider, domain and mode selection; writes under each
+ * registration mode, fence completion, polled completion queues and
+ * coalescing, over tcp, shm and lmtfake, a test provider (fake_provider.c)
+ * that demands each FI_MR_* mode and can withhold delivery completion or
+ * hold writes; the fields of its key and address blobs; failures the
+ * provider reports; the destination's wait for the source's greeting at
+ * close. What every plugin must do is lmt-plugin-check's (check-ofi-tcp,
+ * check-ofi-shm). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,40 +15,29 @@
 
 #include <cmocka.h>
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <lmt/plugin.h>
 #include <rdma/fabric.h>
 
+#include "plugin_test.h"
 #include "wire.h"
-
-#define MAX_CHANNELS 4
-#define GUARD 4096
-#define SECOND 1000000000ull
 
 #define MR_ALL                                                                                     \
 	(FI_MR_LOCAL | FI_MR_RAW | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |            \
 	 FI_MR_ENDPOINT)
 
-static const char *module_path;
-static void *module;
-static const struct lmt_plugin *plugin;
+static struct ph_config cfg;
 
 /* ---- Variants: a provider and what it is asked for -------------------------- */
 
 struct variant {
 	const char *provider;
-	const char *completion; /* NULL = the default */
-	const char *mr_mode;    /* ofi.mr-mode */
+	const char *completion; /* ofi.completion; NULL = the default */
+	const char *mr_mode;    /* ofi.mr-mode; NULL = the default */
 	const char *coalesce;   /* ofi.coalesce; NULL = the default */
 	unsigned fake_mr_mode;  /* lmtfake: the modes it requires */
 	int fake_no_delivery;   /* lmtfake: no FI_DELIVERY_COMPLETE */
@@ -54,8 +48,10 @@ struct variant {
 static const struct variant tcp = {.provider = "tcp"};
 static const struct variant tcp_fence = {.provider = "tcp", .completion = "fence"};
 static const struct variant tcp_local = {.provider = "tcp", .mr_mode = "local"};
+static const struct variant tcp_coalesced = {.provider = "tcp", .coalesce = "on"};
 static const struct variant shm = {.provider = "shm"};
 static const struct variant shm_offsets = {.provider = "shm", .mr_mode = "local+prov_key"};
+static const struct variant shm_apart = {.provider = "shm", .coalesce = "off"};
 static const struct variant fake = {.provider = "lmtfake"};
 static const struct variant fake_local = {.provider = "lmtfake", .fake_mr_mode = FI_MR_LOCAL};
 static const struct variant fake_virt = {.provider = "lmtfake", .fake_mr_mode = FI_MR_VIRT_ADDR};
@@ -72,13 +68,12 @@ static const struct variant fake_fence_all = {
 static const struct variant fake_polled = {
         .provider = "lmtfake", .fake_mr_mode = MR_ALL, .fake_no_wait = 1};
 static const struct variant fake_held = {.provider = "lmtfake", .fake_hold = 1};
-static const struct variant shm_apart = {.provider = "shm", .coalesce = "off"};
-static const struct variant tcp_coalesced = {.provider = "tcp", .coalesce = "on"};
 static const struct variant fake_held_coalesced = {
         .provider = "lmtfake", .fake_hold = 1, .coalesce = "on"};
 static const struct variant fake_fence_coalesced = {
         .provider = "lmtfake", .fake_no_delivery = 1, .coalesce = "on"};
 
+/* What lmtfake is to require; it reads this when libfabric asks it. */
 static void use_variant(const struct variant *v)
 {
 	char mode[32];
@@ -89,409 +84,116 @@ static void use_variant(const struct variant *v)
 	setenv("LMT_FAKE_HOLD", v->fake_hold ? "1" : "0", 1);
 }
 
-/* ---- Fake host ----------------------------------------------------------- */
-
-struct fake_host {
-	pthread_mutex_t lock;
-	char log[16384];
-	size_t log_len;
-	int errors;
-	int error_code;
-	char error[1024];
-	atomic_int cancelled;
-	const char *provider, *domain, *completion, *mr_mode, *coalesce;
-};
-
-static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(3, 4);
-static int fake_error(void *ctx, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
-
-static void fake_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
+/* Give `host` the variant's option values, and `more` ("key=value,...")
+ * over them. */
+static void host_variant(struct ph_host *host, const struct variant *v, const char *more)
 {
-	struct fake_host *h = ctx;
-	va_list ap;
-	pthread_mutex_lock(&h->lock);
-	size_t room = sizeof(h->log) - h->log_len;
-	if (room > 2) {
-		va_start(ap, fmt);
-		int n = vsnprintf(h->log + h->log_len, room - 1, fmt, ap);
-		va_end(ap);
-		if (n > 0)
-			h->log_len += (size_t)n < room - 2 ? (size_t)n : room - 2;
-		h->log[h->log_len++] = '\n';
-		h->log[h->log_len] = 0;
-	}
-	pthread_mutex_unlock(&h->lock);
-	(void)level;
+	char list[512];
+	int n = snprintf(list, sizeof(list), "ofi.provider=%s", v->provider);
+	if (v->completion)
+		n += snprintf(list + n, sizeof(list) - (size_t)n, ",ofi.completion=%s",
+		              v->completion);
+	if (v->mr_mode)
+		n += snprintf(list + n, sizeof(list) - (size_t)n, ",ofi.mr-mode=%s", v->mr_mode);
+	if (v->coalesce)
+		n += snprintf(list + n, sizeof(list) - (size_t)n, ",ofi.coalesce=%s", v->coalesce);
+	if (more)
+		snprintf(list + n, sizeof(list) - (size_t)n, ",%s", more);
+	struct lmt_error err = {0};
+	if (ph_host_set_options(host, list, &err))
+		fail_msg("%s: %s", list, err.message);
 }
 
-static int fake_error(void *ctx, int code, const char *fmt, ...)
+/* One instance on its own under `v` (and `more`): instance_open's result.
+ * The host stays readable until side_close. */
+static int side_open(struct ph_side *side, const struct variant *v, const char *more,
+                     enum lmt_role role, uint32_t channels)
 {
-	struct fake_host *h = ctx;
-	pthread_mutex_lock(&h->lock);
-	if (h->errors++ == 0) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(h->error, sizeof(h->error), fmt, ap);
-		va_end(ap);
-		h->error_code = code;
-	}
-	pthread_mutex_unlock(&h->lock);
-	return -code;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * SECOND + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t fake_now(void *ctx)
-{
-	(void)ctx;
-	return now_ns();
-}
-
-static int fake_option(void *ctx, const char *name, struct lmt_option_value *out)
-{
-	static const char *const completions[] = {"auto", "delivery", "fence"};
-	static const char *const coalesces[] = {"auto", "on", "off"};
-	struct fake_host *h = ctx;
-	memset(out, 0, sizeof(*out));
-	out->type = LMT_OPT_STRING;
-	if (strcmp(name, "ofi.provider") == 0) {
-		out->text = h->provider;
-	} else if (strcmp(name, "ofi.domain") == 0) {
-		out->text = h->domain;
-	} else if (strcmp(name, "ofi.mr-mode") == 0) {
-		out->text = h->mr_mode;
-	} else if (strcmp(name, "ofi.completion") == 0) {
-		out->type = LMT_OPT_ENUM;
-		out->text = h->completion;
-		for (int i = 0; i < 3; i++)
-			if (strcmp(completions[i], h->completion) == 0)
-				out->integer = i;
-	} else if (strcmp(name, "ofi.coalesce") == 0) {
-		out->type = LMT_OPT_ENUM;
-		out->text = h->coalesce;
-		for (int i = 0; i < 3; i++)
-			if (strcmp(coalesces[i], h->coalesce) == 0)
-				out->integer = i;
-	} else {
-		return -LMT_ENOTFOUND;
-	}
-	return 0;
-}
-
-static int fake_cancelled(void *ctx)
-{
-	struct fake_host *h = ctx;
-	return atomic_load(&h->cancelled);
-}
-
-static const struct lmt_host host_services = {
-        .abi_version = LMT_PLUGIN_ABI_VERSION,
-        .struct_size = sizeof(struct lmt_host),
-        .log = fake_log,
-        .error = fake_error,
-        .now_ns = fake_now,
-        .option = fake_option,
-        .cancelled = fake_cancelled,
-};
-
-static void fake_host_init(struct fake_host *h, const struct variant *v)
-{
-	memset(h, 0, sizeof(*h));
-	pthread_mutex_init(&h->lock, NULL);
-	h->provider = v->provider;
-	h->domain = "";
-	h->completion = v->completion ? v->completion : "auto";
-	h->mr_mode = v->mr_mode ? v->mr_mode : "";
-	h->coalesce = v->coalesce ? v->coalesce : "auto";
+	memset(side, 0, sizeof(*side));
+	ph_host_init(&side->host, &cfg, role == LMT_ROLE_SOURCE ? "source" : "destination");
 	use_variant(v);
-}
-
-static int error_count(struct fake_host *h)
-{
-	pthread_mutex_lock(&h->lock);
-	int n = h->errors;
-	pthread_mutex_unlock(&h->lock);
-	return n;
-}
-
-/* ---- Instances, endpoints, regions --------------------------------------- */
-
-static int try_open(struct fake_host *h, enum lmt_role role, uint32_t channels, lmt_instance **inst)
-{
+	host_variant(&side->host, v, more);
 	struct lmt_instance_params params = {.struct_size = sizeof(params),
 	                                     .role = role,
 	                                     .channels = channels,
-	                                     .timeout_ns = 5 * SECOND};
-	strcpy(params.local_host, "127.0.0.1");
-	strcpy(params.peer_host, "127.0.0.1");
-	*inst = NULL;
-	return plugin->ops.instance_open(&host_services, h, &params, inst);
-}
-
-static lmt_instance *open_instance(struct fake_host *h, enum lmt_role role, uint32_t channels)
-{
-	lmt_instance *inst;
-	int rc = try_open(h, role, channels, &inst);
+	                                     .timeout_ns = 5 * PH_SECOND};
+	snprintf(params.local_host, sizeof(params.local_host), "127.0.0.1");
+	snprintf(params.peer_host, sizeof(params.peer_host), "127.0.0.1");
+	int rc = cfg.plugin->ops.instance_open(&ph_host_services, &side->host, &params, &side->inst);
 	if (rc)
-		fail_msg("instance_open (%s): %d: %s", h->provider, rc, h->error);
-	assert_non_null(inst);
-	return inst;
+		assert_null(side->inst);
+	else
+		assert_non_null(side->inst);
+	return rc;
 }
 
-struct pair {
-	struct fake_host dst_host, src_host;
-	lmt_instance *dst, *src;
-	uint32_t channels;
-	lmt_endpoint *dst_ep[MAX_CHANNELS], *src_ep[MAX_CHANNELS];
-	struct lmt_blob dst_addr[MAX_CHANNELS], src_addr[MAX_CHANNELS];
-};
-
-/* Both instances with every channel connected. */
-static struct pair *pair_open(const struct variant *v, uint32_t channels)
+static void side_close(struct ph_side *side)
 {
-	struct pair *p = calloc(1, sizeof(*p));
-	assert_non_null(p);
+	if (side->inst)
+		cfg.plugin->ops.instance_close(side->inst);
+	side->inst = NULL;
+	ph_host_fini(&side->host);
+}
+
+/* Both instances of a pair under `v`, `channels` channels, nothing open. */
+static void pair_open(struct ph_run *run, struct ph_pair *p, const struct variant *v,
+                      uint32_t channels)
+{
+	*run = (struct ph_run){.cfg = &cfg};
+	ph_pair_init(p, &cfg);
 	p->channels = channels;
-	fake_host_init(&p->dst_host, v);
-	fake_host_init(&p->src_host, v);
-	p->dst = open_instance(&p->dst_host, LMT_ROLE_DESTINATION, channels);
-	p->src = open_instance(&p->src_host, LMT_ROLE_SOURCE, channels);
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->src, c, &p->src_ep[c], &p->src_addr[c]), 0);
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_open(p->dst, c, &p->dst_ep[c], &p->dst_addr[c]), 0);
-	/* The source first: the destination's connect waits for its greeting. */
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_connect(p->src_ep[c], &p->dst_addr[c]), 0);
-	for (uint32_t c = 0; c < channels; c++)
-		assert_int_equal(plugin->ops.ep_connect(p->dst_ep[c], &p->src_addr[c]), 0);
-	return p;
+	use_variant(v);
+	host_variant(&p->src.host, v, NULL);
+	host_variant(&p->dst.host, v, NULL);
+	PH_REQUIRE(run, ph_pair_open_instances(run, p, 5 * PH_SECOND));
 }
 
-static void pair_close(struct pair *p)
+/* A pair under `v` with every channel connected (the source's greeting
+ * landed) and the destination progressing, as the core runs it. */
+static void pair_up(struct ph_run *run, struct ph_pair *p, const struct variant *v,
+                    uint32_t channels)
 {
-	plugin->ops.instance_close(p->src);
-	plugin->ops.instance_close(p->dst);
-	pthread_mutex_destroy(&p->src_host.lock);
-	pthread_mutex_destroy(&p->dst_host.lock);
-	free(p);
+	*run = (struct ph_run){.cfg = &cfg};
+	ph_pair_init(p, &cfg);
+	p->channels = channels;
+	use_variant(v);
+	host_variant(&p->src.host, v, NULL);
+	host_variant(&p->dst.host, v, NULL);
+	PH_REQUIRE(run, ph_pair_bring_up(run, p));
 }
 
-/* A destination region with guard bytes on both sides, its key imported on
- * the source, and the matching source memory registered there. */
-struct region {
-	uint8_t *block;
-	uint8_t *mem;
-	size_t len;
-	lmt_mr *mr;
-	struct lmt_blob key;
-	lmt_rkey *rkey;
-	uint8_t *src;
-	lmt_mr *src_mr;
-};
-
-static uint8_t *map(size_t len)
+/* The first error `host` recorded contains `text`. */
+static void first_error_has(struct ph_host *host, const char *text)
 {
-	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(p != MAP_FAILED);
-	return p;
+	char said[512];
+	ph_host_first_error(host, said, sizeof(said));
+	if (!strstr(said, text))
+		fail_msg("the %s's first error '%s' lacks '%s'", host->role, said, text);
 }
 
-static void pattern_fill(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	for (size_t i = 0; i < len; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(buf + i, &x, len - i < 8 ? len - i : 8);
-	}
-}
+/* ---- Tests: what ofi claims, and choosing provider, domain and modes --------- */
 
-static void region_open(struct region *r, struct pair *p, size_t len, uint64_t seed)
-{
-	memset(r, 0, sizeof(*r));
-	r->len = len;
-	r->block = map(len + 2 * GUARD);
-	memset(r->block, 0xa5, GUARD);
-	memset(r->block + GUARD + len, 0xa5, GUARD);
-	r->mem = r->block + GUARD;
-	assert_int_equal(
-	        plugin->ops.mr_register(p->dst, r->mem, len, LMT_MR_REMOTE_WRITE, &r->mr, &r->key),
-	        0);
-	assert_int_equal(plugin->ops.rkey_import(p->src, &r->key, &r->rkey), 0);
-	r->src = map(len);
-	pattern_fill(r->src, len, seed);
-	struct lmt_blob unused;
-	assert_int_equal(plugin->ops.mr_register(p->src, r->src, len, LMT_MR_LOCAL_READ, &r->src_mr,
-	                                         &unused),
-	                 0);
-	assert_int_equal(unused.len, 0);
-}
-
-static void region_close(struct region *r, struct pair *p)
-{
-	if (p->src) {
-		plugin->ops.rkey_release(p->src, r->rkey);
-		plugin->ops.mr_deregister(p->src, r->src_mr);
-	}
-	if (p->dst)
-		plugin->ops.mr_deregister(p->dst, r->mr);
-	munmap(r->block, r->len + 2 * GUARD);
-	munmap(r->src, r->len);
-}
-
-static int guards_intact(const struct region *r)
-{
-	for (size_t i = 0; i < GUARD; i++)
-		if (r->block[i] != 0xa5 || r->block[GUARD + r->len + i] != 0xa5)
-			return 0;
-	return 1;
-}
-
-/* ---- Writes and completions ---------------------------------------------- */
-
-struct tally {
-	uint8_t *seen;
-	uint64_t cookies;
-	uint64_t done;
-	uint64_t failed;
-};
-
-static void tally_init(struct tally *t, uint64_t cookies)
-{
-	t->seen = calloc(cookies, 1);
-	assert_non_null(t->seen);
-	t->cookies = cookies;
-	t->done = t->failed = 0;
-}
-
-static int harvest(lmt_instance *src, struct tally *t, uint64_t timeout_ns)
-{
-	struct lmt_completion c[64];
-	int n = plugin->ops.progress(src, c, 64, timeout_ns);
-	for (int i = 0; i < n; i++) {
-		assert_true(c[i].cookie < t->cookies);
-		t->seen[c[i].cookie]++;
-		t->done++;
-		if (c[i].status)
-			t->failed++;
-	}
-	return n;
-}
-
-static void post(struct pair *p, uint32_t channel, struct region *r, size_t len, uint64_t offset,
-                 uint64_t cookie, struct tally *t)
-{
-	uint64_t deadline = now_ns() + 10 * SECOND;
-	for (;;) {
-		int rc = plugin->ops.write(p->src_ep[channel], r->src + offset, len, r->src_mr,
-		                           r->rkey, offset, cookie);
-		if (rc != -LMT_EAGAIN) {
-			if (rc)
-				fail_msg("write: %d: %s", rc, p->src_host.error);
-			return;
-		}
-		assert_true(harvest(p->src, t, SECOND / 10) >= 0);
-		assert_true(now_ns() < deadline);
-	}
-}
-
-static void harvest_all(lmt_instance *src, struct tally *t, uint64_t expected)
-{
-	uint64_t deadline = now_ns() + 20 * SECOND;
-	while (t->done < expected) {
-		assert_true(harvest(src, t, SECOND / 10) >= 0);
-		assert_true(now_ns() < deadline);
-	}
-}
-
-static const size_t piece_sizes[] = {
-        1,       7,     0,          512,     4096,          4099,
-        65536,   65537, 262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
-        8 << 20, 100,   4095,       2 << 20,
-};
-#define PIECES (sizeof(piece_sizes) / sizeof(piece_sizes[0]))
-
-/* Write a region piece by piece over `channels` channels, flush, and
- * compare before harvesting anything: flush means visible. */
-static void write_pieces_and_verify(const struct variant *v, uint32_t channels)
-{
-	struct pair *p = pair_open(v, channels);
-	size_t total = 13;
-	for (size_t i = 0; i < PIECES; i++)
-		total += piece_sizes[i];
-	struct region r;
-	region_open(&r, p, 2 * total, channels);
-	struct tally t;
-	tally_init(&t, 2 * PIECES);
-	uint64_t offset = 13, cookie = 0;
-	for (unsigned round = 0; round < 2; round++)
-		for (size_t i = 0; i < PIECES; i++, cookie++) {
-			size_t len = piece_sizes[(i + round) % PIECES];
-			post(p, (uint32_t)(cookie % channels), &r, len, offset, cookie, &t);
-			offset += len;
-		}
-	if (plugin->ops.flush(p->src, 20 * SECOND))
-		fail_msg("flush: %s", p->src_host.error);
-	assert_memory_equal(r.mem + 13, r.src + 13, offset - 13);
-	for (size_t i = 0; i < 13; i++)
-		assert_int_equal(r.mem[i], 0);
-	assert_true(guards_intact(&r));
-	harvest_all(p->src, &t, cookie);
-	assert_int_equal(t.failed, 0);
-	for (uint64_t i = 0; i < cookie; i++)
-		assert_int_equal(t.seen[i], 1);
-	assert_int_equal(error_count(&p->src_host), 0);
-	assert_int_equal(error_count(&p->dst_host), 0);
-	region_close(&r, p);
-	free(t.seen);
-	pair_close(p);
-}
-
-/* ---- Tests: descriptor and options ----------------------------------------- */
-
-static void test_entry_gives_descriptor(void **state)
+static void test_descriptor_claims_registration_pinning_channels_and_merged_runs(void **state)
 {
 	(void)state;
-	assert_string_equal(plugin->name, "ofi");
-	assert_int_equal(plugin->abi_version, LMT_PLUGIN_ABI_VERSION);
-	assert_int_equal(plugin->caps, LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |
-	                                       LMT_CAP_TARGET_PROGRESS | LMT_CAP_MERGES_RUNS);
-	assert_int_equal(plugin->option_count, 5);
-	assert_string_equal(plugin->options[0].name, "provider");
-	assert_string_equal(plugin->options[1].name, "domain");
-	assert_string_equal(plugin->options[2].name, "completion");
-	assert_string_equal(plugin->options[3].name, "coalesce");
-	assert_string_equal(plugin->options[4].name, "mr-mode");
-}
-
-static void test_entry_refuses_an_older_core(void **state)
-{
-	(void)state;
-	lmt_plugin_entry_fn entry = (lmt_plugin_entry_fn)dlsym(module, LMT_PLUGIN_ENTRY_SYMBOL);
-	const struct lmt_plugin *d = NULL;
-	assert_int_equal(entry(0, &d), -LMT_EABI);
-	assert_non_null(d);
+	assert_string_equal(cfg.plugin->name, "ofi");
+	assert_int_equal(cfg.plugin->caps, LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |
+	                                           LMT_CAP_TARGET_PROGRESS | LMT_CAP_MERGES_RUNS);
 }
 
 static void test_unknown_provider_error_lists_those_available(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &(struct variant){.provider = "nosuch"});
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_ENOTFOUND);
-	assert_null(inst);
-	assert_non_null(strstr(h.error, "ofi.provider=nosuch: not available; providers: "));
-	assert_non_null(strstr(h.error, "tcp;ofi_rxm"));
-	assert_non_null(strstr(h.error, "shm"));
-	assert_non_null(strstr(h.error, "lmtfake"));
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &(struct variant){.provider = "nosuch"}, NULL,
+	                           LMT_ROLE_SOURCE, 1),
+	                 -LMT_ENOTFOUND);
+	PH_ASSERT_FIRST_ERROR(&s.host, LMT_ENOTFOUND,
+	                      "ofi.provider=nosuch: not available; providers: ");
+	first_error_has(&s.host, "tcp;ofi_rxm");
+	first_error_has(&s.host, "shm");
+	first_error_has(&s.host, "lmtfake");
+	side_close(&s);
 }
 
 /* FI_OFI_RXM_MSG_RX_SIZE as the test started: NULL when unset. */
@@ -501,11 +203,11 @@ static char *user_rxm_rx_size;
 static void test_rxm_receive_default_keeps_the_users_value(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &(struct variant){.provider = "nosuch"});
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_ENOTFOUND);
-	assert_null(inst);
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &(struct variant){.provider = "nosuch"}, NULL,
+	                           LMT_ROLE_SOURCE, 1),
+	                 -LMT_ENOTFOUND);
+	side_close(&s);
 	const char *now = getenv("FI_OFI_RXM_MSG_RX_SIZE");
 	assert_non_null(now);
 	assert_string_equal(now, user_rxm_rx_size ? user_rxm_rx_size : "64");
@@ -514,99 +216,130 @@ static void test_rxm_receive_default_keeps_the_users_value(void **state)
 static void test_unknown_domain_error_lists_domains(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &tcp);
-	h.domain = "nosuch0";
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_DESTINATION, 1, &inst), -LMT_ENOTFOUND);
-	assert_non_null(strstr(h.error, "ofi.domain=nosuch0: not available with provider tcp; "
-	                                "domains: "));
-	assert_non_null(strstr(h.error, "lo"));
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &tcp, "ofi.domain=nosuch0", LMT_ROLE_DESTINATION, 1),
+	                 -LMT_ENOTFOUND);
+	PH_ASSERT_FIRST_ERROR(&s.host, LMT_ENOTFOUND,
+	                      "ofi.domain=nosuch0: not available with provider tcp; domains: ");
+	first_error_has(&s.host, "lo");
+	side_close(&s);
 }
 
 static void test_domain_option_picks_the_domain(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &tcp);
-	h.domain = "lo";
-	lmt_instance *inst = open_instance(&h, LMT_ROLE_SOURCE, 1);
-	plugin->ops.instance_close(inst);
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &tcp, "ofi.domain=lo", LMT_ROLE_SOURCE, 1), 0);
+	assert_int_equal(ph_host_errors(&s.host), 0);
+	side_close(&s);
 }
 
 static void test_bad_mr_mode_option_is_rejected(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &(struct variant){.provider = "tcp", .mr_mode = "local+bogus"});
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_EINVAL);
-	assert_non_null(strstr(h.error, "ofi.mr-mode: unknown mode 'bogus'"));
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &(struct variant){.provider = "tcp", .mr_mode = "local+bogus"},
+	                           NULL, LMT_ROLE_SOURCE, 1),
+	                 -LMT_EINVAL);
+	PH_ASSERT_FIRST_ERROR(&s.host, LMT_EINVAL, "ofi.mr-mode: unknown mode 'bogus'");
+	side_close(&s);
 }
 
 static void test_delivery_completion_demanded_but_missing_is_refused(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &(struct variant){.provider = "lmtfake",
-	                                     .completion = "delivery",
-	                                     .fake_no_delivery = 1});
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_ENOTSUP);
-	assert_non_null(strstr(h.error, "no FI_DELIVERY_COMPLETE"));
+	struct ph_side s;
+	assert_int_equal(side_open(&s,
+	                           &(struct variant){.provider = "lmtfake",
+	                                             .completion = "delivery",
+	                                             .fake_no_delivery = 1},
+	                           NULL, LMT_ROLE_SOURCE, 1),
+	                 -LMT_ENOTSUP);
+	PH_ASSERT_FIRST_ERROR(&s.host, LMT_ENOTSUP, "no FI_DELIVERY_COMPLETE");
+	side_close(&s);
 }
 
 static void test_required_mode_not_offered_is_refused(void **state)
 {
 	(void)state;
-	struct fake_host h;
+	struct ph_side s;
 	/* The provider needs FI_MR_RAW; the option offers everything else. */
-	fake_host_init(&h, &(struct variant){.provider = "lmtfake",
-	                                     .fake_mr_mode = FI_MR_RAW,
-	                                     .mr_mode = "local+virt_addr+prov_key+endpoint"});
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_ENOTSUP);
-	assert_non_null(strstr(h.error, "lmtfake"));
+	assert_int_equal(side_open(&s,
+	                           &(struct variant){.provider = "lmtfake",
+	                                             .fake_mr_mode = FI_MR_RAW,
+	                                             .mr_mode = "local+virt_addr+prov_key+endpoint"},
+	                           NULL, LMT_ROLE_SOURCE, 1),
+	                 -LMT_ENOTSUP);
+	first_error_has(&s.host, "lmtfake");
+	side_close(&s);
 }
 
-/* ---- Tests: data ------------------------------------------------------------ */
-
-static void test_one_channel_lands_bit_for_bit(void **state)
+static void test_coalescing_without_delivery_completion_is_refused(void **state)
 {
-	write_pieces_and_verify(*state, 1);
+	(void)state;
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &fake_fence_coalesced, NULL, LMT_ROLE_SOURCE, 1),
+	                 -LMT_EINVAL);
+	PH_ASSERT_FIRST_ERROR(&s.host, LMT_EINVAL, "ofi.coalesce=on needs delivery completion");
+	side_close(&s);
 }
 
-static void test_two_channels_land_bit_for_bit(void **state)
-{
-	write_pieces_and_verify(*state, 2);
-}
+/* ---- Tests: writes under each mode -------------------------------------------- */
 
-/* `writes` writes of `size` bytes, write i at offset i * size on channel
- * i % channels; each must complete once and land. */
-static struct pair *write_all_once(const struct variant *v, uint32_t channels, uint64_t writes,
-                                   size_t size)
-{
-	struct pair *p = pair_open(v, channels);
-	struct region r;
-	region_open(&r, p, (size_t)writes * size, 7);
-	struct tally t;
-	tally_init(&t, writes);
-	for (uint64_t i = 0; i < writes; i++)
-		post(p, (uint32_t)(i % channels), &r, size, i * size, i, &t);
-	harvest_all(p->src, &t, writes);
-	assert_int_equal(harvest(p->src, &t, SECOND / 5), 0);
-	for (uint64_t i = 0; i < writes; i++)
-		assert_int_equal(t.seen[i], 1);
-	assert_int_equal(t.failed, 0);
-	assert_memory_equal(r.mem, r.src, r.len);
-	region_close(&r, p);
-	free(t.seen);
-	return p;
-}
+/* Sizes across the providers' protocol switches, 0 included. */
+static const size_t piece_sizes[] = {
+        1,       7,     0,          512,     4096,          4099,
+        65536,   65537, 262144 + 3, 1 << 20, (1 << 20) + 1, 3 << 20,
+        8 << 20, 100,   4095,       2 << 20,
+};
+#define PIECES (sizeof(piece_sizes) / sizeof(piece_sizes[0]))
+#define BURST 2048u
 
-static void test_every_cookie_completes_exactly_once(void **state)
+/* The registration mode, completion mode (fences without delivery
+ * completion), coalescing and completion queue the variant makes the plugin
+ * use carry writes of every size over two channels: after a flush and
+ * before any harvest the region holds them and nothing else is touched;
+ * then a burst of small writes, harvested only when the queue is full. Each
+ * write completes once, visible when reported (the harness's tally). */
+static void test_writes_land_under_the_mode(void **state)
 {
-	pair_close(write_all_once(*state, 2, 5000, 512));
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	size_t total = 13;
+	for (size_t i = 0; i < PIECES; i++)
+		total += piece_sizes[i];
+	pair_up(&run, &p, *state, 2);
+	PH_REQUIRE(&run, ph_region_open(&run, &p, &region, total) &&
+	                         ph_source_open(&run, &p, &source, total, 2) &&
+	                         ph_tally_init(&run, &tally, PIECES + BURST));
+	uint64_t offset = 13;
+	for (size_t i = 0; i < PIECES; i++) {
+		PH_REQUIRE(&run, ph_post(&run, &p, &tally, (uint32_t)(i % 2), &source,
+		                         source.mem + offset, &region, offset, piece_sizes[i]));
+		offset += piece_sizes[i];
+	}
+	char d[640];
+	int rc = cfg.plugin->ops.flush(p.src.inst, 20 * PH_SECOND);
+	if (rc)
+		fail_msg("flush: %s", ph_describe(&p.src.host, rc, d, sizeof(d)));
+	PH_REQUIRE(&run, ph_same(&run, "after flush", region.mem + 13, source.mem + 13, total - 13,
+	                         13) &&
+	                         ph_all_zero(&run, "before the first write", region.mem, 13, 0) &&
+	                         ph_region_guards_intact(&run, &region) &&
+	                         ph_harvest_all(&run, &p, &tally));
+	ph_fill(source.mem, (size_t)BURST * 512, 3);
+	for (uint64_t i = 0; i < BURST; i++)
+		PH_REQUIRE(&run, ph_post(&run, &p, &tally, (uint32_t)(i % 2), &source,
+		                         source.mem + i * 512, &region, i * 512, 512));
+	PH_REQUIRE(&run, ph_harvest_all(&run, &p, &tally) && ph_pair_stop_progress(&run, &p) &&
+	                         ph_pair_quiet(&run, &p));
+	ph_tally_fini(&tally);
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
 /* Writes that follow each other on one channel are merged while the
@@ -614,147 +347,105 @@ static void test_every_cookie_completes_exactly_once(void **state)
  * and lands. */
 static void test_contiguous_writes_merge_and_complete_once(void **state)
 {
-	enum { WRITES = 1024 };
-	struct pair *p = write_all_once(*state, 1, WRITES, 64 << 10);
+	enum { WRITES = 1024, SIZE = 64 << 10 };
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	pair_up(&run, &p, *state, 1);
+	PH_REQUIRE(&run, ph_region_open(&run, &p, &region, (size_t)WRITES * SIZE) &&
+	                         ph_source_open(&run, &p, &source, region.len, 7) &&
+	                         ph_tally_init(&run, &tally, WRITES));
+	for (uint64_t i = 0; i < WRITES; i++)
+		PH_REQUIRE(&run, ph_post(&run, &p, &tally, 0, &source, source.mem + i * SIZE,
+		                         &region, i * SIZE, SIZE));
+	PH_REQUIRE(&run, ph_harvest_all(&run, &p, &tally) &&
+	                         ph_same(&run, "the region", region.mem, source.mem, region.len, 0) &&
+	                         ph_pair_stop_progress(&run, &p) && ph_pair_quiet(&run, &p));
 	/* The channel says, as it closes, how many transfers carried them. */
-	plugin->ops.ep_close(p->src_ep[0]);
+	cfg.plugin->ops.ep_close(p.src.ep[0]);
+	p.src.ep[0] = NULL;
+	static char log[1 << 16];
+	ph_host_log(&p.src.host, log, sizeof(log));
 	unsigned long long writes = 0, transfers = 0;
-	pthread_mutex_lock(&p->src_host.lock);
-	const char *said = strstr(p->src_host.log, "ofi channel 0: ");
+	const char *said = strstr(log, "ofi channel 0: ");
 	while (said && sscanf(said, "ofi channel 0: %llu writes coalesced into %llu transfers",
 	                      &writes, &transfers) != 2)
 		said = strstr(said + 1, "ofi channel 0: ");
-	pthread_mutex_unlock(&p->src_host.lock);
 	assert_int_equal(writes, WRITES);
 	assert_true(transfers >= 1 && transfers < WRITES / 4);
-	pair_close(p);
-}
-
-static void test_full_queue_answers_eagain(void **state)
-{
-	struct pair *p = pair_open(*state, 1);
-	struct region r;
-	region_open(&r, p, 4096, 1);
-	struct tally t;
-	tally_init(&t, 100000);
-	/* The first writes may wait for the provider's connection. */
-	uint64_t posted = 0;
-	for (; posted < 16; posted++)
-		post(p, 0, &r, 8, 0, posted, &t);
-	int rc;
-	while ((rc = plugin->ops.write(p->src_ep[0], r.src, 8, r.src_mr, r.rkey, 0, posted)) == 0)
-		assert_true(++posted < 100000);
-	assert_int_equal(rc, -LMT_EAGAIN);
-	assert_true(harvest(p->src, &t, SECOND) > 0);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 8, r.src_mr, r.rkey, 0, posted), 0);
-	assert_int_equal(plugin->ops.flush(p->src, 5 * SECOND), 0);
-	harvest_all(p->src, &t, posted + 1);
-	assert_int_equal(t.failed, 0);
-	assert_int_equal(error_count(&p->src_host), 0);
-	region_close(&r, p);
-	free(t.seen);
-	pair_close(p);
-}
-
-static void test_zero_length_write_completes(void **state)
-{
-	struct pair *p = pair_open(*state, 1);
-	struct region r;
-	region_open(&r, p, 4096, 2);
-	struct tally t;
-	tally_init(&t, 1);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 0, r.src_mr, r.rkey, 4096, 0), 0);
-	assert_int_equal(plugin->ops.flush(p->src, SECOND), 0);
-	harvest_all(p->src, &t, 1);
-	assert_int_equal(t.failed, 0);
-	region_close(&r, p);
-	free(t.seen);
-	pair_close(p);
-}
-
-static void test_write_past_key_length_is_rejected(void **state)
-{
-	struct pair *p = pair_open(*state, 1);
-	struct region r;
-	region_open(&r, p, 8192, 3);
-	const struct {
-		size_t len;
-		uint64_t offset;
-	} bad[] = {{1, 8192}, {16, 8180}, {8193, 0}, {16, UINT64_MAX - 7}, {SIZE_MAX, 1}};
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, bad[i].len, NULL, r.rkey,
-		                                   bad[i].offset, i),
-		                 -LMT_EINVAL);
-	assert_int_equal(p->src_host.error_code, LMT_EINVAL);
-	assert_non_null(strstr(p->src_host.error, "past the end"));
-	struct tally t;
-	tally_init(&t, 1);
-	post(p, 0, &r, 1, 8191, 0, &t);
-	assert_int_equal(plugin->ops.flush(p->src, 5 * SECOND), 0);
-	assert_int_equal(r.mem[8191], r.src[8191]);
-	assert_true(guards_intact(&r));
-	harvest_all(p->src, &t, 1);
-	free(t.seen);
-	region_close(&r, p);
-	pair_close(p);
+	ph_tally_fini(&tally);
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
 static void test_unregistered_source_is_refused_when_the_provider_needs_it(void **state)
 {
-	struct pair *p = pair_open(*state, 1);
-	struct region r;
-	region_open(&r, p, 8192, 4);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 64, NULL, r.rkey, 0, 1),
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	pair_up(&run, &p, *state, 1);
+	PH_REQUIRE(&run, ph_region_open(&run, &p, &region, 8192) &&
+	                         ph_source_open(&run, &p, &source, 8192, 4));
+	assert_non_null(source.mr);
+	assert_int_equal(cfg.plugin->ops.write(p.src.ep[0], source.mem, 64, NULL, region.rkey, 0, 1),
 	                 -LMT_EINVAL);
-	assert_non_null(strstr(p->src_host.error, "FI_MR_LOCAL"));
+	PH_ASSERT_ERROR(&p.src.host, LMT_EINVAL, "FI_MR_LOCAL");
 	/* Inside the registration, but running past its end. */
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src + 8000, 193, r.src_mr, r.rkey, 0, 2),
+	assert_int_equal(cfg.plugin->ops.write(p.src.ep[0], source.mem + 8000, 193, source.mr,
+	                                       region.rkey, 0, 2),
 	                 -LMT_EINVAL);
-	region_close(&r, p);
-	pair_close(p);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p));
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
 static void test_registration_needs_open_channels_with_endpoint_mode(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &fake_endpoint);
-	lmt_instance *inst = open_instance(&h, LMT_ROLE_DESTINATION, 2);
-	uint8_t *mem = map(4096);
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &fake_endpoint, NULL, LMT_ROLE_DESTINATION, 2), 0);
+	uint8_t *mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(mem != MAP_FAILED);
 	lmt_mr *mr = NULL;
 	struct lmt_blob key;
-	assert_int_equal(plugin->ops.mr_register(inst, mem, 4096, LMT_MR_REMOTE_WRITE, &mr, &key),
+	assert_int_equal(cfg.plugin->ops.mr_register(s.inst, mem, 4096, LMT_MR_REMOTE_WRITE, &mr,
+	                                             &key),
 	                 -LMT_ESTATE);
-	assert_non_null(strstr(h.error, "FI_MR_ENDPOINT"));
-	plugin->ops.instance_close(inst);
+	PH_ASSERT_ERROR(&s.host, LMT_ESTATE, "FI_MR_ENDPOINT");
+	side_close(&s);
 	munmap(mem, 4096);
 }
 
-/* ---- Tests: blobs from the network ------------------------------------------ */
+/* ---- Tests: blobs with a bad field (see check-ofi-* for malformed ones) ----- */
 
-static void expect_bad_key(struct pair *p, const struct lmt_blob *b, int code)
+static void expect_bad_key(struct ph_pair *p, const struct lmt_blob *b)
 {
 	lmt_rkey *rkey = NULL;
-	assert_int_equal(plugin->ops.rkey_import(p->src, b, &rkey), -code);
+	assert_int_equal(cfg.plugin->ops.rkey_import(p->src.inst, b, &rkey), -LMT_EPROTO);
 	assert_null(rkey);
+	PH_ASSERT_ERROR(&p->src.host, LMT_EPROTO, "key blob");
 }
 
-static void test_malformed_key_blob_is_rejected(void **state)
+static void test_key_blob_with_a_bad_field_is_refused(void **state)
 {
-	struct pair *p = pair_open(*state, 1);
-	struct region r;
-	region_open(&r, p, 4096, 5);
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	pair_up(&run, &p, *state, 1);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p) &&
+	                         ph_region_open(&run, &p, &region, 4096));
 	struct lmt_blob b;
 #define BAD_KEY(edit)                                                                              \
 	do {                                                                                       \
-		b = r.key;                                                                         \
+		b = region.key;                                                                    \
 		edit;                                                                              \
-		expect_bad_key(p, &b, LMT_EPROTO);                                                 \
+		expect_bad_key(&p, &b);                                                            \
 	} while (0)
-	BAD_KEY(b.len--);                     /* short */
-	BAD_KEY(b.len = 8);                   /* shorter than a header */
-	BAD_KEY(b.len = LMT_BLOB_MAX + 1);    /* longer than a blob */
-	BAD_KEY(b.data[b.len++] = 0);         /* trailing byte */
 	BAD_KEY(b.data[0] ^= 1);              /* magic */
 	BAD_KEY(b.data[4] = 9);               /* version */
 	BAD_KEY(b.data[6] |= 0x80);           /* unknown flag */
@@ -764,61 +455,53 @@ static void test_malformed_key_blob_is_rejected(void **state)
 	BAD_KEY(memset(b.data + 16, 0, 8));   /* empty region */
 	BAD_KEY(memset(b.data + 8, 0xff, 8)); /* base that wraps (or without VIRT) */
 #undef BAD_KEY
-	assert_int_equal(p->src_host.error_code, LMT_EPROTO);
-	assert_non_null(strstr(p->src_host.error, "key blob"));
-	lmt_rkey *good = NULL;
-	assert_int_equal(plugin->ops.rkey_import(p->src, &r.key, &good), 0);
-	/* Not released on purpose: instance_close frees it. */
-	region_close(&r, p);
-	pair_close(p);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
-static void test_forged_raw_key_is_rejected(void **state)
+static void test_forged_raw_key_is_refused(void **state)
 {
 	(void)state;
-	struct pair *p = pair_open(&fake_raw, 1);
-	struct region r;
-	region_open(&r, p, 4096, 6);
-	struct lmt_blob b = r.key;
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	pair_up(&run, &p, &fake_raw, 1);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p) &&
+	                         ph_region_open(&run, &p, &region, 4096));
+	struct lmt_blob b = region.key;
 	struct lfi_key_blob k;
 	assert_null(lfi_key_decode(&b, &k));
 	assert_int_equal(k.flags, LFI_KEY_RAW);
 	assert_int_equal(k.keys[0].raw_len, 24);
 	b.data[LFI_KEY_HEADER_LEN + 10 + 3] ^= 0x10; /* a bit of the raw key */
-	expect_bad_key(p, &b, LMT_EPROTO);
-	assert_non_null(strstr(p->src_host.error, "fi_mr_map_raw"));
-	b = r.key;
+	expect_bad_key(&p, &b);
+	first_error_has(&p.src.host, "fi_mr_map_raw");
+	b = region.key;
 	b.data[LFI_KEY_HEADER_LEN] = 0; /* raw length 0 */
 	b.data[LFI_KEY_HEADER_LEN + 1] = 0;
-	expect_bad_key(p, &b, LMT_EPROTO);
-	region_close(&r, p);
-	pair_close(p);
+	expect_bad_key(&p, &b);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
-static void test_malformed_address_blob_is_rejected(void **state)
+static void test_address_blob_with_a_bad_field_is_refused(void **state)
 {
-	const struct variant *v = *state;
-	struct fake_host dh, sh;
-	fake_host_init(&dh, v);
-	fake_host_init(&sh, v);
-	lmt_instance *dst = open_instance(&dh, LMT_ROLE_DESTINATION, 2);
-	lmt_instance *src = open_instance(&sh, LMT_ROLE_SOURCE, 2);
-	lmt_endpoint *dep, *sep;
-	struct lmt_blob daddr, saddr, b;
-	assert_int_equal(plugin->ops.ep_open(src, 0, &sep, &saddr), 0);
-	assert_int_equal(plugin->ops.ep_open(dst, 0, &dep, &daddr), 0);
+	struct ph_run run;
+	struct ph_pair p;
+	pair_open(&run, &p, *state, 2);
+	PH_REQUIRE(&run, ph_pair_open_endpoints(&run, &p));
+	const struct lmt_blob *daddr = &p.dst.addr[0];
 	struct lfi_addr a;
-	assert_null(lfi_addr_decode(&daddr, &a));
+	assert_null(lfi_addr_decode(daddr, &a));
 	size_t name_at = LFI_ADDR_HEADER_LEN + strlen(a.prov_name);
+	struct lmt_blob b;
 #define BAD_ADDR(edit)                                                                             \
 	do {                                                                                       \
-		b = daddr;                                                                         \
+		b = *daddr;                                                                        \
 		edit;                                                                              \
-		assert_int_equal(plugin->ops.ep_connect(sep, &b), -LMT_EPROTO);                    \
+		assert_int_equal(cfg.plugin->ops.ep_connect(p.src.ep[0], &b), -LMT_EPROTO);        \
+		PH_ASSERT_ERROR(&p.src.host, LMT_EPROTO, "address blob");                          \
 	} while (0)
-	BAD_ADDR(b.len--);                           /* short */
-	BAD_ADDR(b.len = 12);                        /* shorter than a header */
-	BAD_ADDR(b.data[b.len++] = 1);               /* trailing byte */
 	BAD_ADDR(b.data[1] ^= 0x40);                 /* magic */
 	BAD_ADDR(b.data[4] = 2);                     /* version */
 	BAD_ADDR(b.data[6] = LMT_ROLE_SOURCE);       /* a source's blob */
@@ -838,119 +521,113 @@ static void test_malformed_address_blob_is_rejected(void **state)
 	if (a.addr_format == FI_ADDR_STR)
 		BAD_ADDR(b.data[name_at + a.name_len - 1] = 'x'); /* no terminator */
 #undef BAD_ADDR
-	assert_int_equal(sh.error_code, LMT_EPROTO);
-	assert_non_null(strstr(sh.error, "address blob"));
-	/* Blobs of the wrong side go both ways. */
-	assert_int_equal(plugin->ops.ep_connect(dep, &daddr), -LMT_EPROTO);
-	assert_non_null(strstr(dh.error, "bad address blob from the source"));
-	plugin->ops.instance_close(dst);
-	plugin->ops.instance_close(src);
+	/* The destination names the side a blob of the wrong one came from. */
+	assert_int_equal(cfg.plugin->ops.ep_connect(p.dst.ep[0], daddr), -LMT_EPROTO);
+	PH_ASSERT_ERROR(&p.dst.host, LMT_EPROTO, "bad address blob from the source");
+	ph_pair_close(&p);
 }
 
 static void test_another_provider_on_the_peer_is_a_mismatch(void **state)
 {
 	(void)state;
-	struct fake_host dh, sh;
-	fake_host_init(&dh, &tcp);
-	fake_host_init(&sh, &fake);
-	lmt_instance *dst = open_instance(&dh, LMT_ROLE_DESTINATION, 1);
-	lmt_instance *src = open_instance(&sh, LMT_ROLE_SOURCE, 1);
-	lmt_endpoint *dep, *sep;
-	struct lmt_blob daddr, saddr;
-	assert_int_equal(plugin->ops.ep_open(src, 0, &sep, &saddr), 0);
-	assert_int_equal(plugin->ops.ep_open(dst, 0, &dep, &daddr), 0);
+	struct ph_side dst, src;
+	assert_int_equal(side_open(&dst, &tcp, NULL, LMT_ROLE_DESTINATION, 1), 0);
+	assert_int_equal(side_open(&src, &fake, NULL, LMT_ROLE_SOURCE, 1), 0);
+	assert_int_equal(cfg.plugin->ops.ep_open(src.inst, 0, &src.ep[0], &src.addr[0]), 0);
+	assert_int_equal(cfg.plugin->ops.ep_open(dst.inst, 0, &dst.ep[0], &dst.addr[0]), 0);
 	struct lfi_addr a;
-	assert_null(lfi_addr_decode(&daddr, &a));
+	assert_null(lfi_addr_decode(&dst.addr[0], &a));
 	/* Same format as lmtfake's, so that only the provider differs. */
 	struct lmt_blob b;
 	a.addr_format = FI_FORMAT_UNSPEC;
 	a.name_len = 16;
 	assert_int_equal(lfi_addr_encode(&a, &b), 0);
-	assert_int_equal(plugin->ops.ep_connect(sep, &b), -LMT_EMISMATCH);
-	assert_non_null(strstr(sh.error, "the destination uses provider tcp;ofi_rxm, this side "
-	                                 "lmtfake"));
-	plugin->ops.instance_close(dst);
-	plugin->ops.instance_close(src);
+	assert_int_equal(cfg.plugin->ops.ep_connect(src.ep[0], &b), -LMT_EMISMATCH);
+	PH_ASSERT_ERROR(&src.host, LMT_EMISMATCH,
+	                "the destination uses provider tcp;ofi_rxm, this side lmtfake");
+	side_close(&dst);
+	side_close(&src);
 }
 
-/* ---- Tests: failures ----------------------------------------------------- */
+/* ---- Tests: failures the provider reports ----------------------------------- */
 
 static void test_remote_error_carries_the_provider_text(void **state)
 {
 	(void)state;
-	struct pair *p = pair_open(&fake, 2);
-	struct region r;
-	region_open(&r, p, 4096, 8);
-	struct tally t;
-	tally_init(&t, 3);
-	post(p, 0, &r, 64, 0, 0, &t);
-	assert_int_equal(plugin->ops.flush(p->src, SECOND), 0);
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	pair_up(&run, &p, &fake, 2);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p) &&
+	                         ph_region_open(&run, &p, &region, 4096) &&
+	                         ph_source_open(&run, &p, &source, 4096, 8) &&
+	                         ph_tally_init(&run, &tally, 2) &&
+	                         ph_post(&run, &p, &tally, 0, &source, source.mem, &region, 0, 64));
+	assert_int_equal(cfg.plugin->ops.flush(p.src.inst, PH_SECOND), 0);
 	/* The destination deregisters; the next write meets a dead key. */
-	plugin->ops.mr_deregister(p->dst, r.mr);
-	post(p, 1, &r, 64, 64, 1, &t);
-	harvest_all(p->src, &t, 2);
-	assert_int_equal(t.failed, 1);
-	assert_int_equal(t.seen[1], 1);
-	assert_int_equal(plugin->ops.progress(p->src, NULL, 0, 0), -LMT_EIO);
-	assert_int_equal(p->src_host.error_code, LMT_EIO);
-	assert_non_null(strstr(p->src_host.error, "ofi channel 1: write failed: "));
-	assert_non_null(strstr(p->src_host.error, "lmtfake: key 0x"));
-	assert_non_null(strstr(p->src_host.error, "is not registered at the target"));
+	cfg.plugin->ops.mr_deregister(p.dst.inst, region.mr);
+	region.mr = NULL;
+	tally.allow_failures = true;
+	PH_REQUIRE(&run, ph_post(&run, &p, &tally, 1, &source, source.mem + 64, &region, 64, 64) &&
+	                         ph_harvest_all(&run, &p, &tally));
+	assert_int_equal(tally.failed, 1);
+	assert_int_equal(cfg.plugin->ops.progress(p.src.inst, NULL, 0, 0), -LMT_EIO);
+	PH_ASSERT_FIRST_ERROR(&p.src.host, LMT_EIO, "ofi channel 1: write failed: ");
+	first_error_has(&p.src.host, "lmtfake: key 0x");
+	first_error_has(&p.src.host, "is not registered at the target");
 	/* The session is over: no more writes. */
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 8, r.src_mr, r.rkey, 0, 2),
+	assert_int_equal(cfg.plugin->ops.write(p.src.ep[0], source.mem, 8, source.mr, region.rkey,
+	                                       0, 2),
 	                 -LMT_EIO);
-	assert_int_equal(plugin->ops.flush(p->src, SECOND), -LMT_EIO);
-	plugin->ops.rkey_release(p->src, r.rkey);
-	plugin->ops.mr_deregister(p->src, r.src_mr);
-	munmap(r.block, r.len + 2 * GUARD);
-	munmap(r.src, r.len);
-	free(t.seen);
-	pair_close(p);
+	assert_int_equal(cfg.plugin->ops.flush(p.src.inst, PH_SECOND), -LMT_EIO);
+	ph_tally_fini(&tally);
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
 /* lmtfake holds successful writes; one that fails ends the session, and
- * the held ones must be reported failed too, each once. Write i, of `size`
- * bytes, goes to channel i % channels, at offset i * stride. */
+ * the held ones must be reported failed too, each once (the tally). Write
+ * i, of `size` bytes, goes to channel i % channels, at offset i * stride. */
 static void held_writes_fail_once(const struct variant *v, uint32_t channels, size_t size,
                                   size_t stride)
 {
 	enum { HELD = 200 };
-	struct pair *p = pair_open(v, channels);
-	struct region r;
-	region_open(&r, p, HELD * stride + size < 4096 ? 4096 : HELD * stride + size, 9);
-	struct tally t;
-	tally_init(&t, HELD + 1);
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0}, bad = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	size_t len = HELD * stride + size < 4096 ? 4096 : HELD * stride + size;
+	pair_up(&run, &p, v, channels);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p) &&
+	                         ph_region_open(&run, &p, &region, len) &&
+	                         ph_source_open(&run, &p, &source, len, 9) &&
+	                         ph_tally_init(&run, &tally, HELD + 1));
+	tally.allow_failures = true;
 	for (uint64_t i = 0; i < HELD; i++)
-		assert_int_equal(plugin->ops.write(p->src_ep[i % channels], r.src + i * stride,
-		                                   size, r.src_mr, r.rkey, i * stride, i),
+		assert_int_equal(ph_post_once(&run, &p, &tally, (uint32_t)(i % channels), &source,
+		                              source.mem + i * stride, &region, i * stride, size),
 		                 0);
 	/* The failing write goes to a region of its own, under another key,
 	 * so that coalescing posts it at once. */
-	struct region bad;
-	region_open(&bad, p, 4096, 11);
-	plugin->ops.mr_deregister(p->dst, r.mr);
-	plugin->ops.mr_deregister(p->dst, bad.mr);
-	assert_int_equal(
-	        plugin->ops.write(p->src_ep[0], bad.src, 16, bad.src_mr, bad.rkey, 0, HELD), 0);
-	uint64_t deadline = now_ns() + 5 * SECOND;
-	int rc;
-	while ((rc = harvest(p->src, &t, SECOND / 10)) >= 0)
-		assert_true(now_ns() < deadline);
-	assert_int_equal(rc, -LMT_EIO);
-	assert_int_equal(t.done, HELD + 1);
-	assert_int_equal(t.failed, HELD + 1);
-	for (uint64_t i = 0; i <= HELD; i++)
-		assert_int_equal(t.seen[i], 1);
-	assert_non_null(strstr(p->src_host.error, "is not registered at the target"));
-	struct region *both[] = {&r, &bad};
-	for (int i = 0; i < 2; i++) {
-		plugin->ops.rkey_release(p->src, both[i]->rkey);
-		plugin->ops.mr_deregister(p->src, both[i]->src_mr);
-		munmap(both[i]->block, both[i]->len + 2 * GUARD);
-		munmap(both[i]->src, both[i]->len);
-	}
-	free(t.seen);
-	pair_close(p);
+	PH_REQUIRE(&run, ph_region_open(&run, &p, &bad, 4096));
+	cfg.plugin->ops.mr_deregister(p.dst.inst, region.mr);
+	cfg.plugin->ops.mr_deregister(p.dst.inst, bad.mr);
+	region.mr = bad.mr = NULL;
+	assert_int_equal(ph_post_once(&run, &p, &tally, 0, &source, source.mem, &bad, 0, 16), 0);
+	assert_int_equal(ph_harvest_until_error(&run, &p, &tally, 5 * PH_SECOND), -LMT_EIO);
+	PH_REQUIRE(&run, !run.failed);
+	assert_int_equal(tally.done, HELD + 1);
+	assert_int_equal(tally.failed, HELD + 1);
+	first_error_has(&p.src.host, "is not registered at the target");
+	ph_tally_fini(&tally);
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &bad);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
 static void test_failure_reports_every_outstanding_write(void **state)
@@ -968,164 +645,147 @@ static void test_failure_reports_queued_writes(void **state)
 	held_writes_fail_once(&fake_held_coalesced, 1, 64 << 10, 64 << 10);
 }
 
-static void test_coalescing_without_delivery_completion_is_refused(void **state)
+/* A write the provider holds keeps progress and flush waiting: a cancel
+ * ends both at once (check-ofi-* cancels them with nothing outstanding). */
+static void test_waiting_on_a_held_write_honours_cancel(void **state)
 {
 	(void)state;
-	struct fake_host h;
-	fake_host_init(&h, &fake_fence_coalesced);
-	lmt_instance *inst;
-	assert_int_equal(try_open(&h, LMT_ROLE_SOURCE, 1, &inst), -LMT_EINVAL);
-	assert_null(inst);
-	assert_non_null(strstr(h.error, "ofi.coalesce=on needs delivery completion"));
-	pthread_mutex_destroy(&h.lock);
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	pair_up(&run, &p, &fake_held, 1);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p) &&
+	                         ph_region_open(&run, &p, &region, 4096) &&
+	                         ph_source_open(&run, &p, &source, 4096, 12) &&
+	                         ph_tally_init(&run, &tally, 1));
+	assert_int_equal(ph_post_once(&run, &p, &tally, 0, &source, source.mem, &region, 0, 16), 0);
+	atomic_store(&p.src.host.cancelled, 1);
+	struct lmt_completion c[4];
+	uint64_t start = ph_now();
+	assert_int_equal(cfg.plugin->ops.progress(p.src.inst, c, 4, 30 * PH_SECOND),
+	                 -LMT_ECANCELED);
+	assert_int_equal(cfg.plugin->ops.flush(p.src.inst, 30 * PH_SECOND), -LMT_ECANCELED);
+	assert_true(ph_now() - start < PH_SECOND);
+	ph_tally_fini(&tally);
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
 }
 
-static void test_progress_and_flush_honour_cancel(void **state)
+/* ---- Tests: the greeting and closing ------------------------------------------ */
+
+/* A destination that closes channels without the source's greeting, once
+ * ep_connect was called, waits for it (or for the connection attempt to
+ * settle) at most 1 s in all, however many channels; one that never called
+ * ep_connect, or was greeted, does not wait. */
+static void test_closing_without_the_greeting_lingers_once_for_all_channels(void **state)
 {
 	(void)state;
-	struct pair *p = pair_open(&fake_held, 1);
-	struct region r;
-	region_open(&r, p, 4096, 12);
-	assert_int_equal(plugin->ops.write(p->src_ep[0], r.src, 16, r.src_mr, r.rkey, 0, 0), 0);
-	atomic_store(&p->src_host.cancelled, 1);
-	atomic_store(&p->dst_host.cancelled, 1);
-	struct lmt_completion c[4];
-	uint64_t start = now_ns();
-	assert_int_equal(plugin->ops.progress(p->dst, c, 4, 30 * SECOND), -LMT_ECANCELED);
-	assert_int_equal(plugin->ops.progress(p->src, c, 4, 30 * SECOND), -LMT_ECANCELED);
-	assert_int_equal(plugin->ops.flush(p->src, 30 * SECOND), -LMT_ECANCELED);
-	assert_true(now_ns() - start < SECOND);
-	region_close(&r, p);
-	pair_close(p);
+	struct ph_run run;
+	struct ph_pair p;
+	pair_open(&run, &p, &tcp, 3);
+	PH_REQUIRE(&run, ph_pair_open_endpoints(&run, &p));
+	atomic_store(&p.dst.host.cancelled, 1);
+	assert_int_equal(cfg.plugin->ops.ep_connect(p.dst.ep[0], &p.src.addr[0]), -LMT_ECANCELED);
+	uint64_t start = ph_now();
+	cfg.plugin->ops.instance_close(p.dst.inst);
+	uint64_t took = ph_now() - start;
+	p.dst.inst = NULL;
+	if (took < PH_SECOND || took >= 3 * PH_SECOND)
+		fail_msg("closing 3 ungreeted channels took %.2f s, expected 1 s and less than 3",
+		         (double)took / PH_SECOND);
+	PH_ASSERT_LOGGED(&p.dst.host, "ofi channel 0: closing without the source's greeting");
+	PH_ASSERT_LOGGED(&p.dst.host, "ofi channel 2: closing without the source's greeting");
+	ph_pair_close(&p);
+
+	/* Never connected: nothing to wait for. */
+	pair_open(&run, &p, &tcp, 1);
+	PH_REQUIRE(&run, ph_pair_open_endpoints(&run, &p));
+	cfg.plugin->ops.instance_close(p.dst.inst);
+	p.dst.inst = NULL;
+	assert_false(ph_host_logged(&p.dst.host, "closing without the source's greeting"));
+	ph_pair_close(&p);
+
+	/* Greeted. */
+	pair_up(&run, &p, &tcp, 1);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p));
+	cfg.plugin->ops.instance_close(p.dst.inst);
+	p.dst.inst = NULL;
+	assert_false(ph_host_logged(&p.dst.host, "closing without the source's greeting"));
+	ph_pair_close(&p);
 }
 
-static void test_destination_progress_waits_and_reports_nothing(void **state)
+/* Every state the core may close from, under lmtfake with every
+ * registration mode (keys per endpoint among them): opened only; endpoints
+ * never connected, one closed; connected with writes in flight and nothing
+ * released; released in the core's order, the destination first. */
+static void teardown_cycle(void)
 {
-	struct pair *p = pair_open(*state, 1);
-	struct lmt_completion c[4];
-	uint64_t start = now_ns();
-	assert_int_equal(plugin->ops.progress(p->dst, c, 4, SECOND / 5), 0);
-	assert_true(now_ns() - start >= SECOND / 5);
-	assert_int_equal(plugin->ops.flush(p->dst, SECOND), 0);
-	assert_int_equal(plugin->ops.flush(p->src, SECOND), 0);
-	pair_close(p);
-}
+	struct ph_side s;
+	assert_int_equal(side_open(&s, &fake_all, NULL, LMT_ROLE_SOURCE, 2), 0);
+	side_close(&s);
 
-/* ---- Tests: teardown ---------------------------------------------------- */
+	struct ph_run run;
+	struct ph_pair p;
+	pair_open(&run, &p, &fake_all, 3);
+	PH_REQUIRE(&run, ph_pair_open_endpoints(&run, &p));
+	cfg.plugin->ops.ep_close(p.src.ep[1]);
+	p.src.ep[1] = NULL;
+	ph_pair_close(&p);
 
-static int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	int n = 0;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
-/* Every state the core may close from, for one variant. */
-static void teardown_cycle(const struct variant *v)
-{
-	/* Opened, nothing more. */
-	struct fake_host h;
-	fake_host_init(&h, v);
-	plugin->ops.instance_close(open_instance(&h, LMT_ROLE_SOURCE, 2));
-
-	/* Endpoints opened, never connected; one closed by the core. */
-	struct fake_host dh, sh;
-	fake_host_init(&dh, v);
-	fake_host_init(&sh, v);
-	lmt_instance *dst = open_instance(&dh, LMT_ROLE_DESTINATION, 3);
-	lmt_instance *src = open_instance(&sh, LMT_ROLE_SOURCE, 3);
-	lmt_endpoint *ep;
-	struct lmt_blob addr;
-	for (uint32_t c = 0; c < 2; c++) {
-		assert_int_equal(plugin->ops.ep_open(dst, c, &ep, &addr), 0);
-		assert_int_equal(plugin->ops.ep_open(src, c, &ep, &addr), 0);
-	}
-	plugin->ops.ep_close(ep);
-	plugin->ops.instance_close(dst);
-	plugin->ops.instance_close(src);
-
-	/* Connected, registered, writes in flight, nothing released. */
-	struct pair *p = pair_open(v, 2);
-	struct region r;
-	region_open(&r, p, 1 << 20, 10);
-	struct tally t;
-	tally_init(&t, 8);
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	pair_up(&run, &p, &fake_all, 2);
+	PH_REQUIRE(&run, ph_region_open(&run, &p, &region, 1 << 20) &&
+	                         ph_source_open(&run, &p, &source, 1 << 20, 10) &&
+	                         ph_tally_init(&run, &tally, 8));
 	for (uint64_t i = 0; i < 8; i++)
-		post(p, i & 1, &r, 1 << 17, i << 17, i, &t);
-	free(t.seen);
-	pair_close(p);
-	munmap(r.block, r.len + 2 * GUARD);
-	munmap(r.src, r.len);
+		PH_REQUIRE(&run, ph_post(&run, &p, &tally, (uint32_t)(i & 1), &source,
+		                         source.mem + (i << 17), &region, i << 17, 1 << 17));
+	ph_pair_close(&p);
+	/* instance_close released the plugin's objects; only memory is left. */
+	region.mr = source.mr = NULL;
+	region.rkey = NULL;
+	ph_region_close(&p, &region);
+	ph_source_close(&p, &source);
+	ph_tally_fini(&tally);
 
-	/* Closed by the core in its own order: keys, registrations,
-	 * endpoints, and the destination first. */
-	p = pair_open(v, 2);
-	region_open(&r, p, 1 << 20, 11);
-	plugin->ops.rkey_release(p->src, r.rkey);
-	plugin->ops.mr_deregister(p->src, r.src_mr);
-	plugin->ops.mr_deregister(p->dst, r.mr);
+	pair_up(&run, &p, &fake_all, 2);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p) &&
+	                         ph_region_open(&run, &p, &region, 1 << 20) &&
+	                         ph_source_open(&run, &p, &source, 1 << 20, 11));
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
 	for (uint32_t c = 0; c < 2; c++) {
-		plugin->ops.ep_close(p->dst_ep[c]);
-		plugin->ops.ep_close(p->src_ep[c]);
+		cfg.plugin->ops.ep_close(p.dst.ep[c]);
+		cfg.plugin->ops.ep_close(p.src.ep[c]);
 	}
-	munmap(r.block, r.len + 2 * GUARD);
-	munmap(r.src, r.len);
-	pair_close(p);
+	ph_pair_close(&p);
 }
 
-static void test_teardown_from_every_state_leaves_no_fds_or_threads(void **state)
+static void test_teardown_from_every_state_under_every_mode_leaves_nothing(void **state)
 {
-	const struct variant *v = *state;
-	teardown_cycle(v); /* providers set up what they keep for the process */
-	int fds = count_entries("/proc/self/fd");
-	int threads = count_entries("/proc/self/task");
+	(void)state;
+	teardown_cycle(); /* providers set up what they keep for the process */
+	struct ph_census before = ph_census_take(), after;
 	for (int i = 0; i < 3; i++)
-		teardown_cycle(v);
-	assert_int_equal(count_entries("/proc/self/fd"), fds);
-	assert_int_equal(count_entries("/proc/self/task"), threads);
+		teardown_cycle();
+	if (!ph_census_same(before, &after))
+		fail_msg("%d file descriptors and %d threads after, %d and %d before", after.fds,
+		         after.threads, before.fds, before.threads);
 }
 
 /* ---- Main ---------------------------------------------------------------- */
-
-static int load_plugin(void **state)
-{
-	(void)state;
-	module = dlopen(module_path, RTLD_NOW | RTLD_LOCAL);
-	if (!module) {
-		fprintf(stderr, "cannot load %s: %s\n", module_path, dlerror());
-		return -1;
-	}
-	lmt_plugin_entry_fn entry = (lmt_plugin_entry_fn)dlsym(module, LMT_PLUGIN_ENTRY_SYMBOL);
-	if (!entry || entry(LMT_PLUGIN_ABI_VERSION, &plugin) != 0 || !plugin) {
-		fprintf(stderr, "%s: no usable %s\n", module_path, LMT_PLUGIN_ENTRY_SYMBOL);
-		return -1;
-	}
-	return 0;
-}
-
-static int unload_plugin(void **state)
-{
-	(void)state;
-	if (module)
-		dlclose(module);
-	return 0;
-}
 
 #define ON(test, variant) cmocka_unit_test_prestate(test, (void *)&(variant))
 
 int main(int argc, char **argv)
 {
-	module_path = getenv("LMT_TEST_OFI_PLUGIN");
-	const char *fake_dir = getenv("LMT_TEST_OFI_FAKE_DIR");
-	if (argc > 2) {
-		module_path = argv[1];
-		fake_dir = argv[2];
-	}
-	if (!module_path || !fake_dir) {
+	const char *fake_dir = argc > 2 ? argv[2] : getenv("LMT_TEST_OFI_FAKE_DIR");
+	if (!fake_dir) {
 		fprintf(stderr,
 		        "usage: %s ofi.so lmtfake-dir (or set LMT_TEST_OFI_PLUGIN and "
 		        "LMT_TEST_OFI_FAKE_DIR)\n",
@@ -1136,9 +796,13 @@ int main(int argc, char **argv)
 		user_rxm_rx_size = strdup(getenv("FI_OFI_RXM_MSG_RX_SIZE"));
 	/* Before libfabric first looks for providers. */
 	setenv("FI_PROVIDER_PATH", fake_dir, 1);
+	if (ph_test_load(&cfg, "LMT_TEST_OFI_PLUGIN", argc, argv, ""))
+		return 2;
+	if (getenv("LMT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("LMT_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_entry_gives_descriptor),
-	        cmocka_unit_test(test_entry_refuses_an_older_core),
+	        cmocka_unit_test(
+	                test_descriptor_claims_registration_pinning_channels_and_merged_runs),
 	        cmocka_unit_test(test_unknown_provider_error_lists_those_available),
 	        cmocka_unit_test(test_rxm_receive_default_keeps_the_users_value),
 	        cmocka_unit_test(test_unknown_domain_error_lists_domains),
@@ -1146,61 +810,47 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_bad_mr_mode_option_is_rejected),
 	        cmocka_unit_test(test_delivery_completion_demanded_but_missing_is_refused),
 	        cmocka_unit_test(test_required_mode_not_offered_is_refused),
+	        cmocka_unit_test(test_coalescing_without_delivery_completion_is_refused),
 
-	        ON(test_one_channel_lands_bit_for_bit, tcp),
-	        ON(test_two_channels_land_bit_for_bit, tcp),
-	        ON(test_two_channels_land_bit_for_bit, tcp_fence),
-	        ON(test_two_channels_land_bit_for_bit, tcp_local),
-	        ON(test_one_channel_lands_bit_for_bit, shm),
-	        ON(test_two_channels_land_bit_for_bit, shm),
-	        ON(test_two_channels_land_bit_for_bit, shm_offsets),
-	        ON(test_two_channels_land_bit_for_bit, fake),
-	        ON(test_two_channels_land_bit_for_bit, fake_local),
-	        ON(test_two_channels_land_bit_for_bit, fake_virt),
-	        ON(test_two_channels_land_bit_for_bit, fake_prov_key),
-	        ON(test_two_channels_land_bit_for_bit, fake_endpoint),
-	        ON(test_two_channels_land_bit_for_bit, fake_raw),
-	        ON(test_two_channels_land_bit_for_bit, fake_raw_virt),
-	        ON(test_two_channels_land_bit_for_bit, fake_all),
-	        ON(test_two_channels_land_bit_for_bit, fake_fence),
-	        ON(test_two_channels_land_bit_for_bit, fake_fence_all),
-	        ON(test_two_channels_land_bit_for_bit, fake_polled),
-
-	        ON(test_every_cookie_completes_exactly_once, tcp),
-	        ON(test_every_cookie_completes_exactly_once, shm),
-	        ON(test_every_cookie_completes_exactly_once, fake_fence_all),
-	        ON(test_every_cookie_completes_exactly_once, shm_apart),
-	        ON(test_every_cookie_completes_exactly_once, tcp_coalesced),
+	        ON(test_writes_land_under_the_mode, tcp_fence),
+	        ON(test_writes_land_under_the_mode, tcp_local),
+	        ON(test_writes_land_under_the_mode, shm_offsets),
+	        ON(test_writes_land_under_the_mode, shm_apart),
+	        ON(test_writes_land_under_the_mode, fake),
+	        ON(test_writes_land_under_the_mode, fake_local),
+	        ON(test_writes_land_under_the_mode, fake_virt),
+	        ON(test_writes_land_under_the_mode, fake_prov_key),
+	        ON(test_writes_land_under_the_mode, fake_endpoint),
+	        ON(test_writes_land_under_the_mode, fake_raw),
+	        ON(test_writes_land_under_the_mode, fake_raw_virt),
+	        ON(test_writes_land_under_the_mode, fake_all),
+	        ON(test_writes_land_under_the_mode, fake_fence),
+	        ON(test_writes_land_under_the_mode, fake_fence_all),
+	        ON(test_writes_land_under_the_mode, fake_polled),
 	        ON(test_contiguous_writes_merge_and_complete_once, shm),
 	        ON(test_contiguous_writes_merge_and_complete_once, tcp_coalesced),
-	        ON(test_full_queue_answers_eagain, tcp),
-	        ON(test_full_queue_answers_eagain, shm),
-	        ON(test_zero_length_write_completes, shm),
-	        ON(test_write_past_key_length_is_rejected, tcp),
-	        ON(test_write_past_key_length_is_rejected, fake_all),
 	        ON(test_unregistered_source_is_refused_when_the_provider_needs_it, fake_local),
 	        ON(test_unregistered_source_is_refused_when_the_provider_needs_it, shm_offsets),
 	        cmocka_unit_test(test_registration_needs_open_channels_with_endpoint_mode),
 
-	        ON(test_malformed_key_blob_is_rejected, tcp),
-	        ON(test_malformed_key_blob_is_rejected, shm),
-	        cmocka_unit_test(test_forged_raw_key_is_rejected),
-	        ON(test_malformed_address_blob_is_rejected, tcp),
-	        ON(test_malformed_address_blob_is_rejected, shm),
-	        ON(test_malformed_address_blob_is_rejected, fake_all),
+	        ON(test_key_blob_with_a_bad_field_is_refused, tcp),
+	        ON(test_key_blob_with_a_bad_field_is_refused, shm),
+	        cmocka_unit_test(test_forged_raw_key_is_refused),
+	        ON(test_address_blob_with_a_bad_field_is_refused, tcp),
+	        ON(test_address_blob_with_a_bad_field_is_refused, shm),
+	        ON(test_address_blob_with_a_bad_field_is_refused, fake_all),
 	        cmocka_unit_test(test_another_provider_on_the_peer_is_a_mismatch),
 
 	        cmocka_unit_test(test_remote_error_carries_the_provider_text),
 	        cmocka_unit_test(test_failure_reports_every_outstanding_write),
 	        cmocka_unit_test(test_failure_reports_queued_writes),
-	        cmocka_unit_test(test_coalescing_without_delivery_completion_is_refused),
-	        cmocka_unit_test(test_progress_and_flush_honour_cancel),
-	        ON(test_destination_progress_waits_and_reports_nothing, shm),
-	        ON(test_teardown_from_every_state_leaves_no_fds_or_threads, tcp),
-	        ON(test_teardown_from_every_state_leaves_no_fds_or_threads, shm),
-	        ON(test_teardown_from_every_state_leaves_no_fds_or_threads, fake_all),
+	        cmocka_unit_test(test_waiting_on_a_held_write_honours_cancel),
+
+	        cmocka_unit_test(test_closing_without_the_greeting_lingers_once_for_all_channels),
+	        cmocka_unit_test(test_teardown_from_every_state_under_every_mode_leaves_nothing),
 	};
-	int failed = cmocka_run_group_tests(tests, load_plugin, unload_plugin);
+	int failed = cmocka_run_group_tests(tests, NULL, NULL);
+	ph_unload(&cfg);
 	free(user_rxm_rx_size);
 	return failed;
 }
