@@ -141,14 +141,15 @@ add_elf() {
 }
 
 bench="$build/tools/lmt-bench"
+check="$build/tools/plugin-check/lmt-plugin-check"
 faults="$build/tests/integration/test_faults"
 plugin="$build/plugins/verbs/verbs.so"
-for f in "$bench" "$plugin" "$build/tests/plugins/verbs/verbs-probe"; do
+for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe"; do
 	[ -x "$f" ] || [ -f "$f" ] || die "$f not built (meson compile first)"
 done
 cp "$busybox" "$stage/bin/busybox"
-for f in "$bench" "$plugin" "$build/tests/plugins/verbs/verbs-probe" "$(command -v rdma)" \
-         "$(command -v ip)" "$(command -v ib_write_bw)"; do
+for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe" \
+         "$(command -v rdma)" "$(command -v ip)" "$(command -v ib_write_bw)"; do
 	add_elf "$f"
 done
 [ -x "$faults" ] && add_elf "$faults"
@@ -162,6 +163,7 @@ cp "$here/rxe-init.sh" "$stage/init"
 chmod +x "$stage/init"
 cat >"$stage/lmt/env" <<ENV
 BENCH='$bench'
+CHECK='$check'
 FAULTS='$faults'
 PROBE='$build/tests/plugins/verbs/verbs-probe'
 PLUGIN_DIR='$(dirname "$plugin")'
@@ -170,12 +172,13 @@ IP='$(command -v ip)'
 IB_WRITE_BW='$(command -v ib_write_bw)'
 SANITIZE='$sanitize'
 ENV
-# Sanitized binaries run several times slower under TCG: a smaller guest
-# and one bandwidth round keep the suite within its time limit.
+# Sanitized binaries run several times slower under TCG: a smaller guest,
+# fewer open/close cycles in lmt-plugin-check and one bandwidth round keep
+# the suite within its time limit.
 if [ "$sanitize" = none ]; then
-	echo "RAM=32M DIRTY=8M ROUNDS=3" >>"$stage/lmt/env"
+	echo "RAM=32M DIRTY=8M ROUNDS=3 CYCLES=200" >>"$stage/lmt/env"
 else
-	echo "RAM=16M DIRTY=4M ROUNDS=1" >>"$stage/lmt/env"
+	echo "RAM=16M DIRTY=4M ROUNDS=1 CYCLES=100" >>"$stage/lmt/env"
 fi
 initrd="$build/rxe-initramfs.cpio"
 (cd "$stage" && find . | cpio -o -H newc --quiet) >"$initrd"
