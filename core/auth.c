@@ -6,7 +6,8 @@
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,12 @@ static int key_from_file(const char *path, struct lmt_auth_key *out, struct lmt_
 		return lmt__error(err, LMT_EINVAL, "auth-key-file '%s': longer than %u bytes", path,
 		                  LMT_AUTH_KEY_MAX);
 	}
+	ssize_t read_len = n;
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		n--;
+	/* Only len bytes are wiped with the key: nothing of the file may
+	 * stay beyond them. */
+	OPENSSL_cleanse(buf + n, (size_t)(read_len - n));
 	if (n == 0) {
 		free(buf);
 		return lmt__error(err, LMT_EINVAL, "auth-key-file '%s': empty", path);
@@ -85,23 +90,32 @@ int lmt__auth_nonce(uint8_t out[LMT_AUTH_NONCE])
 	return RAND_bytes(out, LMT_AUTH_NONCE) == 1 ? 0 : -LMT_EIO;
 }
 
+/* Through an EVP_MAC context, freed (and so cleansed of the key and the
+ * hash state) before returning; the message holds no secret. */
 int lmt__auth_proof(const struct lmt_auth_key *key, const char *label,
                     const uint8_t first[LMT_AUTH_NONCE], const uint8_t second[LMT_AUTH_NONCE],
                     uint8_t out[LMT_AUTH_PROOF])
 {
 	size_t llen = strlen(label);
 	uint8_t msg[64 + 2 * LMT_AUTH_NONCE];
-	if (llen > 64)
+	if (llen > 64 || !key->bytes)
 		return -LMT_EINVAL;
 	memcpy(msg, label, llen);
 	memcpy(msg + llen, first, LMT_AUTH_NONCE);
 	memcpy(msg + llen + LMT_AUTH_NONCE, second, LMT_AUTH_NONCE);
-	unsigned int len = 0;
-	if (!HMAC(EVP_sha256(), key->bytes, (int)key->len, msg, llen + 2 * LMT_AUTH_NONCE, out,
-	          &len) ||
-	    len != LMT_AUTH_PROOF)
-		return -LMT_EIO;
-	return 0;
+	EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	OSSL_PARAM params[] = {
+	        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+	        OSSL_PARAM_construct_end(),
+	};
+	size_t len = 0;
+	int ok = ctx && EVP_MAC_init(ctx, key->bytes, key->len, params) == 1 &&
+	         EVP_MAC_update(ctx, msg, llen + 2 * LMT_AUTH_NONCE) == 1 &&
+	         EVP_MAC_final(ctx, out, &len, LMT_AUTH_PROOF) == 1 && len == LMT_AUTH_PROOF;
+	EVP_MAC_CTX_free(ctx);
+	EVP_MAC_free(mac);
+	return ok ? 0 : -LMT_EIO;
 }
 
 bool lmt__auth_equal(const uint8_t a[LMT_AUTH_PROOF], const uint8_t b[LMT_AUTH_PROOF])

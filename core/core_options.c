@@ -38,7 +38,10 @@ static const struct lmt_option_desc core_options[] = {
                 .name = "max-bandwidth",
                 .type = LMT_OPT_SIZE,
                 .default_value = "0",
-                .doc = "bytes per second the source may send; 0 is unlimited",
+                .doc = "bytes per second the source may send, held across iterate calls "
+                       "(a burst of at most one max-iterate-ms or one chunk); 0 is "
+                       "unlimited; a source may change it during the migration, from any "
+                       "thread, for its next iterate call",
         },
         {
                 .name = "downtime-limit",
@@ -47,7 +50,9 @@ static const struct lmt_option_desc core_options[] = {
                 .min = NS_PER_MS,
                 .max = NS_PER_HOUR,
                 .doc = "longest expected pause of the guest at which the source is ready "
-                       "to complete",
+                       "to complete (RAM left, announced device state, verify's hashing); a "
+                       "source may change it during the migration, from any thread, for its "
+                       "next iterate call",
         },
         {
                 .name = "max-iterate-ms",
@@ -68,7 +73,9 @@ static const struct lmt_option_desc core_options[] = {
                 .type = LMT_OPT_BOOL,
                 .default_value = "off",
                 .flags = LMT_OPTF_MATCH,
-                .doc = "per-block xxHash digests, checked by the destination at completion",
+                .doc = "per-block xxHash digests, checked by the destination at completion; "
+                       "each side hashes 64K stripes during the passes, the pause only those "
+                       "written since",
         },
         {
                 .name = "connect-timeout",
@@ -84,7 +91,9 @@ static const struct lmt_option_desc core_options[] = {
                 .default_value = "30s",
                 .min = NS_PER_MS,
                 .max = NS_PER_HOUR,
-                .doc = "a peer that says nothing for this long fails the migration",
+                .doc = "a peer that says nothing for this long fails the migration; a "
+                       "destination also fails when the source sends nothing but "
+                       "keep-alives for this long",
         },
         {
                 .name = "switchover-timeout",
@@ -102,6 +111,15 @@ static const struct lmt_option_desc core_options[] = {
                 .min = 1,
                 .max = 4096,
                 .doc = "writes in flight per channel",
+        },
+        {
+                .name = "max-device-state",
+                .type = LMT_OPT_SIZE,
+                .default_value = "1G",
+                .min = 0,
+                .max = GIB,
+                .doc = "destination: largest device state a source may announce; memory "
+                       "for it grows with the pieces that arrive, never ahead of them",
         },
         {
                 .name = "auth-key",

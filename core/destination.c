@@ -2,6 +2,7 @@
  * register RAM for it, drive the plugin, take the device state in, verify
  * and acknowledge. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,20 +10,34 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "bitmap.h"
 #include "error.h"
 #include "net.h"
 #include "session.h"
 
 #define TARGET_SLICE_NS 1000000ull
 #define CONTROL_SLICE_MS 50
+/* verify=on: hashing between control messages and progress, a slice at a
+ * time, so that neither waits long. */
+#define HASH_SLICE_NS 1000000ull
 
 struct lmt_destination_engine {
 	int listen_fd; /* until the source connects */
+	/* The device state grows with the pieces that arrived, up to the
+	 * total the first piece announced (at most max-device-state). */
 	uint8_t *state_buf;
+	uint64_t state_cap;
 	uint64_t state_len;
 	uint64_t state_received;
+	uint64_t state_max;
+	/* The last sign of the source's progress: a message other than a
+	 * keep-alive. idle-timeout without one fails the load. */
+	uint64_t progress_ns;
+	struct lmt_msg_landed *landed; /* LANDED's, decoded */
+	/* verify=on: where hash_landed goes on from */
+	uint32_t hash_block;
+	uint64_t hash_stripe;
 };
 
 int lmt__destination_new(struct lmt_destination_engine **out)
@@ -40,7 +55,10 @@ void lmt__destination_free(struct lmt_destination_engine *d)
 		return;
 	if (d->listen_fd >= 0)
 		close(d->listen_fd);
+	if (d->state_buf)
+		explicit_bzero(d->state_buf, d->state_cap); /* the guest's device state */
 	free(d->state_buf);
+	free(d->landed);
 	free(d);
 }
 
@@ -92,118 +110,528 @@ static int refuse(struct lmt_session *s, uint16_t type, int code, const char *fm
 
 /* ---- handshake ---- */
 
-struct find_option {
+/* The destination's must-match options, each to be sent exactly once. */
+struct wanted_option {
 	const char *name;
 	const struct lmt_option_desc *desc;
+	const struct lmt_option_value *value;
+	bool seen;
 };
 
-static int find_option(void *opaque, const char *name, const struct lmt_option_desc *d,
-                       const struct lmt_option_value *v, const char *text, enum lmt_opt_source src)
+struct wanted {
+	struct wanted_option *v;
+	uint32_t n, cap;
+	int rc;
+};
+
+static int collect_wanted(void *opaque, const char *name, const struct lmt_option_desc *d,
+                          const struct lmt_option_value *v, const char *text,
+                          enum lmt_opt_source src)
 {
-	struct find_option *f = opaque;
-	if (strcmp(name, f->name) != 0)
+	struct wanted *w = opaque;
+	if (!(d->flags & LMT_OPTF_MATCH) || (d->flags & LMT_OPTF_SECRET))
 		return 0;
-	f->desc = d;
-	return 1;
-}
-
-static int check_option(struct lmt_session *s, const struct lmt_msg_option *o, uint32_t *matched)
-{
-	struct lmt_option_value v;
-	char mine[256];
-	if (lmt__optset_get(s->opts, o->name, &v))
-		return refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
-		              "%s: the source sets an option this destination does not know",
-		              o->name);
-	struct find_option find = {.name = o->name};
-	lmt__optset_foreach(s->opts, find_option, &find);
-	const struct lmt_option_desc *d = find.desc;
-	if (!d || !(d->flags & LMT_OPTF_MATCH))
-		return refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO,
-		              "%s: not an option both sides must agree on", o->name);
-	lmt_option_format(d, &v, mine, sizeof(mine));
-	if (strcmp(mine, o->value) != 0)
-		return refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
-		              "%s: the source has %s, the destination has %s", o->name, o->value,
-		              mine);
-	(*matched)++;
+	if (w->n == w->cap) {
+		uint32_t cap = w->cap ? 2 * w->cap : 16;
+		struct wanted_option *nv = realloc(w->v, cap * sizeof(*nv));
+		if (!nv)
+			return w->rc = LMT_ENOMEM;
+		w->v = nv;
+		w->cap = cap;
+	}
+	w->v[w->n++] = (struct wanted_option){.name = name, .desc = d, .value = v};
 	return 0;
 }
 
-static int count_match(void *opaque, const char *name, const struct lmt_option_desc *d,
-                       const struct lmt_option_value *v, const char *text, enum lmt_opt_source src)
+/* The source's options against the destination's must-match set: every
+ * one present exactly once, with the same canonical value, and nothing
+ * else. 0, or an LMT_E* code with the reason in `why`. */
+static int check_options(struct lmt_session *s, const struct lmt_msg_hello *m, char *why,
+                         size_t size)
 {
-	if ((d->flags & LMT_OPTF_MATCH) && !(d->flags & LMT_OPTF_SECRET))
-		(*(uint32_t *)opaque)++;
-	return 0;
+	struct wanted w = {0};
+	lmt__optset_foreach(s->opts, collect_wanted, &w);
+	int rc = w.rc;
+	if (rc)
+		snprintf(why, size, "out of memory");
+	for (uint32_t i = 0; i < m->option_count && !rc; i++) {
+		const struct lmt_msg_option *o = &m->options[i];
+		struct wanted_option *mine = NULL;
+		for (uint32_t j = 0; j < w.n && !mine; j++)
+			if (strcmp(w.v[j].name, o->name) == 0)
+				mine = &w.v[j];
+		struct lmt_option_value v;
+		char text[256];
+		if (!mine && lmt__optset_get(s->opts, o->name, &v)) {
+			rc = LMT_EMISMATCH;
+			snprintf(why, size,
+			         "%s: the source sets an option this destination does not know",
+			         o->name);
+		} else if (!mine) {
+			rc = LMT_EPROTO;
+			snprintf(why, size, "%s: not an option both sides must agree on", o->name);
+		} else if (mine->seen) {
+			rc = LMT_EPROTO;
+			snprintf(why, size, "%s: the source sent it twice", o->name);
+		} else {
+			mine->seen = true;
+			lmt_option_format(mine->desc, mine->value, text, sizeof(text));
+			if (strcmp(text, o->value) != 0) {
+				rc = LMT_EMISMATCH;
+				snprintf(why, size, "%s: the source has %s, the destination has %s",
+				         o->name, o->value, text);
+			}
+		}
+	}
+	for (uint32_t j = 0; j < w.n && !rc; j++)
+		if (!w.v[j].seen) {
+			rc = LMT_EMISMATCH;
+			snprintf(why, size,
+			         "%s: the source did not send it (both sides must agree on it)",
+			         w.v[j].name);
+		}
+	free(w.v);
+	return rc;
 }
 
-/* Say yes, with our challenge and proof when we hold a key, and check the
- * source's proof before anything else is exchanged. */
-static int accept_hello(struct lmt_session *s, const struct lmt_msg_hello *m, uint64_t deadline)
+/* Whether a decoded HELLO may go on: 0, or an LMT_E* code and why not. */
+static int hello_verdict(struct lmt_session *s, const struct lmt_msg_hello *m, char *why,
+                         size_t size)
 {
+	if (m->version != LMT_PROTO_VERSION) {
+		snprintf(why, size, "protocol version %u is not supported; this destination speaks %u",
+		         m->version, LMT_PROTO_VERSION);
+		return LMT_EPROTO;
+	}
+	if (strcmp(m->plugin, s->wire_name) != 0) {
+		snprintf(why, size, "plugin: the source uses '%s', the destination '%s'", m->plugin,
+		         s->wire_name);
+		return LMT_EMISMATCH;
+	}
+	int rc = check_options(s, m, why, size);
+	if (!rc && s->auth.bytes && !m->auth) {
+		snprintf(why, size,
+		         "authentication required: the source holds no key (set auth-key or "
+		         "auth-key-file on the source)");
+		rc = LMT_EAUTH;
+	}
+	return rc;
+}
+
+/* ---- before authentication: every connection, at once ----
+ *
+ * The destination accepts connections for as long as it waits for a
+ * source, and reads each one's HELLO (and AUTH, with a key) without
+ * blocking on any of them. A connection that closes, sends anything else,
+ * is refused or fails authentication is logged and dropped; each has
+ * connect-timeout from its accept, which nothing it sends extends. The
+ * first to authenticate (without a key: to send an acceptable HELLO)
+ * becomes the control connection and the others are closed. */
+
+#define LOBBY_MAX 16               /* connections in their handshake at once */
+#define LOBBY_MSG_MAX (24u << 10)  /* a HELLO of 64 options of the longest fits */
+#define LOBBY_KEEPALIVES_MAX 32    /* PINGs and PONGs before authenticating */
+#define LOBBY_ACCEPTS_PER_ROUND 16 /* then the connections already in are read */
+
+struct candidate {
+	int fd;
+	uint64_t accepted_ns, deadline_ns;
+	char peer[80];
+	uint8_t header[LMT_PROTO_HEADER_SIZE];
+	struct lmt_msg_header h;
+	bool have_header;
+	size_t got;       /* bytes of the header, then of the payload */
+	uint8_t *payload; /* LOBBY_MSG_MAX */
+	bool hello_ok;    /* HELLO accepted: its AUTH is awaited */
+	uint8_t source_nonce[LMT_PROTO_NONCE];
+	uint8_t nonce[LMT_PROTO_NONCE];
+	unsigned keepalives;
+};
+
+struct lobby {
+	struct lmt_session *s;
+	struct candidate c[LOBBY_MAX];
+	unsigned n;
+	bool listening; /* there is a listening socket (not lmt__load_connected) */
+	unsigned refused;
+	int last_code;
+	char last_why[LMT_PROTO_MAX_TEXT + 96];
+	char last_peer[80];
+	struct lmt_buf out;
+	struct lmt_msg_hello hello; /* decoded in place */
+};
+
+static void lobby_close(struct candidate *c)
+{
+	shutdown(c->fd, SHUT_RDWR);
+	close(c->fd);
+	free(c->payload);
+	c->payload = NULL;
+	c->fd = -1;
+}
+
+static void lobby_remove(struct lobby *l, unsigned i)
+{
+	l->c[i] = l->c[--l->n];
+}
+
+/* Drop candidate i: log why, keep the reason for the final error. */
+static void lobby_drop(struct lobby *l, unsigned i, int code, const char *fmt, ...)
+        LMT_PRINTF(4, 5);
+
+static void lobby_drop(struct lobby *l, unsigned i, int code, const char *fmt, ...)
+{
+	struct candidate *c = &l->c[i];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(l->last_why, sizeof(l->last_why), fmt, ap);
+	va_end(ap);
+	l->last_code = code;
+	l->refused++;
+	snprintf(l->last_peer, sizeof(l->last_peer), "%s", c->peer);
+	lmt__log(LMT_LOG_WARN, "destination: dropped the connection from %s: %s", c->peer,
+	         l->last_why);
+	lobby_close(c);
+	lobby_remove(l, i);
+}
+
+/* Send what l->out holds without waiting: a candidate that does not read
+ * is not waited for. */
+static bool lobby_send(struct lobby *l, struct candidate *c)
+{
+	ssize_t n;
+	do
+		n = send(c->fd, l->out.data, l->out.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)l->out.len;
+}
+
+/* Tell a candidate why it is dropped: in the HELLO_REPLY it waits for, or
+ * in an ERROR once its HELLO was answered. Best effort. */
+static void lobby_tell(struct lobby *l, struct candidate *c, int code, const char *why)
+{
+	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .code = -code};
+	snprintf(st.text, sizeof(st.text), "%s", why);
+	if (!lmt__enc_status(&l->out, c->hello_ok ? LMT_MSG_ERROR : LMT_MSG_HELLO_REPLY, &st))
+		lobby_send(l, c);
+}
+
+static void lobby_refuse(struct lobby *l, unsigned i, int code, const char *why)
+{
+	lobby_tell(l, &l->c[i], code, why);
+	lobby_drop(l, i, code, "%s", why);
+}
+
+/* Answer an acceptable HELLO: "ok", with the destination's nonce and proof
+ * when it holds a key. 1 when the candidate is the source (no key). */
+static int lobby_accept_hello(struct lobby *l, unsigned i)
+{
+	struct lmt_session *s = l->s;
+	struct candidate *c = &l->c[i];
 	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .auth = s->auth.bytes != NULL};
 	snprintf(st.text, sizeof(st.text), "ok");
 	int rc = 0;
-	if (st.auth && ((rc = lmt__auth_nonce(st.nonce)) ||
-	                (rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, m->nonce,
-	                                      st.nonce, st.proof))))
-		return lmt__fail(s, rc, "computing the authentication proof");
-	if ((rc = lmt__enc_status(&s->out, LMT_MSG_HELLO_REPLY, &st)))
-		return lmt__fail(s, rc, "encoding HELLO_REPLY");
-	if ((rc = lmt__ctrl_send(s)) || !st.auth)
-		return rc;
-	struct lmt_msg_header h;
+	if (st.auth) {
+		memcpy(c->source_nonce, l->hello.nonce, LMT_PROTO_NONCE);
+		if ((rc = lmt__auth_nonce(st.nonce)) ||
+		    (rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, c->source_nonce,
+		                          st.nonce, st.proof))) {
+			lobby_refuse(l, i, LMT_EIO, "computing the authentication proof failed");
+			return 0;
+		}
+		memcpy(c->nonce, st.nonce, LMT_PROTO_NONCE);
+	}
+	rc = lmt__enc_status(&l->out, LMT_MSG_HELLO_REPLY, &st);
+	if (rc || !lobby_send(l, c)) {
+		lobby_drop(l, i, LMT_ECONN, "cannot send HELLO_REPLY");
+		return 0;
+	}
+	c->hello_ok = true;
+	return st.auth ? 0 : 1;
+}
+
+static int lobby_auth(struct lobby *l, unsigned i)
+{
+	struct lmt_session *s = l->s;
+	struct candidate *c = &l->c[i];
 	struct lmt_error err = {0};
 	uint8_t got[LMT_AUTH_PROOF], want[LMT_AUTH_PROOF];
-	if ((rc = lmt__ctrl_expect(s, LMT_MSG_AUTH, deadline, &h)))
-		return rc;
-	if ((rc = lmt__dec_auth(s->in, h.length, got, &err)))
-		return lmt__fail(s, rc, "%s", err.message);
-	if ((rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, st.nonce, m->nonce, want)))
-		return lmt__fail(s, rc, "computing the authentication proof");
-	if (!lmt__auth_equal(want, got))
-		return lmt__fail(s, LMT_EAUTH,
-		                 "authentication failed: the source does not hold this key");
+	if (lmt__dec_auth(c->payload, c->h.length, got, &err)) {
+		lobby_refuse(l, i, LMT_EPROTO, err.message);
+		return 0;
+	}
+	int rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, c->nonce, c->source_nonce, want);
+	bool ok = !rc && lmt__auth_equal(want, got);
+	explicit_bzero(want, sizeof(want));
+	if (ok)
+		return 1;
+	lobby_refuse(l, i, rc ? LMT_EIO : LMT_EAUTH,
+	             rc ? "computing the authentication proof failed"
+	                : "authentication failed: the source does not hold this key");
 	return 0;
 }
 
-static int check_hello(struct lmt_session *s, uint64_t deadline)
+/* One whole message from candidate i: 1 when it is the source, else 0
+ * (it may have been dropped). */
+static int lobby_message(struct lobby *l, unsigned i)
 {
-	struct lmt_msg_header h;
+	struct lmt_session *s = l->s;
+	struct candidate *c = &l->c[i];
 	struct lmt_error err = {0};
-	int rc = lmt__ctrl_expect(s, LMT_MSG_HELLO, deadline, &h);
-	if (rc)
-		return rc;
-	struct lmt_msg_hello *m = malloc(sizeof(*m));
-	if (!m)
+	char why[LMT_PROTO_MAX_TEXT + 1];
+	uint16_t want = c->hello_ok ? LMT_MSG_AUTH : LMT_MSG_HELLO;
+	switch (c->h.type) {
+	case LMT_MSG_PING:
+	case LMT_MSG_PONG:
+		if (++c->keepalives > LOBBY_KEEPALIVES_MAX) {
+			lobby_refuse(l, i, LMT_EPROTO, "too many keep-alives before authenticating");
+			return 0;
+		}
+		if (c->h.type == LMT_MSG_PING && (lmt__enc_empty(&l->out, LMT_MSG_PONG) ||
+		                                  !lobby_send(l, c)))
+			lobby_drop(l, i, LMT_ECONN, "cannot answer its PING");
+		return 0;
+	case LMT_MSG_ERROR: {
+		struct lmt_msg_status st;
+		if (lmt__dec_status(c->payload, c->h.length, LMT_MSG_ERROR, &st, &err))
+			lobby_drop(l, i, LMT_EPROTO, "%s", err.message);
+		else
+			lobby_drop(l, i, st.code ? -st.code : LMT_EPROTO, "the source failed: %s",
+			           st.text);
+		return 0;
+	}
+	default:
+		break;
+	}
+	if (c->h.type != want) {
+		snprintf(why, sizeof(why), "expected %s from the source, got %s",
+		         lmt__msg_name(want), lmt__msg_name(c->h.type));
+		lobby_refuse(l, i, LMT_EPROTO, why);
+		return 0;
+	}
+	if (want == LMT_MSG_AUTH)
+		return lobby_auth(l, i);
+	if (lmt__dec_hello(c->payload, c->h.length, &l->hello, &err)) {
+		lobby_refuse(l, i, LMT_EPROTO, err.message);
+		return 0;
+	}
+	int rc = hello_verdict(s, &l->hello, why, sizeof(why));
+	if (rc) {
+		lobby_refuse(l, i, rc, why);
+		return 0;
+	}
+	return lobby_accept_hello(l, i);
+}
+
+/* Read what candidate i has sent, one message at a time and never past
+ * one: what follows the handshake is the service thread's. 1 when it is
+ * the source, else 0. */
+static int lobby_read(struct lobby *l, unsigned i)
+{
+	struct candidate *c = &l->c[i];
+	for (;;) {
+		uint8_t *to = c->have_header ? c->payload + c->got : c->header + c->got;
+		size_t want = (c->have_header ? c->h.length : sizeof(c->header)) - c->got;
+		ssize_t n = want ? recv(c->fd, to, want, MSG_DONTWAIT) : 0;
+		if (want && n < 0 && errno == EINTR)
+			continue;
+		if (want && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (want && n < 0) {
+			lobby_drop(l, i, LMT_ECONN, "recv: %s", strerror(errno));
+			return 0;
+		}
+		if (want && n == 0) {
+			lobby_drop(l, i, LMT_ECONN, "connection closed by peer before %s",
+			           c->hello_ok ? "authenticating" : "a HELLO");
+			return 0;
+		}
+		c->got += (size_t)n;
+		if (!c->have_header) {
+			if (c->got < sizeof(c->header))
+				continue;
+			struct lmt_error err = {0};
+			if (lmt__dec_header(c->header, sizeof(c->header), &c->h, &err)) {
+				lobby_drop(l, i, LMT_EPROTO, "%s", err.message);
+				return 0;
+			}
+			if (c->h.length > LOBBY_MSG_MAX) {
+				lobby_drop(l, i, LMT_EPROTO,
+				           "a %u-byte %s before authenticating (at most %u)",
+				           c->h.length, lmt__msg_name(c->h.type), LOBBY_MSG_MAX);
+				return 0;
+			}
+			c->have_header = true;
+			c->got = 0;
+		}
+		if (c->got < c->h.length)
+			continue;
+		c->have_header = false;
+		c->got = 0;
+		int fd = c->fd;
+		int rc = lobby_message(l, i);
+		if (rc || i >= l->n || l->c[i].fd != fd)
+			return rc; /* the source, or dropped */
+	}
+}
+
+static void lobby_add(struct lobby *l, int fd)
+{
+	struct lmt_session *s = l->s;
+	if (l->n == LOBBY_MAX) {
+		unsigned oldest = 0;
+		for (unsigned i = 1; i < l->n; i++)
+			if (l->c[i].accepted_ns < l->c[oldest].accepted_ns)
+				oldest = i;
+		lobby_drop(l, oldest, LMT_EOVERFLOW,
+		           "%u connections were in their handshake at once; this was the oldest",
+		           LOBBY_MAX);
+	}
+	struct candidate *c = &l->c[l->n];
+	*c = (struct candidate){.fd = fd, .accepted_ns = lmt__now()};
+	c->deadline_ns = c->accepted_ns + s->connect_timeout_ns;
+	c->payload = malloc(LOBBY_MSG_MAX);
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	snprintf(c->peer, sizeof(c->peer), "?");
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
+	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+		lmt__net_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+	l->n++;
+	if (!c->payload)
+		lobby_drop(l, l->n - 1, LMT_ENOMEM, "out of memory");
+}
+
+static void lobby_accept(struct lobby *l, int listen_fd)
+{
+	for (int k = 0; k < LOBBY_ACCEPTS_PER_ROUND; k++) {
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0) {
+			lobby_add(l, fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			/* Out of descriptors, say: make room rather than spin. */
+			lmt__log(LMT_LOG_WARN, "destination: accept: %s", strerror(errno));
+			if (l->n)
+				lobby_drop(l, 0, LMT_EIO, "accept failed (%s): made room",
+				           strerror(errno));
+		}
+		return;
+	}
+}
+
+static int lobby_give_up(struct lobby *l, uint64_t waited_ns)
+{
+	struct lmt_session *s = l->s;
+	unsigned long long ms = waited_ns / 1000000;
+	if (!l->refused)
+		return lmt__fail(s, LMT_ETIMEDOUT, "no source connected within idle-timeout (%llu ms)",
+		                 ms);
+	if (!l->listening)
+		return lmt__fail(s, l->last_code, "%s", l->last_why);
+	return lmt__fail(s, l->last_code,
+	                 "%s (from %s; no source was accepted within idle-timeout, %llu ms, "
+	                 "and %u connection%s dropped)",
+	                 l->last_why, l->last_peer, ms, l->refused, l->refused == 1 ? " was" : "s were");
+}
+
+/* Until a source is accepted (its descriptor in *fd) or the wait ends:
+ * accept on listen_fd (when >= 0) until wait_deadline, and serve every
+ * connection in its handshake until its own deadline. */
+static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
+                     uint64_t *accepted_ns)
+{
+	struct lmt_session *s = l->s;
+	uint64_t wait_deadline = lmt__now() + wait_ns;
+	for (;;) {
+		if (lmt__is_cancelled(s))
+			return lmt__fail(s, LMT_ECANCELED, "waiting for the source: cancelled");
+		uint64_t now = lmt__now();
+		for (unsigned i = l->n; i-- > 0;)
+			if (now >= l->c[i].deadline_ns)
+				lobby_refuse(l, i, LMT_ETIMEDOUT,
+				             l->c[i].hello_ok
+				                     ? "no AUTH within connect-timeout of connecting"
+				                     : "no HELLO within connect-timeout of connecting");
+		bool listening = listen_fd >= 0 && now < wait_deadline;
+		if (!listening && !l->n)
+			return lobby_give_up(l, wait_ns);
+		struct pollfd p[LOBBY_MAX + 1];
+		int fds[LOBBY_MAX];
+		unsigned np = 0, nc = l->n;
+		uint64_t next = listening ? wait_deadline : UINT64_MAX;
+		for (unsigned i = 0; i < nc; i++) {
+			fds[i] = l->c[i].fd;
+			p[np++] = (struct pollfd){.fd = l->c[i].fd, .events = POLLIN};
+			if (l->c[i].deadline_ns < next)
+				next = l->c[i].deadline_ns;
+		}
+		if (listening)
+			p[np++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+		uint64_t ms = next > now ? (next - now) / 1000000 + 1 : 0;
+		int n = poll(p, np, ms > 100 ? 100 : (int)ms);
+		if (n < 0 && errno != EINTR)
+			return lmt__fail(s, LMT_EIO, "waiting for the source: poll: %s",
+			                 strerror(errno));
+		for (unsigned k = 0; n > 0 && k < nc; k++) {
+			if (!p[k].revents)
+				continue;
+			unsigned i = 0;
+			while (i < l->n && l->c[i].fd != fds[k])
+				i++;
+			if (i == l->n)
+				continue; /* dropped meanwhile */
+			if (lobby_read(l, i)) {
+				struct candidate *c = &l->c[i];
+				*fd = c->fd;
+				*accepted_ns = c->accepted_ns;
+				free(c->payload);
+				lobby_remove(l, i);
+				return 0;
+			}
+		}
+		if (n > 0 && listening && p[np - 1].revents)
+			lobby_accept(l, listen_fd);
+	}
+}
+
+static void lobby_end(struct lobby *l)
+{
+	for (unsigned i = 0; i < l->n; i++) {
+		lmt__log(LMT_LOG_INFO, "destination: closed the connection from %s: %s", l->c[i].peer,
+		         "another source was accepted");
+		lobby_close(&l->c[i]);
+	}
+	l->n = 0;
+	lmt__buf_free(&l->out);
+	free(l);
+}
+
+/* The source, authenticated: its descriptor becomes the control
+ * connection. */
+static int find_source(struct lmt_session *s, int listen_fd, uint64_t wait_ns, int *fd,
+                       uint64_t *accepted_ns)
+{
+	struct lobby *l = calloc(1, sizeof(*l));
+	if (!l)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	rc = lmt__dec_hello(s->in, h.length, m, &err);
-	if (rc)
-		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO, "%s", err.message);
-	else if (m->version != LMT_PROTO_VERSION)
-		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EPROTO,
-		            "protocol version %u is not supported; this destination speaks %u",
-		            m->version, LMT_PROTO_VERSION);
-	else if (strcmp(m->plugin, s->wire_name) != 0)
-		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
-		            "plugin: the source uses '%s', the destination '%s'", m->plugin,
-		            s->wire_name);
-	uint32_t matched = 0, wanted = 0;
-	for (uint32_t i = 0; i < m->option_count && !rc; i++)
-		rc = check_option(s, &m->options[i], &matched);
-	lmt__optset_foreach(s->opts, count_match, &wanted);
-	if (!rc && matched != wanted)
-		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EMISMATCH,
-		            "the source sent %u of the %u options both sides must agree on",
-		            matched, wanted);
-	if (!rc && s->auth.bytes && !m->auth)
-		rc = refuse(s, LMT_MSG_HELLO_REPLY, LMT_EAUTH,
-		            "authentication required: the source holds no key (set auth-key or "
-		            "auth-key-file on the source)");
+	l->s = s;
+	l->listening = listen_fd >= 0;
+	int rc = 0;
+	if (listen_fd >= 0)
+		lmt__net_set_nonblock(listen_fd, 1); /* accepts until none is waiting */
+	if (*fd >= 0) {
+		lmt__net_set_nonblock(*fd, 1);
+		lobby_add(l, *fd);
+		*fd = -1;
+	}
+	rc = lobby_run(l, listen_fd, wait_ns, fd, accepted_ns);
+	lobby_end(l);
 	if (!rc)
-		rc = accept_hello(s, m, deadline);
-	free(m);
+		lmt__net_set_nonblock(*fd, 0);
 	return rc;
 }
 
@@ -351,6 +779,133 @@ static int handle_reg_req(struct lmt_session *s, size_t length)
 	return rc;
 }
 
+/* ---- what landed, and verify=on ---- */
+
+static uint64_t landed_stripes(const struct lmt_session *s)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
+		n += s->blocks[i].landed.count;
+	return n;
+}
+
+/* Hash the stripes the source said landed, until `deadline`. Hashed
+ * after the LANDED that named them, they hold what the source wrote; a
+ * later write to one is named by a later LANDED, and it is hashed again. */
+static void hash_landed(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_destination_engine *d = s->destination;
+	uint64_t left = landed_stripes(s);
+	while (left && lmt__now() < deadline) {
+		if (d->hash_block >= s->nblocks) {
+			d->hash_block = 0;
+			d->hash_stripe = 0;
+		}
+		struct lmt_block *b = &s->blocks[d->hash_block];
+		uint64_t i = lmt__bitmap_next(b->landed.bits, d->hash_stripe, b->nstripes);
+		if (i == b->nstripes) {
+			d->hash_block++;
+			d->hash_stripe = 0;
+			continue;
+		}
+		lmt__verify_take(&b->landed, i);
+		lmt__verify_hash(b, i);
+		d->hash_stripe = i + 1;
+		left--;
+	}
+}
+
+static int check_ranges(struct lmt_session *s, const struct lmt_msg_landed *m)
+{
+	if (m->count && !s->verify)
+		return lmt__fail(s, LMT_EPROTO, "LANDED: %u stripe ranges, but verify is off",
+		                 m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		const struct lmt_msg_range *g = &m->ranges[i];
+		const struct lmt_block *b = g->block < s->nblocks ? &s->blocks[g->block] : NULL;
+		if (!b || g->first >= b->nstripes || g->count > b->nstripes - g->first)
+			return lmt__fail(s, LMT_EPROTO,
+			                 "LANDED: stripes %llu to %llu of block %u are not in a "
+			                 "RAM block",
+			                 (unsigned long long)g->first,
+			                 (unsigned long long)(g->first + g->count - 1), g->block);
+	}
+	return 0;
+}
+
+/* The counts of bytes only grow; they are the statistics' figures. */
+static int take_bytes(struct lmt_session *s, const struct lmt_msg_landed *m)
+{
+	if (m->channels != s->channels)
+		return lmt__fail(s, LMT_EPROTO, "LANDED: %u channels, expected %u", m->channels,
+		                 s->channels);
+	uint64_t total = 0;
+	pthread_mutex_lock(&s->lock);
+	for (uint32_t c = 0; c < m->channels; c++)
+		if (m->bytes[c] < s->stats.channel_bytes[c]) {
+			uint64_t had = s->stats.channel_bytes[c];
+			pthread_mutex_unlock(&s->lock);
+			return lmt__fail(s, LMT_EPROTO,
+			                 "LANDED: channel %u went back from %llu to %llu bytes", c,
+			                 (unsigned long long)had, (unsigned long long)m->bytes[c]);
+		}
+	for (uint32_t c = 0; c < m->channels; c++) {
+		s->stats.channel_bytes[c] = m->bytes[c];
+		total += m->bytes[c];
+	}
+	s->stats.bytes_received = total;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static int handle_landed(struct lmt_session *s, size_t length)
+{
+	struct lmt_destination_engine *d = s->destination;
+	struct lmt_error err = {0};
+	if (!d->landed && !(d->landed = malloc(sizeof(*d->landed))))
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	struct lmt_msg_landed *m = d->landed;
+	int rc = lmt__dec_landed(s->in, length, m, &err);
+	if (rc)
+		return lmt__fail(s, rc, "%s", err.message);
+	if ((rc = check_ranges(s, m)) || (rc = take_bytes(s, m)))
+		return rc;
+	for (uint32_t i = 0; i < m->count; i++) {
+		struct lmt_block *b = &s->blocks[m->ranges[i].block];
+		uint32_t shift = b->stripe_shift - b->page_shift;
+		uint64_t page = m->ranges[i].first << shift;
+		uint64_t npages = (uint64_t)m->ranges[i].count << shift;
+		lmt__verify_mark(b, &b->landed, page, npages);
+		lmt__verify_mark(b, &b->stale, page, npages);
+	}
+	return 0;
+}
+
+/* The block's digest, hashing first what is stale: what landed since it
+ * was last hashed, and what never was. */
+static uint64_t block_digest(struct lmt_block *b)
+{
+	for (uint64_t i = lmt__bitmap_next(b->stale.bits, 0, b->nstripes); i < b->nstripes;
+	     i = lmt__bitmap_next(b->stale.bits, i + 1, b->nstripes)) {
+		lmt__verify_take(&b->landed, i);
+		lmt__verify_hash(b, i);
+	}
+	return lmt__verify_digest(b);
+}
+
+/* A source that sent nothing but keep-alives for idle-timeout. */
+static int no_progress(struct lmt_session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	uint64_t landed = s->stats.bytes_received;
+	pthread_mutex_unlock(&s->lock);
+	return lmt__fail(s, LMT_ETIMEDOUT,
+	                 "the source made no progress for %llu ms (idle-timeout): nothing but "
+	                 "keep-alives, %llu bytes landed",
+	                 (unsigned long long)(s->idle_timeout_ns / 1000000),
+	                 (unsigned long long)landed);
+}
+
 /* ---- device state and completion ---- */
 
 static int handle_state(struct lmt_session *s, size_t length)
@@ -361,14 +916,16 @@ static int handle_state(struct lmt_session *s, size_t length)
 	int rc = lmt__dec_state(s->in, length, &m, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
-	if (!d->state_buf) {
+	if (!d->state_len) {
 		if (m.offset != 0 || m.total == 0)
 			return lmt__fail(s, LMT_EPROTO, "DEVICE_STATE: the first piece is at %llu",
 			                 (unsigned long long)m.offset);
-		d->state_buf = malloc(m.total);
-		if (!d->state_buf)
-			return lmt__fail(s, LMT_ENOMEM, "device state of %llu bytes: out of memory",
-			                 (unsigned long long)m.total);
+		if (m.total > d->state_max)
+			return lmt__fail(s, LMT_EOVERFLOW,
+			                 "DEVICE_STATE: the source announces %llu bytes, more than "
+			                 "max-device-state (%llu)",
+			                 (unsigned long long)m.total,
+			                 (unsigned long long)d->state_max);
 		d->state_len = m.total;
 	}
 	if (m.total != d->state_len || m.offset != d->state_received)
@@ -377,8 +934,29 @@ static int handle_state(struct lmt_session *s, size_t length)
 		                 (unsigned long long)m.offset, (unsigned long long)m.total,
 		                 (unsigned long long)d->state_received,
 		                 (unsigned long long)d->state_len);
+	uint64_t need = d->state_received + m.length;
+	if (need > d->state_cap) {
+		/* Doubling, from what arrived: memory follows the bytes that
+		 * came, never the total a peer announced. */
+		uint64_t cap = d->state_cap ? 2 * d->state_cap : 64u << 10;
+		if (cap < need)
+			cap = need;
+		if (cap > d->state_len)
+			cap = d->state_len;
+		uint8_t *buf = malloc(cap);
+		if (!buf)
+			return lmt__fail(s, LMT_ENOMEM, "device state of %llu bytes: out of memory",
+			                 (unsigned long long)cap);
+		if (d->state_buf) {
+			memcpy(buf, d->state_buf, d->state_received);
+			explicit_bzero(d->state_buf, d->state_cap);
+			free(d->state_buf);
+		}
+		d->state_buf = buf;
+		d->state_cap = cap;
+	}
 	memcpy(d->state_buf + m.offset, m.data, m.length);
-	d->state_received += m.length;
+	d->state_received = need;
 	return 0;
 }
 
@@ -403,8 +981,8 @@ static int handle_complete(struct lmt_session *s, size_t length)
 		            "COMPLETE carries %u digests, expected %u", m->digest_count,
 		            s->verify ? s->nblocks : 0);
 	for (uint32_t i = 0; i < m->digest_count && !rc; i++) {
-		const struct lmt_block *b = &s->blocks[i];
-		uint64_t mine = XXH3_64bits(b->host, b->length);
+		struct lmt_block *b = &s->blocks[i];
+		uint64_t mine = block_digest(b);
 		if (mine != m->digests[i])
 			rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EVERIFY,
 			            "verify: RAM block '%s' differs (xxh3 %016llx on the source, "
@@ -434,6 +1012,8 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return handle_state(s, h->length);
 	case LMT_MSG_COMPLETE:
 		return handle_complete(s, h->length);
+	case LMT_MSG_LANDED:
+		return handle_landed(s, h->length);
 	default:
 		return lmt__fail(s, LMT_EPROTO,
 		                 "unexpected %s from the source during the migration",
@@ -441,56 +1021,73 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 	}
 }
 
-/* Drive the plugin and the control connection until COMPLETE. */
+/* Drive the plugin and the control connection until COMPLETE. A source
+ * whose keep-alives are all that arrives for idle-timeout fails the load:
+ * it stalled, or only holds the destination. */
 static int load(struct lmt_session *s)
 {
+	struct lmt_destination_engine *d = s->destination;
 	bool target = s->caps & LMT_CAP_TARGET_PROGRESS;
 	struct lmt_completion comps[16];
+	d->progress_ns = lmt__now();
 	for (;;) {
 		if (lmt__is_cancelled(s))
 			return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
+		if (lmt__now() - d->progress_ns > s->idle_timeout_ns)
+			return no_progress(s);
 		int n = s->desc->ops.progress(s->inst, comps, 16, target ? TARGET_SLICE_NS : 0);
 		if (n < 0)
 			return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
 			                 lmt_err_name(n));
-		/* Without target progress to drive, the wait is for the source. */
-		uint64_t wait = target ? 0 : CONTROL_SLICE_MS * 1000000ull;
+		bool hashing = landed_stripes(s) != 0;
+		if (hashing)
+			hash_landed(s, lmt__now() + HASH_SLICE_NS);
+		/* Without target progress to drive or stripes to hash, the
+		 * wait is for the source. */
+		uint64_t wait = target || hashing ? 0 : CONTROL_SLICE_MS * 1000000ull;
 		if (lmt__ctrl_wait(s, lmt__now() + wait)) {
 			struct lmt_msg_header h;
 			int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
-			if (rc == 0)
+			if (rc == 0) {
+				d->progress_ns = lmt__now();
 				rc = handle(s, &h);
+			}
 			if (rc)
 				return rc;
 		}
 	}
 }
 
-static int accept_source(struct lmt_session *s)
+/* Find the source among whoever connects (see the lobby above), then
+ * start the control connection on it. `fd` is an already connected
+ * source (lmt__load_connected), or -1 to accept on the listening socket. */
+static int accept_source(struct lmt_session *s, int fd)
 {
 	struct lmt_destination_engine *d = s->destination;
-	struct lmt__net_error e;
-	struct lmt__wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
-	int rc = lmt__net_accept(d->listen_fd, &w, &s->ctrl_fd, &e);
-	if (rc == -LMT_ETIMEDOUT)
-		return lmt__fail(s, rc, "no source connected within idle-timeout (%llu ms)",
-		                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	if (rc)
-		return lmt__fail(s, rc, "waiting for the source: %s", e.msg);
-	close(d->listen_fd);
+	uint64_t accepted_ns = lmt__now();
+	d->state_max = (uint64_t)lmt__opt_int(s->opts, "max-device-state");
+	int rc = find_source(s, d->listen_fd, fd >= 0 ? 0 : s->idle_timeout_ns, &fd,
+	                     &accepted_ns);
+	if (d->listen_fd >= 0)
+		close(d->listen_fd);
 	d->listen_fd = -1;
+	if (rc)
+		return rc;
+	s->ctrl_fd = fd;
 	lmt__net_tune(s->ctrl_fd, 1, 0);
-	s->start_ns = lmt__now();
+	pthread_mutex_lock(&s->lock);
+	s->start_ns = accepted_ns;
+	pthread_mutex_unlock(&s->lock);
 	return lmt__ctrl_start(s);
 }
 
-/* Everything after the source connected. */
+/* Everything after the source was accepted: its HELLO passed (and its
+ * proof of the key); setup keeps to connect-timeout from its accept. */
 static int serve(struct lmt_session *s)
 {
 	int rc;
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
-	if ((rc = check_hello(s, deadline)) || (rc = check_blocks(s, deadline)) ||
-	    (rc = open_channels(s, deadline)))
+	if ((rc = check_blocks(s, deadline)) || (rc = open_channels(s, deadline)))
 		return rc;
 	if (s->pin_all && (rc = register_all(s)))
 		return rc;
@@ -525,8 +1122,7 @@ static int end_load(struct lmt_session *s, int rc)
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
-	s->stats.total_ns = lmt__now() - s->start_ns;
-	s->stats.status = LMT_STATUS_COMPLETED;
+	lmt__stats_end(s, LMT_STATUS_COMPLETED);
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
 	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
@@ -540,7 +1136,7 @@ static int load_run(lmt_session *s)
 		return rc;
 	rc = lmt__session_prepare(s);
 	if (!rc)
-		rc = accept_source(s);
+		rc = accept_source(s, -1);
 	if (!rc)
 		rc = serve(s);
 	return end_load(s, rc);
@@ -564,11 +1160,11 @@ int lmt__load_connected(struct lmt_session *s, int fd)
 	int rc = begin_load(s, LMT_STATE_NEW);
 	if (rc)
 		return rc;
-	s->ctrl_fd = fd;
-	s->start_ns = lmt__now();
-	rc = lmt__ctrl_start(s);
+	rc = lmt__session_prepare(s);
 	if (!rc)
-		rc = lmt__session_prepare(s);
+		rc = accept_source(s, fd);
+	else
+		close(fd);
 	if (!rc)
 		rc = serve(s);
 	return end_load(s, rc);

@@ -56,7 +56,10 @@ static uint64_t host_now(void *ctx)
 static int host_option(void *ctx, const char *name, struct lmt_option_value *out)
 {
 	struct lmt_session *s = ctx;
-	return lmt__optset_get(s->opts, name, out);
+	pthread_mutex_lock(&s->opts_lock); /* a runtime option may change meanwhile */
+	int rc = lmt__optset_get(s->opts, name, out);
+	pthread_mutex_unlock(&s->opts_lock);
+	return rc;
 }
 
 /* Cancelled, the session failed and is being torn down, or the peer hung

@@ -170,6 +170,16 @@ int lmt_session_wait(lmt_session *s, int timeout_ms)
 		return -LMT_ESTATE;
 	uint64_t deadline =
 	        timeout_ms < 0 ? UINT64_MAX : lmt__deadline((uint64_t)timeout_ms * 1000000ull);
+	/* Once the migration ended (its COMPLETED or FAILED event is posted)
+	 * the job's thread is only returning, after at most the teardown:
+	 * wait for it whatever the timeout, so the result agrees with the
+	 * event. */
+	pthread_mutex_lock(&s->lock);
+	enum lmt_status status = s->stats.status;
+	pthread_mutex_unlock(&s->lock);
+	if (status == LMT_STATUS_COMPLETED || status == LMT_STATUS_FAILED ||
+	    status == LMT_STATUS_CANCELLED)
+		deadline = UINT64_MAX;
 	pthread_mutex_lock(&j->lock);
 	while (!j->done && lmt__now_ns() < deadline)
 		lmt__cond_wait_slice(&j->cond, &j->lock, deadline);

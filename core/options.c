@@ -5,6 +5,7 @@
  * serialises. lmt__optset_load_env() reads the environment with getenv(),
  * so it must not race with setenv() in another thread. The parsers and
  * lmt_option_format() keep no state and are safe from any thread. */
+#define _GNU_SOURCE /* explicit_bzero */
 #include "options.h"
 
 #include <ctype.h>
@@ -500,6 +501,16 @@ int lmt_option_parse(const struct lmt_option_desc *desc, const char *text,
 	return lmt__option_parse(desc, NULL, text, value, err);
 }
 
+/* Every value text is wiped before it is freed: one of them may be a
+ * secret (auth-key), and the lists it came in may hold it too. */
+static void free_text(char *text)
+{
+	if (text) {
+		explicit_bzero(text, strlen(text));
+		free(text);
+	}
+}
+
 /* Parse `text` for `entry` into a value and its malloc'ed canonical text,
  * which also backs value.text for ENUM and STRING. */
 static int parse_for_entry(const struct option_entry *entry, const char *text,
@@ -528,7 +539,7 @@ static int check_value(const struct option_entry *entry, const char *text, struc
 	char *canonical = NULL;
 
 	int rc = parse_for_entry(entry, text, &value, &canonical, err);
-	free(canonical);
+	free_text(canonical);
 	return rc;
 }
 
@@ -546,7 +557,7 @@ static void free_entry(struct option_entry *entry)
 {
 	free(entry->name);
 	free(entry->env_name);
-	free(entry->text);
+	free_text(entry->text);
 }
 
 void lmt__optset_free(struct lmt_optset *set)
@@ -558,7 +569,7 @@ void lmt__optset_free(struct lmt_optset *set)
 	for (size_t i = 0; i < set->schema_count; i++)
 		free(set->schemas[i]);
 	for (size_t i = 0; i < set->retired_count; i++)
-		free(set->retired[i]);
+		free_text(set->retired[i]);
 	free(set->entries);
 	free(set->retired);
 	free(set);
@@ -875,11 +886,11 @@ int lmt__optset_set(struct lmt_optset *set, const char *name, const char *value,
 		return unknown_option(set, name, err);
 	int rc = parse_for_entry(entry, value, &parsed, &canonical, err);
 	if (rc < 0 || source < entry->source) {
-		free(canonical);
+		free_text(canonical);
 		return rc;
 	}
 	if (retire(set, entry->text) < 0) {
-		free(canonical);
+		free_text(canonical);
 		return lmt__error(err, LMT_ENOMEM, "out of memory");
 	}
 	entry->value = parsed;
@@ -946,21 +957,29 @@ static int split_list(char *list, struct list_item *items, struct lmt_error *err
 	return count;
 }
 
+struct list_filter {
+	lmt_optset_allow_fn allow; /* NULL: every option */
+	void *opaque;
+};
+
 static int check_items(const struct lmt_optset *set, const struct list_item *items, int count,
-                       struct lmt_error *err)
+                       const struct list_filter *filter, struct lmt_error *err)
 {
 	for (int i = 0; i < count; i++) {
 		const struct option_entry *entry = find_entry(set, items[i].name);
 		if (!entry)
 			return unknown_option(set, items[i].name, err);
-		int rc = check_value(entry, items[i].value, err);
+		int rc = filter->allow ? filter->allow(filter->opaque, entry->name, err) : 0;
+		if (rc == 0)
+			rc = check_value(entry, items[i].value, err);
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
 }
 
-static int apply_list(struct lmt_optset *set, char *list, struct lmt_error *err)
+static int apply_list(struct lmt_optset *set, char *list, const struct list_filter *filter,
+                      struct lmt_error *err)
 {
 	size_t max_items = 1;
 
@@ -970,15 +989,15 @@ static int apply_list(struct lmt_optset *set, char *list, struct lmt_error *err)
 	if (!items)
 		return lmt__error(err, LMT_ENOMEM, "out of memory");
 	int count = split_list(list, items, err);
-	int rc = count < 0 ? count : check_items(set, items, count, err);
+	int rc = count < 0 ? count : check_items(set, items, count, filter, err);
 	for (int i = 0; rc == 0 && i < count; i++)
 		rc = lmt__optset_set(set, items[i].name, items[i].value, LMT_OPT_SRC_EXPLICIT, err);
 	free(items);
 	return rc;
 }
 
-/* All or nothing: every item is checked before any is applied. */
-int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err)
+static int parse_filtered(struct lmt_optset *set, const char *list,
+                          const struct list_filter *filter, struct lmt_error *err)
 {
 	if (!set)
 		return lmt__error(err, LMT_EINVAL, "no option set");
@@ -987,9 +1006,23 @@ int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error
 	char *copy = strdup(list);
 	if (!copy)
 		return lmt__error(err, LMT_ENOMEM, "out of memory");
-	int rc = apply_list(set, copy, err);
+	size_t len = strlen(list);
+	int rc = apply_list(set, copy, filter, err);
+	explicit_bzero(copy, len); /* cut at ',' and '=', so by length */
 	free(copy);
 	return rc;
+}
+
+/* All or nothing: every item is checked before any is applied. */
+int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err)
+{
+	return parse_filtered(set, list, &(struct list_filter){0}, err);
+}
+
+int lmt__optset_parse_allowed(struct lmt_optset *set, const char *list, lmt_optset_allow_fn allow,
+                              void *opaque, struct lmt_error *err)
+{
+	return parse_filtered(set, list, &(struct list_filter){allow, opaque}, err);
 }
 
 /* ---- reading values ---------------------------------------------------- */

@@ -43,6 +43,13 @@ int lmt__optset_set(struct lmt_optset *set, const char *name, const char *value,
 /* Parse "key=value,key=value" (explicit source). Empty string is fine. */
 int lmt__optset_parse(struct lmt_optset *set, const char *list, struct lmt_error *err);
 
+/* The same, for only the options `allow` accepts: it returns 0, or fills
+ * err and returns a negative code that refuses the whole list. Unknown
+ * names and bad values are refused as by lmt__optset_parse. */
+typedef int (*lmt_optset_allow_fn)(void *opaque, const char *name, struct lmt_error *err);
+int lmt__optset_parse_allowed(struct lmt_optset *set, const char *list, lmt_optset_allow_fn allow,
+                              void *opaque, struct lmt_error *err);
+
 /* Look up a value by qualified name: 0 or -LMT_ENOTFOUND. */
 int lmt__optset_get(const struct lmt_optset *set, const char *name, struct lmt_option_value *out);
 

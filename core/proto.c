@@ -200,6 +200,23 @@ int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF])
 	return finish(b);
 }
 
+int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m)
+{
+	if (m->channels > LMT_MAX_CHANNELS || m->count > LMT_PROTO_MAX_RANGES)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_LANDED);
+	put_u32(b, m->channels);
+	for (uint32_t i = 0; i < m->channels; i++)
+		put_u64(b, m->bytes[i]);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		put_u32(b, m->ranges[i].block);
+		put_u64(b, m->ranges[i].first);
+		put_u32(b, m->ranges[i].count);
+	}
+	return finish(b);
+}
+
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type)
 {
 	begin(b, type);
@@ -321,6 +338,7 @@ static const char *const msg_names[] = {
         [LMT_MSG_COMPLETE] = "COMPLETE",   [LMT_MSG_COMPLETE_ACK] = "COMPLETE_ACK",
         [LMT_MSG_ERROR] = "ERROR",         [LMT_MSG_PING] = "PING",
         [LMT_MSG_PONG] = "PONG",           [LMT_MSG_AUTH] = "AUTH",
+        [LMT_MSG_LANDED] = "LANDED",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -476,6 +494,25 @@ int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
 {
 	struct reader r = reader(p, len, LMT_MSG_AUTH, err);
 	take(&r, proof, LMT_PROTO_PROOF, "truncated proof");
+	return done(&r);
+}
+
+/* Which blocks and stripes exist is the engine's to check. */
+int lmt__dec_landed(const uint8_t *p, size_t len, struct lmt_msg_landed *m, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_LANDED, err);
+	get_count(&r, &m->channels, LMT_MAX_CHANNELS, "too many channels");
+	for (uint32_t i = 0; i < m->channels && !r.rc; i++)
+		m->bytes[i] = get_u64(&r, "truncated byte count");
+	get_count(&r, &m->count, LMT_PROTO_MAX_RANGES, "too many stripe ranges");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
+		struct lmt_msg_range *g = &m->ranges[i];
+		g->block = get_u32(&r, "truncated block index");
+		g->first = get_u64(&r, "truncated first stripe");
+		g->count = get_u32(&r, "truncated stripe count");
+		if (!r.rc && g->count == 0)
+			return bad(&r, "empty stripe range");
+	}
 	return done(&r);
 }
 

@@ -10,7 +10,7 @@
 #include <lmt/lmt.h>
 
 #define LMT_PROTO_MAGIC 0x50544d4cu /* the bytes "LMTP" read as little-endian */
-#define LMT_PROTO_VERSION 1u
+#define LMT_PROTO_VERSION 2u
 #define LMT_PROTO_HEADER_SIZE 8u
 #define LMT_PROTO_MAX_PAYLOAD (2u << 20)
 #define LMT_PROTO_MAX_OPTIONS 64u
@@ -21,6 +21,7 @@
 #define LMT_PROTO_MAX_STATE (1ull << 30)
 #define LMT_PROTO_NONCE 32u
 #define LMT_PROTO_PROOF 32u
+#define LMT_PROTO_MAX_RANGES 32768u
 
 enum lmt_msg_type {
 	LMT_MSG_HELLO = 1,         /* S->D: magic, version, plugin, options */
@@ -37,12 +38,15 @@ enum lmt_msg_type {
 	LMT_MSG_PING = 12,         /* both: keep-alive */
 	LMT_MSG_PONG = 13,
 	LMT_MSG_AUTH = 14, /* S->D: the source's proof of the key */
-	LMT_MSG_TYPE_MAX = 14,
+	/* S->D: bytes landed per channel so far; with verify=on, the
+	 * stripes written since the last LANDED */
+	LMT_MSG_LANDED = 15,
+	LMT_MSG_TYPE_MAX = 15,
 };
 
 struct lmt_msg_header {
 	uint16_t type;
-	uint16_t flags; /* must be 0 in version 1 */
+	uint16_t flags; /* must be 0 */
 	uint32_t length;
 };
 
@@ -113,6 +117,20 @@ struct lmt_msg_complete {
 	uint64_t digests[LMT_PROTO_MAX_BLOCKS];
 };
 
+/* Stripes [first, first + count) of a block (verify.c). */
+struct lmt_msg_range {
+	uint32_t block;
+	uint64_t first;
+	uint32_t count;
+};
+
+struct lmt_msg_landed {
+	uint32_t channels;
+	uint64_t bytes[LMT_MAX_CHANNELS]; /* landed on each channel since setup */
+	uint32_t count;
+	struct lmt_msg_range ranges[LMT_PROTO_MAX_RANGES];
+};
+
 /* A growable output buffer; `failed` latches an allocation or size error. */
 struct lmt_buf {
 	uint8_t *data;
@@ -134,6 +152,7 @@ int lmt__enc_state(struct lmt_buf *b, const struct lmt_msg_state *m);
 int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m);
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type); /* READY, PING, PONG */
 int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
+int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
@@ -154,6 +173,7 @@ int lmt__dec_complete(const uint8_t *p, size_t len, struct lmt_msg_complete *m,
 int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error *err);
 int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
                   struct lmt_error *err);
+int lmt__dec_landed(const uint8_t *p, size_t len, struct lmt_msg_landed *m, struct lmt_error *err);
 
 const char *lmt__msg_name(uint16_t type);
 

@@ -144,6 +144,7 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, c
 	s->ctrl_fd = -1;
 	s->stats.status = LMT_STATUS_NEW;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->opts_lock, NULL);
 	int rc = open_plugins(s, plugin, err);
 	if (!rc)
 		rc = load_options(s, options, err);
@@ -168,6 +169,7 @@ static void blocks_free(struct lmt_session *s)
 		free(b->sync);
 		free(b->rkeys);
 		free(b->mrs);
+		lmt__verify_free(b);
 	}
 	free(s->blocks);
 	s->blocks = NULL;
@@ -193,6 +195,7 @@ void lmt_session_free(lmt_session *s)
 	lmt__events_free(s->events);
 	lmt_plugin_close(s->inner_plugin);
 	lmt_plugin_close(s->plugin);
+	pthread_mutex_destroy(&s->opts_lock);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -220,7 +223,7 @@ int lmt__abort(struct lmt_session *s, int code)
 	struct lmt_msg_status st = {.code = code};
 	lmt__copy(st.text, sizeof(st.text), s->error.message);
 	/* Cancelled means lmt_cancel was called, whatever code a plugin chose. */
-	s->stats.status = lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED;
+	lmt__stats_end(s, lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED);
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_FAILED);
 	lmt__ctrl_send_error(s, &st);
@@ -254,7 +257,7 @@ void lmt__session_async_failure(struct lmt_session *s, int code, const char *why
 	lmt__fail(s, code, "%s", why);
 	pthread_mutex_lock(&s->lock);
 	if (s->stats.status != LMT_STATUS_COMPLETED)
-		s->stats.status = lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED;
+		lmt__stats_end(s, lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED);
 	code = s->error.code;
 	pthread_mutex_unlock(&s->lock);
 	post_failure(s, code);
@@ -275,13 +278,18 @@ static int require_new(struct lmt_session *s, const char *what)
 	return 0;
 }
 
+/* Once the migration has begun, tuning.c decides what may still change. */
 int lmt_session_set_options(lmt_session *s, const char *options)
 {
+	if (lmt__options_running(s))
+		return lmt__options_set_running(s, options);
 	int rc = require_new(s, "options");
 	if (rc)
 		return rc;
 	struct lmt_error err = {0};
+	pthread_mutex_lock(&s->opts_lock);
 	rc = lmt__optset_parse(s->opts, options, &err);
+	pthread_mutex_unlock(&s->opts_lock);
 	if (rc)
 		lmt__usage(s, rc, "%s", err.message);
 	return rc;
@@ -289,13 +297,17 @@ int lmt_session_set_options(lmt_session *s, const char *options)
 
 int lmt_session_set_option(lmt_session *s, const char *name, const char *value)
 {
+	if (lmt__options_running(s))
+		return lmt__option_set_running(s, name, value);
 	int rc = require_new(s, "options");
 	if (rc)
 		return rc;
 	struct lmt_error err = {0};
 	if (!name || !value)
 		return lmt__usage(s, LMT_EINVAL, "option: name and value required");
+	pthread_mutex_lock(&s->opts_lock);
 	rc = lmt__optset_set(s->opts, name, value, LMT_OPT_SRC_EXPLICIT, &err);
+	pthread_mutex_unlock(&s->opts_lock);
 	if (rc)
 		lmt__usage(s, rc, "%s", err.message);
 	return rc;
@@ -303,7 +315,9 @@ int lmt_session_set_option(lmt_session *s, const char *name, const char *value)
 
 int lmt_session_get_option(lmt_session *s, const char *name, struct lmt_option_value *out)
 {
+	pthread_mutex_lock(&s->opts_lock);
 	int rc = lmt__optset_get(s->opts, name, out);
+	pthread_mutex_unlock(&s->opts_lock);
 	if (rc)
 		return lmt__fail(s, rc, "%s: unknown option", name ? name : "(null)");
 	return 0;
@@ -378,6 +392,7 @@ int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t
 static int read_options(struct lmt_session *s)
 {
 	const struct lmt_optset *o = s->opts;
+	pthread_mutex_lock(&s->opts_lock);
 	s->channels = (uint32_t)lmt__opt_int(o, "channels");
 	s->chunk_size = (uint64_t)lmt__opt_int(o, "chunk-size");
 	s->pin_all = lmt__opt_bool(o, "pin-all");
@@ -388,6 +403,7 @@ static int read_options(struct lmt_session *s)
 	lmt__auth_key_free(&s->auth);
 	int rc = lmt__auth_key_load(lmt__opt_text(o, "auth-key"), lmt__opt_text(o, "auth-key-file"),
 	                            &s->auth, &err);
+	pthread_mutex_unlock(&s->opts_lock);
 	return rc ? lmt__fail(s, rc, "%s", err.message) : 0;
 }
 
@@ -423,5 +439,6 @@ int lmt__session_prepare(struct lmt_session *s)
 		                 s->channels, s->wire_name);
 	if (s->nblocks == 0)
 		return lmt__fail(s, LMT_EINVAL, "no RAM blocks: add them before setup");
-	return size_windows(s);
+	rc = size_windows(s);
+	return rc ? rc : lmt__verify_prepare(s);
 }

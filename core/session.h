@@ -26,6 +26,13 @@ enum lmt_state {
 	LMT_STATE_FAILED,
 };
 
+/* Some stripes of a block (verify.c): a bit per stripe, and how many are
+ * set. */
+struct lmt_stripe_set {
+	uint64_t *bits;
+	uint64_t count;
+};
+
 struct lmt_block {
 	char name[LMT_BLOCK_NAME_MAX + 1];
 	uint8_t *host;
@@ -41,6 +48,15 @@ struct lmt_block {
 	uint64_t nwindows;
 	lmt_rkey **rkeys; /* source: the peer's key per window */
 	lmt_mr **mrs;     /* source local / destination registration per window */
+	/* verify=on (verify.c): an XXH3-64 digest per stripe of 64 KiB (one
+	 * page where pages are larger), kept up to date during the passes. */
+	uint32_t stripe_shift;
+	uint64_t nstripes;
+	uint64_t *digests;
+	struct lmt_stripe_set stale; /* digest out of date */
+	/* source: written (or skipped as zero) since the last LANDED;
+	 * destination: named in a LANDED since last hashed */
+	struct lmt_stripe_set landed;
 };
 
 /* Each role's engine, defined in its own file; the control connection's
@@ -69,6 +85,9 @@ struct lmt_session {
 	uint64_t caps;
 	const char *wire_name;
 	struct lmt_optset *opts;
+	/* Guards opts: a source's runtime options change from any thread
+	 * while the engine and the plugin read theirs. */
+	pthread_mutex_t opts_lock;
 	lmt_instance *inst;
 	lmt_endpoint *eps[LMT_MAX_CHANNELS];
 
@@ -100,7 +119,9 @@ struct lmt_session {
 	struct lmt_pass_stats *passes;
 	uint32_t npasses;
 	uint32_t passes_cap;
-	uint64_t start_ns; /* source: setup began; destination: the source connected */
+	/* source: setup began; destination: the source connected (set under
+	 * lock: snapshots count the total time from it) */
+	uint64_t start_ns;
 
 	/* Option values both roles use, read once at setup. */
 	uint32_t channels;
@@ -213,6 +234,39 @@ void lmt__job_free(struct lmt_session *s);
 
 /* Append a finished pass to the timeline. */
 void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass);
+/* With s->lock held: the migration is over with `status` (completed,
+ * failed or cancelled). The total time stops at the first end. */
+void lmt__stats_end(struct lmt_session *s, enum lmt_status status);
+
+/* ---- tuning.c: options once the migration has begun ---- */
+
+/* Whether the session's options are fixed but for the runtime ones: its
+ * migration has begun (or a job is starting it). */
+bool lmt__options_running(struct lmt_session *s);
+/* Set "key=value,..." (all or nothing), or one option, on a running
+ * session: only a source's runtime options; any other is -LMT_ESTATE
+ * naming it. */
+int lmt__options_set_running(struct lmt_session *s, const char *list);
+int lmt__option_set_running(struct lmt_session *s, const char *name, const char *value);
+
+/* ---- verify.c: per-stripe digests, shared by both roles ---- */
+
+/* Size every block's stripes and allocate their digests, every stripe
+ * stale. */
+int lmt__verify_prepare(struct lmt_session *s);
+void lmt__verify_free(struct lmt_block *b);
+/* Add the stripes of pages [page, page + npages) of b to `set`. */
+void lmt__verify_mark(struct lmt_block *b, struct lmt_stripe_set *set, uint64_t page,
+                      uint64_t npages);
+/* Take stripe i out of `set`; whether it was in it. */
+bool lmt__verify_take(struct lmt_stripe_set *set, uint64_t i);
+/* Hash stripe i of b from memory; it is no longer stale. */
+void lmt__verify_hash(struct lmt_block *b, uint64_t i);
+/* The block's digest: XXH3-64 over its stripe digests, in order, each as
+ * 8 little-endian bytes. */
+uint64_t lmt__verify_digest(const struct lmt_block *b);
+/* Bytes of b's stripes in `set`. */
+uint64_t lmt__verify_bytes(const struct lmt_block *b, const struct lmt_stripe_set *set);
 
 /* ---- source.c and destination.c: the engines ---- */
 

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "bitmap.h"
 #include "error.h"
@@ -41,7 +40,8 @@ struct lmt_source_engine {
 	lmt_dirty_sync_fn dirty_fn;
 	void *dirty_opaque;
 
-	/* option values only the source uses, read once at setup */
+	/* option values only the source uses, read once at setup; the two
+	 * runtime ones again at each iterate call (tune) */
 	bool zero_detect;
 	uint64_t max_bandwidth;
 	uint64_t downtime_limit_ns;
@@ -85,6 +85,7 @@ struct lmt_source_engine {
 	uint64_t pass_start_ns;
 	uint64_t pass_bytes;
 	uint64_t last_service_ns;
+	uint64_t progress_sent_ns; /* the last LANDED to the destination */
 
 	/* Steps iterate cannot cut short, by how long they recently took:
 	 * once a call has done some work, it leaves a step for the next call
@@ -93,10 +94,24 @@ struct lmt_source_engine {
 	uint64_t sync_cost_ns; /* the VMM's dirty-log sync */
 	bool call_progressed;  /* this call posted a write or ended a pass */
 
-	/* bandwidth: max-bandwidth accounting and the measured figure */
-	uint64_t bw_start_ns;
-	uint64_t bw_bytes;
+	/* max-bandwidth as a token bucket that outlives each call (see
+	 * bandwidth_gate), and the bandwidth measured */
+	double bw_allowance;   /* bytes that may be posted now; < 0: wait */
+	uint64_t bw_refill_ns; /* when it was last topped up; 0: unlimited */
 	uint64_t bandwidth_bps;
+
+	/* lmt_save_set_device_state_size, counted in the expected downtime */
+	_Atomic uint64_t device_state_bytes;
+
+	/* verify=on: the sweep that hashes stale stripes behind the walk
+	 * (hash_behind), how fast hashing goes, and LANDED's buffer */
+	uint32_t hash_pass; /* the pass whose walk the sweep follows */
+	uint32_t hash_block;
+	uint64_t hash_stripe;
+	uint64_t hash_ns;
+	uint64_t hash_bytes;
+	struct lmt_msg_landed *landed;
+	uint64_t landed_bytes; /* bytes_sent as last reported */
 };
 
 /* A run of dirty pages within one chunk-size window of one block. */
@@ -118,6 +133,7 @@ void lmt__source_free(struct lmt_source_engine *e)
 		return;
 	free(e->slots);
 	free(e->free_slots);
+	free(e->landed);
 	free(e);
 }
 
@@ -128,6 +144,21 @@ int lmt_session_set_dirty_sync(lmt_session *s, lmt_dirty_sync_fn fn, void *opaqu
 	s->source->dirty_fn = fn;
 	s->source->dirty_opaque = opaque;
 	return 0;
+}
+
+static int report_landed(struct lmt_session *s, bool always);
+
+/* Tell the destination the engine is moving, with a LANDED even when
+ * nothing new landed, at most every min(1 s, idle-timeout / 4): without
+ * one, or another message, for idle-timeout the destination gives up on a
+ * source that only sends keep-alives. */
+static int report_progress(struct lmt_session *s)
+{
+	uint64_t every = s->idle_timeout_ns / 4 < 1000000000ull ? s->idle_timeout_ns / 4
+	                                                        : 1000000000ull;
+	if (lmt__now() - s->source->progress_sent_ns < every)
+		return 0;
+	return report_landed(s, true);
 }
 
 /* Keep-alives both ways, and any error the destination sent meanwhile;
@@ -141,11 +172,14 @@ static int service(struct lmt_session *s)
 	e->last_service_ns = now;
 	if (lmt__is_cancelled(s))
 		return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
+	int rc = report_progress(s);
+	if (rc)
+		return rc;
 	/* Keep-alives are the service thread's; the destination sends
 	 * nothing else unasked. */
 	if (lmt__ctrl_pending(s)) {
 		struct lmt_msg_header h;
-		int rc = lmt__ctrl_recv(s, &h, now);
+		rc = lmt__ctrl_recv(s, &h, now);
 		return rc ? rc
 		          : lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
 		                      lmt__msg_name(h.type));
@@ -205,7 +239,9 @@ static int authenticate(struct lmt_session *s, const struct lmt_msg_hello *hello
 	uint8_t want[LMT_AUTH_PROOF], mine[LMT_AUTH_PROOF];
 	int rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, hello->nonce, st->nonce,
 	                         want);
-	if (!rc && !lmt__auth_equal(want, st->proof))
+	bool equal = !rc && lmt__auth_equal(want, st->proof);
+	explicit_bzero(want, sizeof(want)); /* the right answer to an impostor */
+	if (!rc && !equal)
 		return lmt__fail(s, LMT_EAUTH,
 		                 "authentication failed: the destination does not hold this key");
 	if (!rc)
@@ -242,8 +278,11 @@ static int handshake(struct lmt_session *s, uint64_t deadline)
 	hello->auth = s->auth.bytes != NULL;
 	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->wire_name);
 	int rc = lmt__auth_nonce(hello->nonce);
-	if (!rc)
+	if (!rc) {
+		pthread_mutex_lock(&s->opts_lock);
 		rc = lmt__optset_foreach(s->opts, add_match_option, hello);
+		pthread_mutex_unlock(&s->opts_lock);
+	}
 	if (!rc)
 		rc = lmt__enc_hello(&s->out, hello);
 	if (rc)
@@ -386,12 +425,14 @@ static void read_options(struct lmt_session *s)
 {
 	struct lmt_source_engine *e = s->source;
 	const struct lmt_optset *o = s->opts;
+	pthread_mutex_lock(&s->opts_lock);
 	e->zero_detect = lmt__opt_bool(o, "zero-page-detection");
 	e->max_bandwidth = (uint64_t)lmt__opt_int(o, "max-bandwidth");
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
 	e->switchover_timeout_ns = (uint64_t)lmt__opt_int(o, "switchover-timeout");
+	pthread_mutex_unlock(&s->opts_lock);
 	e->switchover_deadline = NO_DEADLINE;
 }
 
@@ -418,6 +459,9 @@ static int prepare(struct lmt_session *s)
 	read_options(s);
 	if (!s->source->dirty_fn)
 		return lmt__fail(s, LMT_EINVAL, "no dirty-sync callback: set it before setup");
+	s->source->landed = malloc(sizeof(*s->source->landed));
+	if (!s->source->landed)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
 	return alloc_bitmaps(s);
 }
 
@@ -459,8 +503,8 @@ static int save_setup(lmt_session *s, const char *uri)
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
 		return lmt__usage(s, LMT_ESTATE, "save setup: called twice");
-	s->start_ns = lmt__now();
 	pthread_mutex_lock(&s->lock);
+	s->start_ns = lmt__now();
 	s->stats.status = LMT_STATUS_SETUP;
 	pthread_mutex_unlock(&s->lock);
 	int rc = setup(s, uri);
@@ -506,6 +550,28 @@ static bool step_fits(const struct lmt_source_engine *e, uint64_t cost, uint64_t
 	return !e->call_progressed || deadline == NO_DEADLINE || lmt__now() + cost <= deadline;
 }
 
+/* The snapshot's remaining bytes, with s->lock held: dirty plus in flight,
+ * changed together with the figures that moved them. */
+static void publish_remaining(struct lmt_session *s)
+{
+	s->stats.remaining_bytes = s->source->dirty_bytes + s->source->inflight_bytes;
+}
+
+/* verify=on: the stripes of the pages of word w that the guest wrote
+ * (`bits`, already dirty or not) must be hashed again. */
+static void mark_stale(struct lmt_block *b, uint64_t w, uint64_t bits)
+{
+	uint64_t per_stripe = 1ull << (b->stripe_shift - b->page_shift);
+	while (bits) {
+		uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+		lmt__verify_mark(b, &b->stale, p, 1);
+		uint64_t next = (p / per_stripe + 1) * per_stripe - w * 64;
+		if (next >= 64)
+			break;
+		bits &= ~lmt__bits(0, next);
+	}
+}
+
 /* Ask the VMM what it dirtied and merge it in. */
 static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 {
@@ -524,10 +590,15 @@ static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 		for (uint64_t w = 0; w < b->words; w++) {
 			pages += (uint64_t)__builtin_popcountll(b->sync[w] & ~b->dirty[w]);
 			b->dirty[w] |= b->sync[w];
+			if (s->verify && b->sync[w])
+				mark_stale(b, w, b->sync[w]);
 		}
 		added += pages << b->page_shift;
 	}
 	e->dirty_bytes += added;
+	pthread_mutex_lock(&s->lock);
+	publish_remaining(s);
+	pthread_mutex_unlock(&s->lock);
 	if (new_bytes)
 		*new_bytes = added;
 	note_cost(&e->sync_cost_ns, since);
@@ -547,9 +618,14 @@ static int start_first_pass(struct lmt_session *s)
 		e->dirty_bytes += b->length;
 	}
 	e->pass = 1;
+	e->hash_pass = 1;
 	e->pass_start_ns = lmt__now();
 	e->cur_block = 0;
 	e->cur_page = 0;
+	pthread_mutex_lock(&s->lock);
+	s->stats.passes = e->pass;
+	publish_remaining(s);
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
@@ -577,8 +653,12 @@ static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
 		return false;
 	lmt__bitmap_range(b->dirty, page, 1, LMT_BITS_CLEAR);
 	e->dirty_bytes -= b->page_size;
+	/* Nothing to land: the destination's copy is already what it is. */
+	if (s->verify)
+		lmt__verify_mark(b, &b->landed, page, 1);
 	pthread_mutex_lock(&s->lock);
 	s->stats.zero_pages++;
+	publish_remaining(s);
 	pthread_mutex_unlock(&s->lock);
 	return true;
 }
@@ -642,9 +722,14 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 	e->ch_bytes[sl->channel] += sl->bytes;
 	e->inflight_bytes -= sl->bytes;
 	e->pass_bytes += sl->bytes;
+	if (s->verify)
+		lmt__verify_mark(b, &b->landed, sl->page, sl->npages);
+	/* One lock for the figures that must add up in any snapshot. */
 	pthread_mutex_lock(&s->lock);
 	s->stats.bytes_sent += sl->bytes;
+	s->stats.channel_bytes[sl->channel] += sl->bytes;
 	s->stats.normal_pages += sl->npages;
+	publish_remaining(s);
 	pthread_mutex_unlock(&s->lock);
 	sl->cookie = 0;
 	e->free_slots[e->nfree++] = (uint32_t)idx;
@@ -814,7 +899,7 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 	e->ch_inflight[ch] += bytes;
 	e->dirty_bytes -= bytes;
 	e->inflight_bytes += bytes;
-	e->bw_bytes += bytes;
+	e->bw_allowance -= (double)bytes;
 	e->cur_page = c->page + c->npages;
 	pthread_mutex_lock(&s->lock);
 	s->stats.writes++;
@@ -854,14 +939,190 @@ static int try_post(struct lmt_session *s, struct chunk *c, uint64_t deadline)
 	return 1;
 }
 
-/* Time before which max-bandwidth allows no further write. */
-static uint64_t bandwidth_gate(const struct lmt_session *s, bool limited)
+/* ---- max-bandwidth ---- */
+
+/* The most the allowance holds: one call's budget at the rate, or one
+ * chunk when that is more. A VMM that comes back after a pause gets no
+ * more than that at once. */
+static double bw_burst(const struct lmt_session *s)
 {
 	const struct lmt_source_engine *e = s->source;
+	double burst = (double)e->max_bandwidth * (double)e->iterate_ns / 1e9;
+	return burst > (double)s->chunk_size ? burst : (double)s->chunk_size;
+}
+
+static void bw_refill(struct lmt_session *s, uint64_t now)
+{
+	struct lmt_source_engine *e = s->source;
+	if (!e->bw_refill_ns) {
+		e->bw_refill_ns = now;
+		e->bw_allowance = 0;
+		return;
+	}
+	e->bw_allowance += (double)(now - e->bw_refill_ns) * (double)e->max_bandwidth / 1e9;
+	double burst = bw_burst(s);
+	if (e->bw_allowance > burst)
+		e->bw_allowance = burst;
+	e->bw_refill_ns = now;
+}
+
+/* Time before which max-bandwidth allows no further write; 0 for now.
+ * The limit is a token bucket that outlives each call: the allowance grows
+ * at the rate, and a write may go while it is not negative and spends its
+ * size. Over any span the bytes posted stay within the rate times the span
+ * plus one burst and one write, however often and however briefly the VMM
+ * calls iterate. (Accounting that restarted with each call let the first
+ * write of every call through: three times the limit with 1M chunks and
+ * 5 ms calls.) */
+static uint64_t bandwidth_gate(struct lmt_session *s, bool limited, uint64_t now)
+{
+	struct lmt_source_engine *e = s->source;
 	if (!limited || !e->max_bandwidth)
 		return 0;
-	return e->bw_start_ns + (uint64_t)((double)e->bw_bytes * 1e9 / (double)e->max_bandwidth);
+	bw_refill(s, now);
+	if (e->bw_allowance >= 0)
+		return 0;
+	return now + (uint64_t)(-e->bw_allowance * 1e9 / (double)e->max_bandwidth) + 1;
 }
+
+/* The runtime options (tuning.c), which any thread may have changed since
+ * the last call. A debt of the bucket is paid at the new rate; going from
+ * unlimited to a rate starts the bucket afresh. */
+static void tune(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	pthread_mutex_lock(&s->opts_lock);
+	uint64_t rate = (uint64_t)lmt__opt_int(s->opts, "max-bandwidth");
+	e->downtime_limit_ns = (uint64_t)lmt__opt_int(s->opts, "downtime-limit");
+	pthread_mutex_unlock(&s->opts_lock);
+	if (rate == e->max_bandwidth)
+		return;
+	e->max_bandwidth = rate;
+	if (!rate)
+		e->bw_refill_ns = 0;
+	else if (e->bw_refill_ns && e->bw_allowance > bw_burst(s))
+		e->bw_allowance = bw_burst(s);
+}
+
+/* ---- verify=on ---- */
+
+/* Hash the stale stripes behind the walk until `deadline`. Behind the walk
+ * this pass has sent or skipped every dirty page, so the work spreads over
+ * the pass and a stripe is read about when its pages were. A stripe the
+ * guest writes after it was hashed is stale again at the next dirty sync;
+ * whatever is stale when the guest is paused is hashed then (hash_rest).
+ * A sweep that fell behind finishes its lap before following a new pass. */
+static void hash_behind(struct lmt_session *s, uint64_t deadline)
+{
+	struct lmt_source_engine *e = s->source;
+	if (!s->verify)
+		return;
+	uint64_t t0 = lmt__now(), now = t0, bytes = 0;
+	while (now < deadline) {
+		if (e->hash_block == s->nblocks) {
+			if (e->hash_pass == e->pass)
+				break;
+			e->hash_pass = e->pass;
+			e->hash_block = 0;
+			e->hash_stripe = 0;
+			continue;
+		}
+		struct lmt_block *b = &s->blocks[e->hash_block];
+		bool at_walk =
+		        e->hash_pass == e->pass && !e->pass_done && e->hash_block == e->cur_block;
+		uint64_t limit =
+		        at_walk ? e->cur_page >> (b->stripe_shift - b->page_shift) : b->nstripes;
+		uint64_t i = lmt__bitmap_next(b->stale.bits, e->hash_stripe, limit);
+		if (i == limit) {
+			if (at_walk)
+				break;
+			e->hash_block++;
+			e->hash_stripe = 0;
+			continue;
+		}
+		lmt__verify_hash(b, i);
+		e->hash_stripe = i + 1;
+		bytes += 1ull << b->stripe_shift;
+		now = lmt__now();
+	}
+	if (bytes) {
+		e->hash_ns += now - t0;
+		e->hash_bytes += bytes;
+	}
+}
+
+/* The guest is paused: every stripe still stale. */
+static void hash_rest(struct lmt_session *s)
+{
+	for (uint32_t k = 0; k < s->nblocks && s->verify; k++) {
+		struct lmt_block *b = &s->blocks[k];
+		for (uint64_t i = lmt__bitmap_next(b->stale.bits, 0, b->nstripes); i < b->nstripes;
+		     i = lmt__bitmap_next(b->stale.bits, i + 1, b->nstripes))
+			lmt__verify_hash(b, i);
+	}
+}
+
+/* Move the runs of b's landed stripes from *from on into m while it has
+ * room; whether b has none left. */
+static bool take_ranges(struct lmt_block *b, uint32_t index, struct lmt_msg_landed *m,
+                        uint64_t *from)
+{
+	while (m->count < LMT_PROTO_MAX_RANGES) {
+		uint64_t first = lmt__bitmap_next(b->landed.bits, *from, b->nstripes);
+		if (first == b->nstripes)
+			return true;
+		uint64_t end = first + 1;
+		while (end < b->nstripes && end - first < UINT32_MAX &&
+		       lmt__bitmap_test(b->landed.bits, end))
+			end++;
+		lmt__bitmap_range(b->landed.bits, first, end - first, LMT_BITS_CLEAR);
+		b->landed.count -= end - first;
+		m->ranges[m->count++] = (struct lmt_msg_range){
+		        .block = index, .first = first, .count = (uint32_t)(end - first)};
+		*from = end;
+	}
+	return false;
+}
+
+/* Tell the destination what landed since the last LANDED (`always`: even
+ * if nothing did): the bytes per channel, for its statistics, and with verify=on the stripes written or
+ * skipped as zero, for it to hash again. Each write reported completed, so
+ * its bytes are in the destination's memory before this arrives. */
+static int report_landed(struct lmt_session *s, bool always)
+{
+	struct lmt_source_engine *e = s->source;
+	struct lmt_msg_landed *m = e->landed;
+	uint64_t sent = 0;
+	bool stripes = false;
+	for (uint32_t c = 0; c < s->channels; c++)
+		sent += e->ch_bytes[c];
+	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
+		stripes |= s->blocks[i].landed.count != 0;
+	if (!always && !stripes && sent == e->landed_bytes)
+		return 0;
+	e->progress_sent_ns = lmt__now();
+	uint32_t block = 0;
+	uint64_t from = 0;
+	do {
+		m->channels = s->channels;
+		memcpy(m->bytes, e->ch_bytes, sizeof(m->bytes));
+		m->count = 0;
+		while (s->verify && block < s->nblocks &&
+		       take_ranges(&s->blocks[block], block, m, &from)) {
+			block++;
+			from = 0;
+		}
+		int rc = lmt__enc_landed(&s->out, m);
+		if (rc)
+			return lmt__fail(s, rc, "encoding LANDED");
+		if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
+			return rc;
+	} while (s->verify && block < s->nblocks);
+	e->landed_bytes = sent;
+	return 0;
+}
+
+/* ---- passes ---- */
 
 /* Walk and post until the pass ends or the deadline passes. */
 static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
@@ -872,12 +1133,13 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 		int rc = harvest(s, 0);
 		if (rc < 0 || (rc = service(s)))
 			return rc;
+		hash_behind(s, deadline);
 		uint64_t now = lmt__now();
 		if (now >= deadline)
 			return 0;
-		if (now < bandwidth_gate(s, limited)) {
-			uint64_t until = bandwidth_gate(s, limited);
-			rc = harvest(s, (until < deadline ? until : deadline) - now);
+		uint64_t gate = bandwidth_gate(s, limited, now);
+		if (now < gate) {
+			rc = harvest(s, (gate < deadline ? gate : deadline) - now);
 			if (rc < 0)
 				return rc;
 			continue;
@@ -911,10 +1173,51 @@ static int drain(struct lmt_session *s, uint64_t deadline)
 	return 0;
 }
 
-static uint64_t expected_downtime(const struct lmt_session *s);
+/* With verify=on, how long the pause will spend hashing, at this source's
+ * own rate: the source hashes its stale stripes; the destination hashes
+ * those too once they land in the final pass, and the stripes written
+ * since the last LANDED. False while there is some and no rate yet. */
+static bool verify_pause_ns(const struct lmt_session *s, double *ns)
+{
+	const struct lmt_source_engine *e = s->source;
+	uint64_t bytes = 0;
+	for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
+		const struct lmt_block *b = &s->blocks[i];
+		bytes += 2 * lmt__verify_bytes(b, &b->stale) + lmt__verify_bytes(b, &b->landed);
+	}
+	*ns = 0;
+	if (!bytes)
+		return true;
+	if (!e->hash_bytes)
+		return false;
+	*ns = (double)bytes * (double)e->hash_ns / (double)e->hash_bytes;
+	return true;
+}
 
-/* A pass ended with `dirtied` bytes newly dirty: measure and record it. */
-static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
+/* What the pause would take if it began now: the RAM left and the device
+ * state announced (lmt_save_set_device_state_size) at the measured
+ * bandwidth, and the hashing left to it. False while that cannot be told:
+ * RAM left and no bandwidth measured yet. A migration that had no RAM to
+ * send has no rate to time the device state at, and more passes would not
+ * give it one: the state then counts for nothing. */
+static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
+{
+	const struct lmt_source_engine *e = s->source;
+	uint64_t left = e->dirty_bytes + e->inflight_bytes;
+	double ns;
+	*out = 0;
+	if ((left && !e->bandwidth_bps) || !verify_pause_ns(s, &ns))
+		return false;
+	if (e->bandwidth_bps)
+		ns += (double)(left + atomic_load(&e->device_state_bytes)) * 1e9 /
+		      (double)e->bandwidth_bps;
+	*out = ns < 1e18 ? (uint64_t)ns : (uint64_t)1e18; /* 31 years */
+	return true;
+}
+
+/* A pass ended with `dirtied` bytes newly dirty: measure and record it.
+ * `interrupted`: lmt_save_complete cut it short. */
+static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bool interrupted)
 {
 	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
@@ -925,7 +1228,10 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
 	pthread_mutex_lock(&s->lock);
 	if (!final)
 		s->stats.dirty_rate_bps = rate;
+	s->stats.bandwidth_bps = e->bandwidth_bps;
 	pthread_mutex_unlock(&s->lock);
+	uint64_t expected = 0;
+	bool known = final || expected_downtime(s, &expected);
 	struct lmt_pass_stats p = {
 	        .pass = e->pass,
 	        .final = final,
@@ -935,20 +1241,11 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final)
 	        .dirtied_bytes = dirtied,
 	        .dirty_rate_bps = rate,
 	        .bandwidth_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0,
-	        .expected_downtime_ns = final ? 0 : expected_downtime(s),
+	        .expected_downtime_ns = expected,
+	        .interrupted = interrupted,
+	        .expected_downtime_known = known,
 	};
 	lmt__pass_record(s, &p);
-}
-
-static uint64_t expected_downtime(const struct lmt_session *s)
-{
-	const struct lmt_source_engine *e = s->source;
-	uint64_t left = e->dirty_bytes + e->inflight_bytes;
-	if (!left)
-		return 0;
-	if (!e->bandwidth_bps)
-		return UINT64_MAX;
-	return (uint64_t)((double)left * 1e9 / (double)e->bandwidth_bps);
 }
 
 static void start_pass(struct lmt_session *s)
@@ -960,6 +1257,9 @@ static void start_pass(struct lmt_session *s)
 	e->pass_bytes = 0;
 	e->cur_block = 0;
 	e->cur_page = 0;
+	pthread_mutex_lock(&s->lock);
+	s->stats.passes = e->pass;
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* A pass has walked every block. Far from converging, the next pass
@@ -979,7 +1279,7 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		uint64_t bw = e->bandwidth_bps ? e->bandwidth_bps : 1;
 		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
 		    e->bandwidth_bps) {
-			measure_pass(s, dirtied, false);
+			measure_pass(s, dirtied, false, false);
 			start_pass(s);
 			return 0;
 		}
@@ -988,12 +1288,17 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 	if ((rc = drain(s, deadline)))
 		return rc;
 	e->draining = false;
-	uint64_t more;
+	uint64_t more, expected;
 	if ((rc = sync_dirty(s, &more)))
 		return rc;
-	measure_pass(s, e->pass_dirtied + more, false);
-	if (expected_downtime(s) <= e->downtime_limit_ns) {
+	measure_pass(s, e->pass_dirtied + more, false, false);
+	if (expected_downtime(s, &expected) && expected <= e->downtime_limit_ns) {
 		res->ready = 1;
+		e->need_pass = true;
+	} else if (!e->dirty_bytes) {
+		/* Not ready with nothing dirty: the device state or the
+		 * hashing is what is left, and a pass at once would not
+		 * shorten it. The next call starts the next pass. */
 		e->need_pass = true;
 	} else {
 		start_pass(s);
@@ -1004,48 +1309,32 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
+	tune(s);
 	uint64_t guard = e->iterate_ns / ITERATE_GUARD_DIV + ITERATE_GUARD_NS;
 	uint64_t deadline = lmt__now() + (e->iterate_ns > 2 * guard ? e->iterate_ns - guard
 	                                                             : e->iterate_ns / 2);
 	int rc = 0;
 	e->call_progressed = false;
-	e->bw_start_ns = lmt__now();
-	e->bw_bytes = 0;
 	if (e->pass == 0 && (rc = start_first_pass(s)))
 		return rc;
 	if (e->need_pass) {
 		e->need_pass = false;
 		start_pass(s);
 	}
-	while (!res->ready && lmt__now() < deadline) {
+	while (!res->ready && !e->need_pass && lmt__now() < deadline) {
 		if ((rc = send_pass(s, deadline, true)))
 			return rc;
+		hash_behind(s, deadline);
 		if (!e->pass_done || !step_fits(e, e->sync_cost_ns, deadline))
 			break;
-		if ((rc = end_pass(s, deadline, res)))
-			return rc < 0 ? rc : 0;
+		if ((rc = end_pass(s, deadline, res)) < 0)
+			return rc;
 		e->call_progressed = true;
+		if (rc)
+			break;
 	}
-	return 0;
-}
-
-/* Refresh the figures the engine keeps outside the stats. */
-static void refresh_stats(struct lmt_session *s)
-{
-	struct lmt_source_engine *e = s->source;
-	pthread_mutex_lock(&s->lock);
-	struct lmt_stats *st = &s->stats;
-	st->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
-	st->bandwidth_bps = e->bandwidth_bps;
-	st->passes = e->pass;
-	for (uint32_t c = 0; c < s->channels && c < LMT_MAX_CHANNELS; c++)
-		st->channel_bytes[c] = e->ch_bytes[c];
-	uint64_t elapsed = st->total_ns;
-	if (!elapsed && s->start_ns)
-		elapsed = lmt__now() - s->start_ns;
-	if (elapsed)
-		st->throughput_bps = (uint64_t)((double)st->bytes_sent * 1e9 / (double)elapsed);
-	pthread_mutex_unlock(&s->lock);
+	hash_behind(s, deadline); /* the time left in the call */
+	return report_landed(s, false);
 }
 
 static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
@@ -1058,11 +1347,12 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 	res->pass = e->pass;
 	res->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
 	res->bandwidth_bps = e->bandwidth_bps;
-	res->expected_downtime_ns = expected_downtime(s);
+	res->expected_downtime_known = expected_downtime(s, &res->expected_downtime_ns);
 	pthread_mutex_lock(&s->lock);
 	s->stats.expected_downtime_ns = res->expected_downtime_ns;
+	s->stats.expected_downtime_known = res->expected_downtime_known;
+	s->stats.bandwidth_bps = e->bandwidth_bps;
 	pthread_mutex_unlock(&s->lock);
-	refresh_stats(s);
 }
 
 static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
@@ -1072,7 +1362,9 @@ static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 	if (!res)
 		return lmt__usage(s, LMT_EINVAL, "save iterate: result is NULL");
 	memset(res, 0, sizeof(*res));
-	int rc = iterate(s, res);
+	int rc = report_progress(s);
+	if (!rc)
+		rc = iterate(s, res);
 	if (rc)
 		return lmt__abort(s, rc);
 	fill_result(s, res);
@@ -1131,16 +1423,23 @@ static int send_rest(struct lmt_session *s)
 		if ((rc = start_first_pass(s)))
 			return rc;
 	} else {
+		uint64_t more;
 		if ((rc = drain(s, end)))
 			return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
-		if ((rc = sync_dirty(s, NULL)))
+		if ((rc = sync_dirty(s, &more)))
 			return rc;
+		/* A pass the switchover cut short is recorded as it stood. */
+		if (!e->need_pass)
+			measure_pass(s, (e->draining ? e->pass_dirtied : 0) + more, false, true);
+		e->need_pass = false;
+		e->draining = false;
 		start_pass(s);
 	}
 	if ((rc = send_pass(s, end, false)))
 		return rc;
 	if (!e->pass_done)
 		return switchover_expired(s, "the final pass unfinished");
+	hash_rest(s); /* while the last writes are in flight */
 	if ((rc = drain(s, end)))
 		return rc < 0 ? rc : switchover_expired(s, "writes of the final pass in flight");
 	uint64_t now = lmt__now();
@@ -1153,7 +1452,7 @@ static int send_rest(struct lmt_session *s)
 	if (rc)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
-	measure_pass(s, 0, true);
+	measure_pass(s, 0, true, false);
 	return 0;
 }
 
@@ -1167,7 +1466,7 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 	m->state_length = state_length;
 	m->digest_count = s->verify ? s->nblocks : 0;
 	for (uint32_t i = 0; i < m->digest_count; i++)
-		m->digests[i] = XXH3_64bits(s->blocks[i].host, s->blocks[i].length);
+		m->digests[i] = lmt__verify_digest(&s->blocks[i]);
 	int rc = lmt__enc_complete(&s->out, m);
 	free(m);
 	if (rc)
@@ -1190,7 +1489,8 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 static int finish(struct lmt_session *s, const void *state, size_t length)
 {
 	int rc;
-	if ((rc = send_rest(s)) || (rc = send_device_state(s, state, length)))
+	if ((rc = send_rest(s)) || (rc = report_landed(s, false)) ||
+	    (rc = send_device_state(s, state, length)))
 		return rc;
 	return send_complete(s, length);
 }
@@ -1213,17 +1513,16 @@ static int save_complete(lmt_session *s, const void *device_state, size_t length
 	int rc = finish(s, device_state, length);
 	if (rc)
 		return lmt__abort(s, rc);
-	uint64_t now = lmt__now();
+	uint64_t acked = lmt__now();
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
-	s->stats.downtime_ns = now - t0;
-	s->stats.total_ns = now - s->start_ns;
-	s->stats.status = LMT_STATUS_COMPLETED;
+	s->stats.downtime_ns = acked - t0;
 	s->stats.expected_downtime_ns = 0;
+	s->stats.expected_downtime_known = 1;
+	lmt__stats_end(s, LMT_STATUS_COMPLETED);
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_DONE);
-	refresh_stats(s);
 	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
 	return 0;
 }
@@ -1240,4 +1539,19 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 	int rc = save_complete(s, device_state, length);
 	lmt__call_leave(s);
 	return rc;
+}
+
+int lmt_save_set_device_state_size(lmt_session *s, uint64_t bytes)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (s->role != LMT_ROLE_SOURCE)
+		return lmt__usage(s, LMT_ESTATE,
+		                  "device state size: only a source sends a device state");
+	if (bytes > LMT_PROTO_MAX_STATE)
+		return lmt__usage(s, LMT_EOVERFLOW,
+		                  "device state size: %llu bytes is over the limit of 1G",
+		                  (unsigned long long)bytes);
+	atomic_store(&s->source->device_state_bytes, bytes);
+	return 0;
 }

@@ -22,13 +22,33 @@ const char *lmt_status_name(enum lmt_status status)
 	return "unknown";
 }
 
+static bool ended(enum lmt_status status)
+{
+	return status == LMT_STATUS_COMPLETED || status == LMT_STATUS_FAILED ||
+	       status == LMT_STATUS_CANCELLED;
+}
+
+void lmt__stats_end(struct lmt_session *s, enum lmt_status status)
+{
+	/* The clock is read under the lock, so that no snapshot taken before
+	 * shows a running total beyond the final one. */
+	if (!ended(s->stats.status) && s->start_ns)
+		s->stats.total_ns = lmt__now() - s->start_ns;
+	s->stats.status = status;
+}
+
 int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
 {
 	if (!s || !out)
 		return -LMT_EINVAL;
 	pthread_mutex_lock(&s->lock);
 	*out = s->stats;
+	if (!ended(out->status) && s->start_ns)
+		out->total_ns = lmt__now() - s->start_ns;
 	pthread_mutex_unlock(&s->lock);
+	uint64_t bytes = out->bytes_sent + out->bytes_received;
+	out->throughput_bps =
+	        out->total_ns ? (uint64_t)((double)bytes * 1e9 / (double)out->total_ns) : 0;
 	return 0;
 }
 
@@ -66,6 +86,7 @@ static double ms(uint64_t ns)
 	return (double)ns / 1e6;
 }
 
+/* An unknown expected downtime is null: no number stands for "unknown". */
 int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 {
 	if (!st || (!buf && size))
@@ -75,16 +96,20 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	for (uint32_t c = 0; c < st->channels && c < LMT_MAX_CHANNELS; c++)
 		used += (size_t)snprintf(channels + used, sizeof(channels) - used, "%s%llu",
 		                         c ? "," : "", (unsigned long long)st->channel_bytes[c]);
+	char expected[32] = "null";
+	if (st->expected_downtime_known)
+		snprintf(expected, sizeof(expected), "%.3f", ms(st->expected_downtime_ns));
 	int n = snprintf(buf, size,
 	                 "{\"status\":\"%s\",\"setup_ms\":%.3f,\"total_ms\":%.3f,"
-	                 "\"downtime_ms\":%.3f,\"expected_downtime_ms\":%.3f,"
-	                 "\"ram_bytes\":%llu,\"bytes_sent\":%llu,\"remaining_bytes\":%llu,"
+	                 "\"downtime_ms\":%.3f,\"expected_downtime_ms\":%s,"
+	                 "\"ram_bytes\":%llu,\"bytes_sent\":%llu,\"bytes_received\":%llu,"
+	                 "\"remaining_bytes\":%llu,"
 	                 "\"zero_pages\":%llu,\"normal_pages\":%llu,\"writes\":%llu,"
 	                 "\"passes\":%llu,\"dirty_rate_bps\":%llu,\"throughput_bps\":%llu,"
 	                 "\"bandwidth_bps\":%llu,\"channels\":%u,\"channel_bytes\":[%s]}",
 	                 lmt_status_name(st->status), ms(st->setup_ns), ms(st->total_ns),
-	                 ms(st->downtime_ns), ms(st->expected_downtime_ns),
-	                 (unsigned long long)st->ram_bytes, (unsigned long long)st->bytes_sent,
+	                 ms(st->downtime_ns), expected, (unsigned long long)st->ram_bytes,
+	                 (unsigned long long)st->bytes_sent, (unsigned long long)st->bytes_received,
 	                 (unsigned long long)st->remaining_bytes,
 	                 (unsigned long long)st->zero_pages, (unsigned long long)st->normal_pages,
 	                 (unsigned long long)st->writes, (unsigned long long)st->passes,

@@ -461,7 +461,13 @@ static void md_intro(void)
 	       "`1M`, `2GiB`); durations take a unit (`500us`, `300ms`, `2s`, `1m`;\n"
 	       "a bare number is milliseconds); booleans are `on`/`off`, `true`/`false`,\n"
 	       "`yes`/`no` or `1`/`0`. Options that must match on both sides are\n"
-	       "compared at the handshake, and a difference fails the migration.\n");
+	       "compared at the handshake, and a difference fails the migration.\n\n"
+	       "Options are read when the migration begins (`lmt_save_setup`,\n"
+	       "`lmt_load_run` or a job). After that a source still takes\n"
+	       "`downtime-limit` and `max-bandwidth`, from any thread, for its next\n"
+	       "`lmt_save_iterate` call, as QEMU's `migrate-set-parameters` does;\n"
+	       "any other option, and any option of a destination, is refused with\n"
+	       "`LMT_ESTATE` and a message naming it.\n");
 }
 
 static int compare_by_name(const void *a, const void *b)

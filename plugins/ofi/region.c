@@ -192,11 +192,10 @@ int lfi_mr_register(struct lmt_instance *inst, void *addr, size_t len, uint32_t 
 		return -LMT_EINVAL;
 	bool remote = access & LMT_MR_REMOTE_WRITE;
 	bool local = access & LMT_MR_LOCAL_READ;
-	if (!addr || !len || (!remote && !local) ||
-	    (access & ~(uint32_t)(LMT_MR_REMOTE_WRITE | LMT_MR_LOCAL_READ)) || (remote && !key))
-		return putil_error(&inst->base, LMT_EINVAL,
-		                   "ofi: cannot register %zu bytes at %p for access 0x%x%s", len,
-		                   addr, access, remote && !key ? " without a key blob" : "");
+	int rc = putil_mr_check(&inst->base, addr, len, access,
+	                        LMT_MR_REMOTE_WRITE | LMT_MR_LOCAL_READ, key);
+	if (rc)
+		return rc;
 	/* Source memory costs nothing unless the provider needs it registered. */
 	bool provider = remote || inst->local_mr;
 	uint32_t count = !provider ? 0 : inst->mr_mode & FI_MR_ENDPOINT ? inst->base.channels : 1;
@@ -207,7 +206,7 @@ int lfi_mr_register(struct lmt_instance *inst, void *addr, size_t len, uint32_t 
 	mr->len = len;
 	mr->access = (remote ? FI_REMOTE_WRITE : 0) | (local ? FI_WRITE : 0);
 	mr->count = count;
-	int rc = open_parts(inst, mr);
+	rc = open_parts(inst, mr);
 	if (!rc && remote)
 		rc = encode_key(inst, mr, key);
 	else if (!rc && key)

@@ -9,12 +9,14 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #define HELLO_TIMEOUT_NS 2000000000ull /* a connection that says nothing is dropped */
+#define PENDING_MAX 16                 /* connections waited on for a hello at once */
 #define ACK_EVERY 16                   /* placed writes per acknowledgement, at most */
 #define ACK_BYTES (256u << 10)         /* placed bytes per acknowledgement, at most */
 #define RECV_CHUNK (1u << 30)          /* bytes per recv call */
@@ -275,36 +277,130 @@ static void drop_connection(lmt_endpoint *ep, int fd, const char *why)
 	close(fd);
 }
 
-/* Accept connections until one says hello with this channel and token. */
+/* A connection accepted on the data port that has not yet said hello. */
+struct pending {
+	int fd;
+	uint64_t deadline_ns;
+	size_t got;
+	uint8_t hello[TCP_HELLO_LEN];
+};
+
+static void drop_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i,
+                         const char *why)
+{
+	drop_connection(ep, p[i].fd, why);
+	p[i] = p[--*n];
+}
+
+/* Read what pending connection i sent: 1 when its hello is right, 0 to
+ * wait for more (or when it was dropped). */
+static int read_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i)
+{
+	for (;;) {
+		ssize_t r = recv(p[i].fd, p[i].hello + p[i].got, sizeof(p[i].hello) - p[i].got,
+		                 MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (r <= 0) {
+			drop_pending(ep, p, n, i,
+			             r == 0 ? "closed before its hello" : strerror(errno));
+			return 0;
+		}
+		p[i].got += (size_t)r;
+		if (p[i].got < sizeof(p[i].hello))
+			continue;
+		const char *why = tcp_hello_check(p[i].hello, ep->channel, ep->token);
+		if (!why)
+			return 1;
+		drop_pending(ep, p, n, i, why);
+		return 0;
+	}
+}
+
+/* Accept connections until one says hello with this channel and token.
+ * Connections that have not said it yet are read side by side, each for
+ * at most HELLO_TIMEOUT_NS: a silent or slow one cannot hold up the
+ * source's, and past PENDING_MAX at once the oldest is dropped. */
 static int accept_source(lmt_endpoint *ep, int *out)
 {
 	struct lmt_instance *inst = ep->inst;
 	uint64_t deadline = putil_call_deadline(&inst->base);
 	struct lmt__wait w = putil_wait(&inst->base, deadline);
-	struct lmt__net_error e;
+	struct pending p[PENDING_MAX];
+	unsigned n = 0;
+	int rc = 0;
 	for (;;) {
-		int fd, rc = lmt__net_accept(ep->listen_fd, &w, &fd, &e);
-		if (rc)
-			return putil_error(&inst->base, -rc,
-			                   "tcp channel %u: waiting for the source: %s",
-			                   ep->channel, e.msg);
-		uint64_t hello_deadline = lmt__deadline(HELLO_TIMEOUT_NS);
-		struct lmt__wait hw = putil_wait(
-		        &inst->base, hello_deadline < deadline ? hello_deadline : deadline);
-		uint8_t hello[TCP_HELLO_LEN];
-		rc = lmt__net_recv_all(fd, hello, sizeof(hello), &hw, &e);
-		if (rc == -LMT_ECANCELED) {
-			close(fd);
-			return putil_error(&inst->base, LMT_ECANCELED, "tcp channel %u: cancelled",
-			                   ep->channel);
+		uint64_t now = lmt__now_ns();
+		for (unsigned i = n; i-- > 0;)
+			if (now >= p[i].deadline_ns)
+				drop_pending(ep, p, &n, i, "no hello within 2 s");
+		if (w.cancelled && w.cancelled(w.ctx)) {
+			rc = putil_error(&inst->base, LMT_ECANCELED, "tcp channel %u: cancelled",
+			                 ep->channel);
+			break;
 		}
-		const char *why = rc ? e.msg : tcp_hello_check(hello, ep->channel, ep->token);
-		if (!why) {
-			*out = fd;
-			return 0;
+		if (now >= deadline) {
+			rc = putil_error(&inst->base, LMT_ETIMEDOUT,
+			                 "tcp channel %u: waiting for the source: timed out",
+			                 ep->channel);
+			break;
 		}
-		drop_connection(ep, fd, why);
+		struct pollfd fds[PENDING_MAX + 1];
+		uint64_t next = deadline;
+		for (unsigned i = 0; i < n; i++) {
+			fds[i] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+			if (p[i].deadline_ns < next)
+				next = p[i].deadline_ns;
+		}
+		fds[n] = (struct pollfd){.fd = ep->listen_fd, .events = POLLIN};
+		uint64_t ms = next > now ? (next - now) / 1000000 + 1 : 0;
+		int ready = poll(fds, n + 1, ms > 100 ? 100 : (int)ms);
+		if (ready < 0 && errno != EINTR) {
+			rc = putil_error(&inst->base, LMT_EIO, "tcp channel %u: poll: %s",
+			                 ep->channel, strerror(errno));
+			break;
+		}
+		if (ready <= 0)
+			continue;
+		/* From the last, so that a dropped one's place is already seen. */
+		unsigned polled = n;
+		for (unsigned i = polled; i-- > 0;) {
+			if (!fds[i].revents || read_pending(ep, p, &n, i) == 0)
+				continue;
+			*out = p[i].fd;
+			lmt__net_set_nonblock(*out, 0);
+			p[i] = p[--n];
+			goto found;
+		}
+		if (!fds[polled].revents)
+			continue;
+		int fd = accept4(ep->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    errno != ECONNABORTED) {
+				putil_log(&inst->base, LMT_LOG_WARN, "tcp channel %u: accept: %s",
+				          ep->channel, strerror(errno));
+				if (n) /* out of descriptors, say: make room rather than spin */
+					drop_pending(ep, p, &n, 0, "room for another connection");
+			}
+			continue;
+		}
+		if (n == PENDING_MAX) {
+			unsigned oldest = 0;
+			for (unsigned i = 1; i < n; i++)
+				if (p[i].deadline_ns < p[oldest].deadline_ns)
+					oldest = i;
+			drop_pending(ep, p, &n, oldest, "too many connections without a hello");
+		}
+		p[n++] = (struct pending){.fd = fd, .deadline_ns = now + HELLO_TIMEOUT_NS};
 	}
+	*out = -1;
+found:
+	for (unsigned i = 0; i < n; i++)
+		drop_connection(ep, p[i].fd, "another connection said hello first");
+	return rc;
 }
 
 int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)

@@ -57,17 +57,17 @@ int ucx_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t access,
 	if (!inst || !out)
 		return -LMT_EINVAL;
 	bool remote = access & LMT_MR_REMOTE_WRITE;
-	if (!addr || !len || (remote && !key) || (uintptr_t)addr > UINTPTR_MAX - len)
-		return putil_error(&inst->base, LMT_EINVAL,
-		                   "ucx: cannot register %zu bytes at %p%s", len, addr,
-		                   remote && !key ? " without a key blob" : "");
+	int rc = putil_mr_check(&inst->base, addr, len, access,
+	                        LMT_MR_REMOTE_WRITE | LMT_MR_LOCAL_READ, key);
+	if (rc)
+		return rc;
 	struct lmt_mr *mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
 	mr->addr = addr;
 	mr->len = len;
 	uint64_t id;
-	int rc = putil_registry_insert(&inst->registry, &inst->base, mr, &id);
+	rc = putil_registry_insert(&inst->registry, &inst->base, mr, &id);
 	if (rc) {
 		free(mr);
 		return rc;

@@ -6,6 +6,24 @@
 
 #include "sync.h"
 
+int putil_mr_check(const struct putil_instance *base, const void *addr, size_t len,
+                   uint32_t access, uint32_t supported, const struct lmt_blob *key)
+{
+	const char *why = NULL;
+	if (!addr || !len)
+		why = "no memory";
+	else if ((uintptr_t)addr > UINTPTR_MAX - len)
+		why = "a range that wraps the address space";
+	else if (!access || (access & ~supported))
+		why = "an access this plugin does not support";
+	else if ((access & LMT_MR_REMOTE_WRITE) && !key)
+		why = "remote write without a key blob";
+	if (!why)
+		return 0;
+	return putil_error(base, LMT_EINVAL, "%s: cannot register %zu bytes at %p for access 0x%x: %s",
+	                   base->name, len, addr, access, why);
+}
+
 static void list_init(struct putil_link *head)
 {
 	head->prev = head->next = head;

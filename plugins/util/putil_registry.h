@@ -51,6 +51,12 @@ void putil_registry_unlink(struct putil_registry *r, struct putil_link *link);
 struct putil_link *putil_registry_first_mr(struct putil_registry *r);
 struct putil_link *putil_registry_first_rkey(struct putil_registry *r);
 
+/* mr_register's arguments: memory (not wrapping the address space), an
+ * access the plugin supports (`supported`, a mask of LMT_MR_*) and a key
+ * blob for remote write. 0, or -LMT_EINVAL recorded with what was wrong. */
+int putil_mr_check(const struct putil_instance *base, const void *addr, size_t len,
+                   uint32_t access, uint32_t supported, const struct lmt_blob *key);
+
 /* Give `mr` an id in the table: 0, or -LMT_ENOMEM / -LMT_EOVERFLOW
  * recorded. Takes the lock. */
 int putil_registry_insert(struct putil_registry *r, const struct putil_instance *base, void *mr,

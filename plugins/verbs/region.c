@@ -14,9 +14,10 @@ int verbs_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t acces
 		return -LMT_EINVAL;
 	const struct putil_instance *base = &inst->base;
 	bool remote = access & LMT_MR_REMOTE_WRITE;
-	if (!addr || !len || (remote && !key))
-		return putil_error(base, LMT_EINVAL, "verbs: cannot register %zu bytes at %p%s",
-		                   len, addr, remote && !key ? " without a key blob" : "");
+	int rc = putil_mr_check(base, addr, len, access, LMT_MR_REMOTE_WRITE | LMT_MR_LOCAL_READ,
+	                        key);
+	if (rc)
+		return rc;
 	/* The source only reads what it registers: no write access, so
 	 * pinning never breaks copy-on-write of guest memory. */
 	unsigned flags = remote ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;

@@ -30,7 +30,7 @@ ROW_KEYS += [f + s for s in ("", "_min", "_max") for f in FIGURES]
 RUN_KEYS = ["kind", "run", "verified", "error", "zero_pages_made", "dirtied_bytes", "passes",
             "stats"] + FIGURES
 PASS_KEYS = ["pass", "final", "start_ms", "duration_ms", "bytes", "dirtied_bytes",
-             "dirty_rate_bps", "bandwidth_bps", "expected_downtime_ms"]
+             "dirty_rate_bps", "bandwidth_bps", "expected_downtime_ms", "interrupted"]
 FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsticks", "--ram",
          "--dirty-rate",
          "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",

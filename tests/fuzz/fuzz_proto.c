@@ -20,6 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct lmt_msg_addrs addrs;
 	static struct lmt_msg_regs regs;
 	static struct lmt_msg_complete complete;
+	static struct lmt_msg_landed landed;
 	struct lmt_msg_status status;
 	struct lmt_msg_state state;
 	struct lmt_msg_header header;
@@ -56,6 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case LMT_MSG_AUTH:
 		lmt__dec_auth(p, n, proof, &err);
+		break;
+	case LMT_MSG_LANDED:
+		lmt__dec_landed(p, n, &landed, &err);
 		break;
 	default:
 		lmt__dec_empty(p, n, pick, &err);

@@ -51,7 +51,7 @@ static void proto_and_destination(void)
 	save_msg("hello", &b);
 	free(h);
 
-	struct lmt_msg_status st = {.version = 1, .auth = 1};
+	struct lmt_msg_status st = {.version = LMT_PROTO_VERSION, .auth = 1};
 	strcpy(st.text, "ok");
 	lmt__enc_status(&b, LMT_MSG_HELLO_REPLY, &st);
 	save_msg("hello-reply", &b);
@@ -100,6 +100,17 @@ static void proto_and_destination(void)
 	save_msg("device-state", &b);
 	memcpy(stream.data + stream.len, b.data, b.len);
 	stream.len += b.len;
+
+	struct lmt_msg_landed *l = calloc(1, sizeof(*l));
+	l->channels = 1;
+	l->bytes[0] = 64 << 10;
+	l->count = 1;
+	l->ranges[0] = (struct lmt_msg_range){.block = 0, .first = 0, .count = 1};
+	lmt__enc_landed(&b, l); /* the destination harness runs with verify=on */
+	save_msg("landed", &b);
+	memcpy(stream.data + stream.len, b.data, b.len);
+	stream.len += b.len;
+	free(l);
 
 	struct lmt_msg_complete *c = calloc(1, sizeof(*c));
 	c->passes = 2;

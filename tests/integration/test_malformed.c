@@ -184,30 +184,35 @@ static void fake_end(struct fake *f, int code, const char *text)
 	free(f);
 }
 
+/* A connection refused before its HELLO passed is dropped and the
+ * destination goes on listening until its wait ends (idle-timeout); it
+ * then fails with that connection's reason. Keep the wait short. */
+#define BEFORE_HELLO "idle-timeout=300ms"
+
 static void test_truncated_header_then_close(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	send_bytes(f->fd, "\x01\x00\x00", 3);
 	fake_end(f, -LMT_ECONN, "closed by peer");
 }
 
 static void test_unknown_message_type(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	send_bytes(f->fd, "\x63\x00\x00\x00\x00\x00\x00\x00", 8);
 	fake_end(f, -LMT_EPROTO, "unknown type 99");
 }
 
 static void test_huge_length(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	send_bytes(f->fd, "\x01\x00\x00\x00\xff\xff\xff\x7f", 8);
 	fake_end(f, -LMT_EPROTO, "over the limit");
 }
 
 static void test_bad_magic(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	encode_hello(&f->out, 0xdeadbeef, LMT_PROTO_VERSION, "tcp", "1");
 	send_buf(f->fd, &f->out);
 	struct lmt_msg_status st;
@@ -218,19 +223,21 @@ static void test_bad_magic(void **state)
 
 static void test_wrong_protocol_version(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	encode_hello(&f->out, LMT_PROTO_MAGIC, 9, "tcp", "1");
 	send_buf(f->fd, &f->out);
 	struct lmt_msg_status st;
 	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_HELLO_REPLY);
 	assert_int_equal(st.code, -LMT_EPROTO);
 	assert_non_null(strstr(st.text, "protocol version 9 is not supported"));
-	fake_end(f, -LMT_EPROTO, "this destination speaks 1");
+	char speaks[64];
+	snprintf(speaks, sizeof(speaks), "this destination speaks %u", LMT_PROTO_VERSION);
+	fake_end(f, -LMT_EPROTO, speaks);
 }
 
 static void test_other_plugin(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	encode_hello(&f->out, LMT_PROTO_MAGIC, LMT_PROTO_VERSION, "ucx", "1");
 	send_buf(f->fd, &f->out);
 	fake_end(f, -LMT_EMISMATCH, "plugin: the source uses 'ucx', the destination 'tcp'");
@@ -238,7 +245,7 @@ static void test_other_plugin(void **state)
 
 static void test_option_mismatch_names_both_values(void **state)
 {
-	struct fake *f = fake_start("");
+	struct fake *f = fake_start(BEFORE_HELLO);
 	encode_hello(&f->out, LMT_PROTO_MAGIC, LMT_PROTO_VERSION, "tcp", "2");
 	send_buf(f->fd, &f->out);
 	struct lmt_msg_status st;
@@ -438,6 +445,48 @@ static void test_complete_without_the_announced_state_is_refused(void **state)
 	abi_source_close(&src);
 }
 
+static void send_landed(struct fake *f, uint32_t channels, uint64_t bytes, uint32_t ranges)
+{
+	struct lmt_msg_landed *m = calloc(1, sizeof(*m));
+	m->channels = channels;
+	m->bytes[0] = bytes;
+	m->count = ranges;
+	for (uint32_t i = 0; i < ranges; i++)
+		m->ranges[i] = (struct lmt_msg_range){.block = 0, .first = i, .count = 1};
+	assert_int_equal(lmt__enc_landed(&f->out, m), 0);
+	free(m);
+	send_buf(f->fd, &f->out);
+}
+
+/* The bytes landed are the destination's statistics: they only grow. */
+static void test_landed_bytes_that_go_back_are_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_landed(f, 1, 8192, 0);
+	send_landed(f, 1, 4096, 0);
+	fake_end(f, -LMT_EPROTO, "LANDED: channel 0 went back from 8192 to 4096 bytes");
+	abi_source_close(&src);
+}
+
+static void test_landed_for_other_channels_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_landed(f, 2, 0, 0);
+	fake_end(f, -LMT_EPROTO, "LANDED: 2 channels, expected 1");
+	abi_source_close(&src);
+}
+
+static void test_landed_stripes_without_verify_are_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_landed(f, 1, 0, 3);
+	fake_end(f, -LMT_EPROTO, "LANDED: 3 stripe ranges, but verify is off");
+	abi_source_close(&src);
+}
+
 /* The fake source is a faithful one: a write inside a registered window
  * lands and the load completes. */
 static void test_fake_source_can_complete_a_load(void **state)
@@ -491,6 +540,9 @@ int main(void)
 	        cmocka_unit_test(test_huge_length),
 	        cmocka_unit_test(test_bad_magic),
 	        cmocka_unit_test(test_wrong_protocol_version),
+	        cmocka_unit_test(test_landed_bytes_that_go_back_are_refused),
+	        cmocka_unit_test(test_landed_for_other_channels_is_refused),
+	        cmocka_unit_test(test_landed_stripes_without_verify_are_refused),
 	        cmocka_unit_test(test_other_plugin),
 	        cmocka_unit_test(test_option_mismatch_names_both_values),
 	        cmocka_unit_test(test_block_size_mismatch_names_block_and_sizes),

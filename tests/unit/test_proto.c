@@ -242,6 +242,36 @@ static void test_complete_round_trips_digests(void **state)
 	free(out);
 }
 
+static void test_landed_round_trips_bytes_and_stripes(void **state)
+{
+	struct lmt_msg_landed *in = calloc(1, sizeof(*in));
+	in->channels = 2;
+	in->bytes[1] = 5ull << 30;
+	in->count = 2;
+	in->ranges[0] = (struct lmt_msg_range){.block = 1, .first = 7, .count = 3};
+	in->ranges[1] = (struct lmt_msg_range){.block = 0, .first = 1ull << 33, .count = 1};
+	assert_int_equal(lmt__enc_landed(&buf, in), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_LANDED, &len);
+	struct lmt_msg_landed *out = malloc(sizeof(*out));
+	assert_int_equal(lmt__dec_landed(p, len, out, &err), 0);
+	assert_int_equal(out->channels, 2);
+	assert_int_equal(out->bytes[1], 5ull << 30);
+	assert_int_equal(out->count, 2);
+	assert_int_equal(out->ranges[0].first, 7);
+	assert_int_equal(out->ranges[0].count, 3);
+	assert_int_equal(out->ranges[1].first, 1ull << 33);
+	in->ranges[1].count = 0;
+	assert_int_equal(lmt__enc_landed(&buf, in), 0);
+	p = payload(LMT_MSG_LANDED, &len);
+	assert_int_equal(lmt__dec_landed(p, len, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "LANDED message: empty stripe range");
+	in->channels = LMT_MAX_CHANNELS + 1;
+	assert_int_equal(lmt__enc_landed(&buf, in), -LMT_EOVERFLOW);
+	free(in);
+	free(out);
+}
+
 static void test_addresses_round_trip(void **state)
 {
 	struct lmt_msg_addrs *in = calloc(1, sizeof(*in));
@@ -262,7 +292,7 @@ static void test_addresses_round_trip(void **state)
 
 static void test_hello_reply_carries_challenge_and_proof(void **state)
 {
-	struct lmt_msg_status in = {.version = 1, .auth = 1};
+	struct lmt_msg_status in = {.version = LMT_PROTO_VERSION, .auth = 1};
 	memset(in.nonce, 0x11, sizeof(in.nonce));
 	memset(in.proof, 0x22, sizeof(in.proof));
 	strcpy(in.text, "ok");
@@ -280,7 +310,8 @@ static void test_hello_reply_carries_challenge_and_proof(void **state)
 
 static void test_auth_flag_other_than_0_or_1_is_refused(void **state)
 {
-	struct lmt_msg_hello in = {.magic = LMT_PROTO_MAGIC, .version = 1, .auth = 2};
+	struct lmt_msg_hello in = {
+	        .magic = LMT_PROTO_MAGIC, .version = LMT_PROTO_VERSION, .auth = 2};
 	assert_int_equal(lmt__enc_hello(&buf, &in), 0);
 	size_t len;
 	const uint8_t *p = payload(LMT_MSG_HELLO, &len);
@@ -328,6 +359,7 @@ int main(void)
 	        cmocka_unit_test_teardown(test_device_state_round_trips, teardown),
 	        cmocka_unit_test_teardown(test_status_code_out_of_range_is_refused, teardown),
 	        cmocka_unit_test_teardown(test_complete_round_trips_digests, teardown),
+	        cmocka_unit_test_teardown(test_landed_round_trips_bytes_and_stripes, teardown),
 	        cmocka_unit_test_teardown(test_addresses_round_trip, teardown),
 	        cmocka_unit_test_teardown(test_hello_reply_carries_challenge_and_proof, teardown),
 	        cmocka_unit_test_teardown(test_auth_flag_other_than_0_or_1_is_refused, teardown),

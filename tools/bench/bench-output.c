@@ -309,7 +309,7 @@ static void json_figures(FILE *f, const struct bench_figures *set, const char *s
 static void json_ns_as_ms(FILE *f, const char *key, uint64_t ns)
 {
 	json_key(f, key, "");
-	json_value(f, ns == UINT64_MAX ? NAN : (double)ns / 1e6, false);
+	json_value(f, (double)ns / 1e6, false);
 }
 
 static void json_passes(FILE *f, const struct bench_result *r)
@@ -328,7 +328,11 @@ static void json_passes(FILE *f, const struct bench_result *r)
 		        (unsigned long long)p->bytes, (unsigned long long)p->dirtied_bytes,
 		        (unsigned long long)p->dirty_rate_bps,
 		        (unsigned long long)p->bandwidth_bps);
-		json_ns_as_ms(f, "expected_downtime_ms", p->expected_downtime_ns);
+		json_key(f, "expected_downtime_ms", "");
+		json_value(f,
+		           p->expected_downtime_known ? (double)p->expected_downtime_ns / 1e6 : NAN,
+		           false);
+		fprintf(f, ",\"interrupted\":%s", p->interrupted ? "true" : "false");
 		fprintf(f, "}");
 	}
 	fprintf(f, "]");

@@ -316,8 +316,7 @@ static void progress_show(struct run *run, uint64_t *last_ns)
 	if (it->bandwidth_bps > 0)
 		snprintf(rate, sizeof(rate), " at %.2f GiB/s",
 		         (double)it->bandwidth_bps / 1073741824.0);
-	/* Without a measured rate the expected downtime means nothing. */
-	if (it->bandwidth_bps > 0 && it->expected_downtime_ns != UINT64_MAX)
+	if (it->expected_downtime_known)
 		snprintf(downtime, sizeof(downtime), ", expected downtime %.0f ms",
 		         (double)it->expected_downtime_ns / 1e6);
 	snprintf(figures, sizeof(figures), ": pass %u, %.1f MiB left%s%s", (unsigned)it->pass,

@@ -137,10 +137,16 @@ void lmt_session_free(lmt_session *session);
 /* The last failure of the session (code 0 when none). Thread-safe. */
 const struct lmt_error *lmt_session_error(const lmt_session *session);
 
-/* Set options before setup/listen. `options` is "key=value,key=value". */
+/* Set options, "key=value,key=value", before setup/listen. Once the
+ * migration has begun, a source still takes `downtime-limit` and
+ * `max-bandwidth` (QEMU's migrate-set-parameters), from any thread: the
+ * next lmt_save_iterate call uses them. Any other option, and any option
+ * of a destination, is then refused with -LMT_ESTATE naming it. A list is
+ * all or nothing: one bad item and none applies. */
 int lmt_session_set_options(lmt_session *session, const char *options);
 int lmt_session_set_option(lmt_session *session, const char *name, const char *value);
-/* Read an option's current value (text lives as long as the session). */
+/* Read an option's current value (text lives as long as the session).
+ * Thread-safe. */
 int lmt_session_get_option(lmt_session *session, const char *name, struct lmt_option_value *out);
 
 /* Add a RAM block before setup/listen. Both sides must add the same names
@@ -170,14 +176,26 @@ struct lmt_iterate_result {
 	uint32_t pass;                 /* 1-based; 1 is the bulk copy */
 	uint64_t remaining_bytes;      /* dirty plus in flight */
 	uint64_t bandwidth_bps;        /* measured, bytes per second */
-	uint64_t expected_downtime_ns; /* remaining / bandwidth */
+	uint64_t expected_downtime_ns; /* what the pause would take: see below */
 	int ready;                     /* expected downtime <= downtime-limit */
+	/* 0 while the expected downtime cannot be estimated yet (RAM left to
+	 * send and no bandwidth measured): expected_downtime_ns is then 0. */
+	int expected_downtime_known;
 };
 
 /* Send what is dirty for at most max-iterate-ms (the guest runs). Returns 0
  * with *result filled; call again until result->ready, then pause the
- * guest and call lmt_save_complete. */
+ * guest and call lmt_save_complete. The expected downtime is what the
+ * pause would take now: the RAM left and the device state (as announced
+ * with lmt_save_set_device_state_size) at the measured bandwidth, plus,
+ * with verify=on, hashing what changed since it was last hashed. */
 int lmt_save_iterate(lmt_session *session, struct lmt_iterate_result *result);
+
+/* The size the VMM expects its device state to have at lmt_save_complete,
+ * counted in the expected downtime at the measured bandwidth. May be
+ * called at any time, from any thread, as often as the estimate changes;
+ * 0 (the default) counts none. At most 1 GiB, as the state itself. */
+int lmt_save_set_device_state_size(lmt_session *session, uint64_t bytes);
 
 /* The guest is paused: send the rest, then `device_state` (opaque to lmt,
  * may be NULL/0), and wait for the destination's acknowledgement. On
@@ -211,10 +229,14 @@ enum lmt_status {
 	LMT_STATUS_CANCELLED,
 };
 
+/* Every snapshot holds together, whenever and wherever it is taken: the
+ * figures that belong together change together under one lock (the
+ * per-channel bytes add up to bytes_sent on a source, to bytes_received on
+ * a destination; see "Statistics" in docs/engine.md). */
 struct lmt_stats {
 	enum lmt_status status;
 	uint64_t setup_ns;    /* setup/listen-accept to channels ready */
-	uint64_t total_ns;    /* setup start to acknowledged completion */
+	uint64_t total_ns;    /* setup start to now, or to the end once over */
 	uint64_t downtime_ns; /* complete start to acknowledgement */
 	uint64_t expected_downtime_ns;
 	uint64_t ram_bytes;  /* sum of block lengths */
@@ -225,10 +247,20 @@ struct lmt_stats {
 	uint64_t writes;       /* writes posted */
 	uint64_t passes;
 	uint64_t dirty_rate_bps; /* bytes dirtied per second, last pass */
-	uint64_t throughput_bps; /* bytes_sent / (total time) */
+	uint64_t throughput_bps; /* bytes sent or received / total_ns */
 	uint64_t bandwidth_bps;  /* measured over the last pass */
 	uint32_t channels;
 	uint64_t channel_bytes[LMT_MAX_CHANNELS];
+	/* Destination: payload bytes landed in its RAM. Writes are one-sided,
+	 * so the count is the source's, sent on the control connection at the
+	 * end of each lmt_save_iterate call and before completing: it trails
+	 * by at most one call and equals the source's bytes_sent once
+	 * completed. 0 on a source. */
+	uint64_t bytes_received;
+	/* 0 while the source cannot estimate its downtime (RAM left and no
+	 * bandwidth measured yet), and on a destination: expected_downtime_ns
+	 * is then 0, and null in JSON. */
+	int expected_downtime_known;
 };
 
 /* A snapshot; callable from any thread, while running and after. */
@@ -245,6 +277,10 @@ struct lmt_pass_stats {
 	uint64_t dirty_rate_bps;
 	uint64_t bandwidth_bps;
 	uint64_t expected_downtime_ns; /* after the sync that ended it */
+	/* lmt_save_complete began before the pass had ended: it is recorded
+	 * as it stood, and the final pass follows. */
+	int interrupted;
+	int expected_downtime_known; /* as in struct lmt_stats */
 };
 
 /* The passes so far: copies up to `max` into `out` (may be NULL with max
@@ -253,7 +289,7 @@ int lmt_session_passes(lmt_session *session, struct lmt_pass_stats *out, uint32_
 const char *lmt_status_name(enum lmt_status status);
 
 /* Stats as one JSON object in buf; returns the length it needs (like
- * snprintf), or a negative code. */
+ * snprintf), or a negative code. An unknown expected downtime is null. */
 int lmt_stats_json(const struct lmt_stats *stats, char *buf, size_t size);
 
 /* ---- Events ------------------------------------------------------------ */
@@ -317,7 +353,9 @@ int lmt_save_switchover(lmt_session *session, const void *device_state, size_t l
 
 /* Wait up to timeout_ms (-1: for good) for the job to end: 0 when it
  * completed, its negative LMT_E* when it failed, -LMT_EAGAIN while it
- * still runs, -LMT_ESTATE without a job. */
+ * still runs, -LMT_ESTATE without a job. Once COMPLETED or FAILED was
+ * posted it returns the job's result whatever timeout_ms, after waiting
+ * for the job's thread to return (no longer than the teardown). */
 int lmt_session_wait(lmt_session *session, int timeout_ms);
 
 #if defined(__GNUC__)
