@@ -3,6 +3,8 @@
 #ifndef LMT_COMMON_BYTES_H
 #define LMT_COMMON_BYTES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <lmt/plugin.h>
@@ -38,6 +40,24 @@ static inline uint32_t lmt__get32(const uint8_t *p)
 static inline uint64_t lmt__get64(const uint8_t *p)
 {
 	return lmt__get32(p) | (uint64_t)lmt__get32(p + 4) << 32;
+}
+
+/* Whether two byte strings of `len` bytes are equal, in a time that depends
+ * on `len` alone: for secrets (tokens) that arrive from the network, where
+ * an early exit would tell an attacker how many leading bytes were right.
+ * The volatile reads keep the compiler from adding that exit. */
+static inline bool lmt__ct_equal(const void *a, const void *b, size_t len)
+{
+	const volatile uint8_t *x = a, *y = b;
+	uint8_t diff = 0;
+	for (size_t i = 0; i < len; i++)
+		diff |= (uint8_t)(x[i] ^ y[i]);
+	return diff == 0;
+}
+
+static inline bool lmt__ct_equal64(uint64_t a, uint64_t b)
+{
+	return lmt__ct_equal(&a, &b, sizeof(a));
 }
 
 /* Every plugin blob starts with a 32-bit magic and a 16-bit version and has

@@ -140,7 +140,8 @@ static const struct lmt_option_desc core_options[] = {
 
 const struct lmt_option_desc *lmt_core_options(uint32_t *count)
 {
-	if (count)
-		*count = sizeof(core_options) / sizeof(core_options[0]);
+	if (!count)
+		return NULL;
+	*count = sizeof(core_options) / sizeof(core_options[0]);
 	return core_options;
 }

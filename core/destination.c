@@ -64,9 +64,16 @@ void lmt__destination_free(struct lmt_destination_engine *d)
 
 int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 {
+	if (!s)
+		return -LMT_EINVAL;
 	struct lmt_destination_engine *d = s->destination;
 	if (s->role != LMT_ROLE_DESTINATION)
 		return lmt__usage(s, LMT_ESTATE, "load listen: this session is a source");
+	if (!uri)
+		return lmt__usage(s, LMT_EINVAL, "load listen: uri is NULL, expected host:port");
+	if (s->nblocks == 0)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "load listen: no RAM blocks: add them before listening");
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_LISTENING))
 		return lmt__usage(s, LMT_ESTATE, "load listen: called twice");
@@ -77,8 +84,9 @@ int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 	if (!rc)
 		rc = lmt__net_listen((struct sockaddr *)&addr, len, 4, &d->listen_fd, &e);
 	if (rc) {
+		/* Nothing started: the caller may listen again, elsewhere. */
 		atomic_store(&s->state, LMT_STATE_NEW);
-		return lmt__fail(s, rc, "%s", e.msg);
+		return lmt__usage(s, rc, "load listen: %s", e.msg);
 	}
 	if (port)
 		*port = lmt__net_local_port(d->listen_fd);
@@ -289,8 +297,8 @@ static void lobby_drop(struct lobby *l, unsigned i, int code, const char *fmt, .
 	l->last_code = code;
 	l->refused++;
 	snprintf(l->last_peer, sizeof(l->last_peer), "%s", c->peer);
-	lmt__log(LMT_LOG_WARN, "destination: dropped the connection from %s: %s", c->peer,
-	         l->last_why);
+	lmt__session_log(l->s, LMT_LOG_WARN, "destination: dropped the connection from %s: %s",
+	                 c->peer, l->last_why);
 	lobby_close(c);
 	lobby_remove(l, i);
 }
@@ -514,7 +522,8 @@ static void lobby_accept(struct lobby *l, int listen_fd)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK) {
 			/* Out of descriptors, say: make room rather than spin. */
-			lmt__log(LMT_LOG_WARN, "destination: accept: %s", strerror(errno));
+			lmt__session_log(l->s, LMT_LOG_WARN, "destination: accept: %s",
+			                 strerror(errno));
 			if (l->n)
 				lobby_drop(l, 0, LMT_EIO, "accept failed (%s): made room",
 				           strerror(errno));
@@ -601,8 +610,8 @@ static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
 static void lobby_end(struct lobby *l)
 {
 	for (unsigned i = 0; i < l->n; i++) {
-		lmt__log(LMT_LOG_INFO, "destination: closed the connection from %s: %s", l->c[i].peer,
-		         "another source was accepted");
+		lmt__session_log(l->s, LMT_LOG_INFO, "destination: closed the connection from %s: %s",
+		                 l->c[i].peer, "another source was accepted");
 		lobby_close(&l->c[i]);
 	}
 	l->n = 0;
@@ -1172,6 +1181,10 @@ int lmt__load_connected(struct lmt_session *s, int fd)
 
 int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
 {
+	if (!s)
+		return -LMT_EINVAL;
+	if (!data || !length)
+		return lmt__usage(s, LMT_EINVAL, "device state: data and length are required");
 	struct lmt_destination_engine *d = s->destination;
 	if (s->role != LMT_ROLE_DESTINATION || atomic_load(&s->state) != LMT_STATE_DONE)
 		return lmt__usage(s, LMT_ESTATE, "device state: only after a completed load");

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,17 +110,68 @@ void lmt_set_log_handler(lmt_log_fn fn, void *opaque)
 	pthread_mutex_unlock(&log_lock);
 }
 
-void lmt_set_log_level(enum lmt_log_level level)
+/* A level outside the enum (from a plugin, say) counts as the nearest one. */
+static enum lmt_log_level clamp_level(enum lmt_log_level level)
 {
-	atomic_store(&log_level, (int)level);
+	if ((int)level < (int)LMT_LOG_ERROR)
+		return LMT_LOG_ERROR;
+	return (int)level > (int)LMT_LOG_DEBUG ? LMT_LOG_DEBUG : level;
 }
 
-void lmt__vlog(enum lmt_log_level level, const char *fmt, va_list ap)
+void lmt_set_log_level(enum lmt_log_level level)
 {
+	atomic_store(&log_level, (int)clamp_level(level));
+}
+
+static _Atomic uint64_t last_session_id;
+
+void lmt__logger_init(struct lmt__logger *l)
+{
+	l->id = atomic_fetch_add(&last_session_id, 1) + 1;
+	l->fn = NULL;
+	l->opaque = NULL;
+	pthread_mutex_init(&l->lock, NULL);
+}
+
+void lmt__logger_destroy(struct lmt__logger *l)
+{
+	pthread_mutex_destroy(&l->lock);
+}
+
+void lmt__logger_set(struct lmt__logger *l, lmt_log_fn fn, void *opaque)
+{
+	pthread_mutex_lock(&l->lock);
+	l->fn = fn;
+	l->opaque = opaque;
+	pthread_mutex_unlock(&l->lock);
+}
+
+/* Whether the session's own handler took the message. */
+static bool own_handler(struct lmt__logger *l, enum lmt_log_level level, const char *msg)
+{
+	pthread_mutex_lock(&l->lock);
+	bool own = l->fn != NULL;
+	if (own)
+		l->fn(l->opaque, level, msg);
+	pthread_mutex_unlock(&l->lock);
+	return own;
+}
+
+/* The one logging path: a session's messages (l not NULL) carry its id
+ * and go to its own handler while it has one. */
+static void vlog(struct lmt__logger *l, enum lmt_log_level level, const char *fmt, va_list ap)
+        LMT_PRINTF(3, 0);
+
+static void vlog(struct lmt__logger *l, enum lmt_log_level level, const char *fmt, va_list ap)
+{
+	level = clamp_level(level);
 	if ((int)level > current_level())
 		return;
 	char msg[1024];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	int n = l ? snprintf(msg, sizeof(msg), "[s%llu] ", (unsigned long long)l->id) : 0;
+	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+	if (l && own_handler(l, level, msg))
+		return;
 	pthread_mutex_lock(&log_lock);
 	if (log_fn)
 		log_fn(log_opaque, level, msg);
@@ -132,6 +184,14 @@ void lmt__log(enum lmt_log_level level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	lmt__vlog(level, fmt, ap);
+	vlog(NULL, level, fmt, ap);
+	va_end(ap);
+}
+
+void lmt__slog(struct lmt__logger *l, enum lmt_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(l, level, fmt, ap);
 	va_end(ap);
 }

@@ -2,7 +2,9 @@
 #ifndef LMT_CORE_ERROR_H
 #define LMT_CORE_ERROR_H
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <lmt/lmt.h>
@@ -21,7 +23,24 @@ static inline void lmt__copy(char *dst, size_t size, const char *src)
 	dst[n] = '\0';
 }
 
+/* A message of no session, to the process-wide handler (or stderr). */
 void lmt__log(enum lmt_log_level level, const char *fmt, ...) LMT_PRINTF(2, 3);
-void lmt__vlog(enum lmt_log_level level, const char *fmt, va_list ap) LMT_PRINTF(2, 0);
+
+/* What a session logs through: its id, which starts every one of its
+ * messages ("[s3] "), and its own handler, which takes them instead of the
+ * process-wide one while set. */
+struct lmt__logger {
+	uint64_t id;
+	pthread_mutex_t lock; /* held while the handler runs, so none runs after a change */
+	lmt_log_fn fn;
+	void *opaque;
+};
+
+/* A fresh id (1, 2, ...: unique in the process) and no handler. */
+void lmt__logger_init(struct lmt__logger *l);
+void lmt__logger_destroy(struct lmt__logger *l);
+void lmt__logger_set(struct lmt__logger *l, lmt_log_fn fn, void *opaque);
+void lmt__slog(struct lmt__logger *l, enum lmt_log_level level, const char *fmt, ...)
+        LMT_PRINTF(3, 4);
 
 #endif

@@ -71,7 +71,8 @@ void lmt__event_post(struct lmt_session *s, const struct lmt_event *ev)
 	if (q->count == 1) {
 		uint64_t one = 1;
 		if (write(q->fd, &one, sizeof(one)) < 0)
-			lmt__log(LMT_LOG_WARN, "event descriptor: cannot signal an event");
+			lmt__session_log(s, LMT_LOG_WARN,
+			                 "event descriptor: cannot signal an event");
 	}
 	lmt_event_fn fn = q->fn;
 	void *opaque = q->opaque;

@@ -20,7 +20,7 @@ static void host_log(void *ctx, enum lmt_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	lmt__log(level, "%s: %s", s->desc->name, msg);
+	lmt__session_log(s, level, "%s: %s", s->desc->name, msg);
 }
 
 static int host_error(void *ctx, int code, const char *fmt, ...)
@@ -33,7 +33,7 @@ static int host_error(void *ctx, int code, const char *fmt, ...)
 	va_end(ap);
 	if ((code < 0 ? -code : code) >= LMT_ERRC_COUNT || code == 0)
 		code = LMT_EIO;
-	lmt__log(LMT_LOG_DEBUG, "%s: %s", s->desc->name, msg);
+	lmt__session_log(s, LMT_LOG_DEBUG, "%s: %s", s->desc->name, msg);
 	/* A blocking call that stopped because the peer left or went silent
 	 * (see host_cancelled) failed for that, not for a cancel: the control
 	 * connection's own failure says which. */
@@ -83,7 +83,8 @@ static void host_inject(void *ctx, enum lmt_fault fault)
 {
 	struct lmt_session *s = ctx;
 	if (fault == LMT_FAULT_DROP_CONTROL && s->ctrl_fd >= 0) {
-		lmt__log(LMT_LOG_INFO, "%s: dropping the control connection", s->desc->name);
+		lmt__session_log(s, LMT_LOG_INFO, "%s: dropping the control connection",
+		                 s->desc->name);
 		shutdown(s->ctrl_fd, SHUT_RDWR);
 	}
 }

@@ -118,10 +118,9 @@ int lmt_save_start(lmt_session *s, const char *uri)
 {
 	if (!s)
 		return -LMT_EINVAL;
-	if (!uri)
-		return lmt__usage(s, LMT_EINVAL, "save start: uri is NULL");
-	if (s->role != LMT_ROLE_SOURCE)
-		return lmt__usage(s, LMT_ESTATE, "save start: this session is a destination");
+	int rc = lmt__save_check(s, uri, "save start");
+	if (rc)
+		return rc;
 	if (atomic_load(&s->state) != LMT_STATE_NEW)
 		return lmt__usage(s, LMT_ESTATE, "save start: the session was set up already");
 	return job_start(s, save_job, uri, "save start");

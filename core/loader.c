@@ -105,6 +105,8 @@ static void build_search_path(struct search_path *sp)
 
 int lmt_plugin_search_path(char *buf, size_t size)
 {
+	if (!buf)
+		return -LMT_EINVAL;
 	struct search_path *sp = malloc(sizeof(*sp));
 	if (!sp)
 		return -LMT_ENOMEM;
@@ -161,10 +163,11 @@ static int check_options(const struct lmt_plugin *d, const char *path, struct lm
 
 static int check_descriptor(const struct lmt_plugin *d, const char *path, struct lmt_error *err)
 {
-	if (d->struct_size < sizeof(struct lmt_plugin))
+	if (d->struct_size < LMT_PLUGIN_V1_MIN_SIZE)
 		return lmt__error(err, LMT_EABI,
 		                  "plugin %s: descriptor of %u bytes is smaller than ABI v%u's %zu",
-		                  path, d->struct_size, d->abi_version, sizeof(struct lmt_plugin));
+		                  path, d->struct_size, d->abi_version,
+		                  (size_t)LMT_PLUGIN_V1_MIN_SIZE);
 	if (!valid_plugin_name(d->name))
 		return lmt__error(err, LMT_EABI, "plugin %s: name '%s' is not [a-z0-9_-]{1,32}",
 		                  path, d->name ? d->name : "(null)");
@@ -247,12 +250,12 @@ void lmt_plugin_close(lmt_plugin_handle *plugin)
 
 const struct lmt_plugin *lmt_plugin_descriptor(const lmt_plugin_handle *plugin)
 {
-	return plugin->desc;
+	return plugin ? plugin->desc : NULL;
 }
 
 const char *lmt_plugin_path(const lmt_plugin_handle *plugin)
 {
-	return plugin->path;
+	return plugin ? plugin->path : NULL;
 }
 
 /* Names of the plugins that load, for "not found" messages. */
@@ -274,6 +277,8 @@ static bool file_exists(const char *path)
 
 int lmt_plugin_open(const char *name, lmt_plugin_handle **out, struct lmt_error *err)
 {
+	if (!out)
+		return lmt__error(err, LMT_EINVAL, "plugin: no place for the handle (out is NULL)");
 	*out = NULL;
 	if (!name || !*name)
 		return lmt__error(err, LMT_EINVAL, "plugin: no name given");
@@ -370,6 +375,9 @@ static int open_spec(const char *spec, lmt_plugin_handle **plugin, lmt_plugin_ha
 int lmt_plugin_open_spec(const char *spec, lmt_plugin_handle **plugin, lmt_plugin_handle **inner,
                          struct lmt_error *err)
 {
+	if (!plugin || !inner)
+		return lmt__error(err, LMT_EINVAL,
+		                  "plugin: no place for the handles (plugin or inner is NULL)");
 	*plugin = NULL;
 	*inner = NULL;
 	int rc = open_spec(spec, plugin, inner, err);
@@ -438,6 +446,8 @@ static int list_dir(const char *dir, lmt_plugin_visit_fn fn, void *opaque, char 
 
 int lmt_plugin_list(lmt_plugin_visit_fn fn, void *opaque)
 {
+	if (!fn)
+		return -LMT_EINVAL;
 	struct search_path *sp = malloc(sizeof(*sp));
 	char(*seen)[33] = calloc(256, 33);
 	int nseen = 0, loaded = 0;

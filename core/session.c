@@ -23,8 +23,9 @@ bool lmt__is_cancelled(const struct lmt_session *s)
 	return atomic_load(&s->cancelled) != 0;
 }
 
-/* The first failure of an operation wins; a misuse of the API (usage)
- * is reported but never hides a later real failure. */
+/* The first failure stays: later ones are usually its consequences. A
+ * refused call is reported until the next error, and never hides a
+ * failure; after a completion, only refused calls are reported. */
 static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
         LMT_PRINTF(4, 0);
 
@@ -32,7 +33,8 @@ static int record(struct lmt_session *s, bool usage, int code, const char *fmt, 
 {
 	code = code > 0 ? -code : code;
 	pthread_mutex_lock(&s->lock);
-	if ((s->error.code == 0 || s->error_is_usage) && atomic_load(&s->state) != LMT_STATE_DONE) {
+	bool failed = s->error.code != 0 && !s->error_is_usage;
+	if (!failed && (usage || atomic_load(&s->state) != LMT_STATE_DONE)) {
 		lmt__verror(&s->error, code, fmt, ap);
 		s->error_is_usage = usage;
 	}
@@ -133,6 +135,8 @@ static int alloc_role(struct lmt_session *s, struct lmt_error *err)
 int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, const char *options,
                     struct lmt_error *err)
 {
+	if (!out)
+		return lmt__error(err, LMT_EINVAL, "session: no place for it (out is NULL)");
 	*out = NULL;
 	if (role != LMT_ROLE_SOURCE && role != LMT_ROLE_DESTINATION)
 		return lmt__error(err, LMT_EINVAL, "role: expected source or destination, got %d",
@@ -145,6 +149,7 @@ int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, c
 	s->stats.status = LMT_STATUS_NEW;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->opts_lock, NULL);
+	lmt__logger_init(&s->log);
 	int rc = open_plugins(s, plugin, err);
 	if (!rc)
 		rc = load_options(s, options, err);
@@ -195,6 +200,7 @@ void lmt_session_free(lmt_session *s)
 	lmt__events_free(s->events);
 	lmt_plugin_close(s->inner_plugin);
 	lmt_plugin_close(s->plugin);
+	lmt__logger_destroy(&s->log);
 	pthread_mutex_destroy(&s->opts_lock);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -217,8 +223,10 @@ static void post_failure(struct lmt_session *s, int code)
 int lmt__abort(struct lmt_session *s, int code)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->error.code == 0)
+	if (s->error.code == 0 || s->error_is_usage) {
 		lmt__error(&s->error, code ? code : LMT_EIO, "%s", lmt_strerror(code));
+		s->error_is_usage = false;
+	}
 	code = s->error.code;
 	struct lmt_msg_status st = {.code = code};
 	lmt__copy(st.text, sizeof(st.text), s->error.message);
@@ -231,7 +239,7 @@ int lmt__abort(struct lmt_session *s, int code)
 	atomic_store(&s->aborting, 1);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
-	lmt__log(LMT_LOG_INFO, "migration failed: %s", s->error.message);
+	lmt__session_log(s, LMT_LOG_INFO, "migration failed: %s", s->error.message);
 	post_failure(s, code);
 	return code;
 }
@@ -263,64 +271,79 @@ void lmt__session_async_failure(struct lmt_session *s, int code, const char *why
 	post_failure(s, code);
 }
 
+/* What lmt_session_error gives for no session, so that
+ * lmt_session_error(s)->message is safe after a failed lmt_session_new. */
+static const struct lmt_error no_session = {
+        .code = -LMT_EINVAL,
+        .message = "no session (lmt_session_error was given NULL)",
+};
+
 const struct lmt_error *lmt_session_error(const lmt_session *s)
 {
-	return &s->error;
+	return s ? &s->error : &no_session;
+}
+
+uint64_t lmt_session_id(const lmt_session *s)
+{
+	return s ? s->log.id : 0;
+}
+
+int lmt_session_set_log_handler(lmt_session *s, lmt_log_fn fn, void *opaque)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	lmt__logger_set(&s->log, fn, opaque);
+	return 0;
 }
 
 /* ---- options ---- */
 
-static int require_new(struct lmt_session *s, const char *what)
-{
-	int st = atomic_load(&s->state);
-	if (st != LMT_STATE_NEW && !(st == LMT_STATE_LISTENING && s->role == LMT_ROLE_DESTINATION))
-		return lmt__usage(s, LMT_ESTATE, "%s: only before setup", what);
-	return 0;
-}
-
-/* Once the migration has begun, tuning.c decides what may still change. */
+/* Whether each option may still change is tuning.c's to say
+ * (lmt__option_settable), whether it comes alone or in a list. */
 int lmt_session_set_options(lmt_session *s, const char *options)
 {
-	if (lmt__options_running(s))
-		return lmt__options_set_running(s, options);
-	int rc = require_new(s, "options");
-	if (rc)
-		return rc;
+	if (!s)
+		return -LMT_EINVAL;
+	if (!options)
+		return lmt__usage(s, LMT_EINVAL, "options: NULL, expected \"key=value,...\"");
 	struct lmt_error err = {0};
 	pthread_mutex_lock(&s->opts_lock);
-	rc = lmt__optset_parse(s->opts, options, &err);
+	int rc = lmt__optset_parse_allowed(s->opts, options, lmt__option_settable, s, &err);
 	pthread_mutex_unlock(&s->opts_lock);
-	if (rc)
-		lmt__usage(s, rc, "%s", err.message);
-	return rc;
+	return rc ? lmt__usage(s, rc, "%s", err.message) : 0;
 }
 
 int lmt_session_set_option(lmt_session *s, const char *name, const char *value)
 {
-	if (lmt__options_running(s))
-		return lmt__option_set_running(s, name, value);
-	int rc = require_new(s, "options");
-	if (rc)
-		return rc;
-	struct lmt_error err = {0};
+	if (!s)
+		return -LMT_EINVAL;
 	if (!name || !value)
-		return lmt__usage(s, LMT_EINVAL, "option: name and value required");
+		return lmt__usage(s, LMT_EINVAL, "option %s: name and value required",
+		                  name ? name : "(null)");
+	struct lmt_error err = {0};
+	struct lmt_option_value known;
 	pthread_mutex_lock(&s->opts_lock);
-	rc = lmt__optset_set(s->opts, name, value, LMT_OPT_SRC_EXPLICIT, &err);
+	/* An unknown name gets lmt__optset_set's message, with its suggestion. */
+	int rc = lmt__optset_get(s->opts, name, &known) == 0 ? lmt__option_settable(s, name, &err)
+	                                                     : 0;
+	if (!rc)
+		rc = lmt__optset_set(s->opts, name, value, LMT_OPT_SRC_EXPLICIT, &err);
 	pthread_mutex_unlock(&s->opts_lock);
-	if (rc)
-		lmt__usage(s, rc, "%s", err.message);
-	return rc;
+	return rc ? lmt__usage(s, rc, "%s", err.message) : 0;
 }
 
 int lmt_session_get_option(lmt_session *s, const char *name, struct lmt_option_value *out)
 {
+	if (!s)
+		return -LMT_EINVAL;
+	if (!name || !out)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "option %s: name and a place for the value required",
+		                  name ? name : "(null)");
 	pthread_mutex_lock(&s->opts_lock);
 	int rc = lmt__optset_get(s->opts, name, out);
 	pthread_mutex_unlock(&s->opts_lock);
-	if (rc)
-		return lmt__fail(s, rc, "%s: unknown option", name ? name : "(null)");
-	return 0;
+	return rc ? lmt__usage(s, rc, "%s: unknown option", name) : 0;
 }
 
 /* ---- RAM blocks ---- */
@@ -336,11 +359,38 @@ static bool valid_block_name(const char *name)
 	return true;
 }
 
+/* A block's memory must be real, whole pages, aligned, and must not run
+ * past the end of the address space. */
+static int check_range(struct lmt_session *s, const char *name, void *host, uint64_t length,
+                       uint32_t page_size)
+{
+	uintptr_t start = (uintptr_t)host;
+	if (!host)
+		return lmt__usage(s, LMT_EINVAL, "block '%s': no memory given (host is NULL)",
+		                  name);
+	if (length == 0)
+		return lmt__usage(s, LMT_EINVAL, "block '%s': length is 0", name);
+	if (length % page_size)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "block '%s': length %llu is not a multiple of the page size %u",
+		                  name, (unsigned long long)length, page_size);
+	if (start % page_size)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "block '%s': host address %p is not aligned to the page size %u",
+		                  name, host, page_size);
+	if (length - 1 > UINTPTR_MAX - start)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "block '%s': %p + %llu bytes wraps around the end of the address "
+		                  "space",
+		                  name, host, (unsigned long long)length);
+	return 0;
+}
+
 static int check_block(struct lmt_session *s, const char *name, void *host, uint64_t length,
                        uint32_t page_size)
 {
 	if (!valid_block_name(name))
-		return lmt__fail(
+		return lmt__usage(
 		        s, LMT_EINVAL,
 		        "block name '%s': expected 1 to %u printable characters, no spaces",
 		        name ? name : "(null)", LMT_BLOCK_NAME_MAX);
@@ -348,12 +398,9 @@ static int check_block(struct lmt_session *s, const char *name, void *host, uint
 		return lmt__usage(s, LMT_EINVAL,
 		                  "block '%s': page size %u is not a power of two >= 4096", name,
 		                  page_size);
-	if (!host || length == 0 || length % page_size)
-		return lmt__fail(
-		        s, LMT_EINVAL,
-		        "block '%s': length %llu is not a non-zero multiple of the page size %u"
-		        " (or no memory given)",
-		        name, (unsigned long long)length, page_size);
+	int rc = check_range(s, name, host, length, page_size);
+	if (rc)
+		return rc;
 	if (s->nblocks == LMT_PROTO_MAX_BLOCKS)
 		return lmt__usage(s, LMT_EOVERFLOW, "block '%s': at most %u blocks", name,
 		                  LMT_PROTO_MAX_BLOCKS);
@@ -366,9 +413,13 @@ static int check_block(struct lmt_session *s, const char *name, void *host, uint
 int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t length,
                           uint32_t page_size)
 {
-	int rc = require_new(s, "add block");
-	if (!rc)
-		rc = check_block(s, name, host, length, page_size);
+	if (!s)
+		return -LMT_EINVAL;
+	const char *fixed = lmt__config_fixed(s);
+	if (fixed)
+		return lmt__usage(s, LMT_ESTATE, "block '%s': blocks are fixed %s",
+		                  name ? name : "(null)", fixed);
+	int rc = check_block(s, name, host, length, page_size);
 	if (rc)
 		return rc;
 	struct lmt_block *nb = realloc(s->blocks, (s->nblocks + 1) * sizeof(*nb));

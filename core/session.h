@@ -13,6 +13,7 @@
 #include <lmt/lmt.h>
 
 #include "auth.h"
+#include "error.h"
 #include "net.h"
 #include "options.h"
 #include "proto.h"
@@ -114,7 +115,8 @@ struct lmt_session {
 	_Atomic int state;    /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error, stats and passes */
 	struct lmt_error error;
-	bool error_is_usage;
+	bool error_is_usage;    /* `error` is a refused call's, not a failure */
+	struct lmt__logger log; /* the session's id and its own log handler */
 	struct lmt_stats stats;
 	struct lmt_pass_stats *passes;
 	uint32_t npasses;
@@ -135,14 +137,23 @@ struct lmt_session {
 
 /* ---- session.c: lifecycle and failure ---- */
 
-/* Record a failure (the first one wins) and return -code. */
+/* The error object keeps the first failure of the migration for good;
+ * until there is one, each refused call's error replaces the last (see
+ * lmt_session_error in lmt.h). */
+
+/* Record a failure, something that ends the migration (the caller goes on
+ * to lmt__abort), and return -code. After a completion it is not kept. */
 int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
 /* Record a failure that explains the one recorded so far, which stays in
  * parentheses as its cause: "switchover-timeout ... (chaos: stalled flush
  * timed out)". */
 int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
-/* Record a misuse of the API: reported, but replaced by any later error. */
+/* Record why a call was refused and return -code: a bad argument, the
+ * wrong state, anything that leaves the session as it was. It never
+ * replaces a failure, and any later error replaces it. */
 int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* A message for the session, carrying its id, to its handler. */
+#define lmt__session_log(s, level, ...) lmt__slog(&(s)->log, level, __VA_ARGS__)
 /* Mark the session failed with the recorded error, tell the peer, release
  * the transport; returns the error code. */
 int lmt__abort(struct lmt_session *s, int code);
@@ -238,16 +249,17 @@ void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass);
  * failed or cancelled). The total time stops at the first end. */
 void lmt__stats_end(struct lmt_session *s, enum lmt_status status);
 
-/* ---- tuning.c: options once the migration has begun ---- */
+/* ---- tuning.c: what may change once a side has started ---- */
 
-/* Whether the session's options are fixed but for the runtime ones: its
- * migration has begun (or a job is starting it). */
-bool lmt__options_running(struct lmt_session *s);
-/* Set "key=value,..." (all or nothing), or one option, on a running
- * session: only a source's runtime options; any other is -LMT_ESTATE
- * naming it. */
-int lmt__options_set_running(struct lmt_session *s, const char *list);
-int lmt__option_set_running(struct lmt_session *s, const char *name, const char *value);
+/* Why options, blocks and the dirty-sync callback are fixed ("once the
+ * migration has begun", "once lmt_load_listen is called (...)"), or NULL
+ * while the session is new and they are not. */
+const char *lmt__config_fixed(const struct lmt_session *s);
+/* Whether option `name` (the session is `opaque`) may be set now: 0, or
+ * -LMT_ESTATE with err saying why not. Before either side starts, any;
+ * after, on a source only the runtime options. The one place that decides,
+ * for an option set alone and for each of a list (lmt_optset_allow_fn). */
+int lmt__option_settable(void *opaque, const char *name, struct lmt_error *err);
 
 /* ---- verify.c: per-stripe digests, shared by both roles ---- */
 
@@ -269,6 +281,11 @@ uint64_t lmt__verify_digest(const struct lmt_block *b);
 uint64_t lmt__verify_bytes(const struct lmt_block *b, const struct lmt_stripe_set *set);
 
 /* ---- source.c and destination.c: the engines ---- */
+
+/* What lmt_save_setup refuses before it starts (a destination, no uri,
+ * no blocks, no dirty-sync callback), so that lmt_save_start refuses the
+ * same at once rather than on its thread. */
+int lmt__save_check(struct lmt_session *s, const char *uri, const char *what);
 
 int lmt__source_new(struct lmt_source_engine **out);
 void lmt__source_free(struct lmt_source_engine *engine);

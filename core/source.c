@@ -139,8 +139,15 @@ void lmt__source_free(struct lmt_source_engine *e)
 
 int lmt_session_set_dirty_sync(lmt_session *s, lmt_dirty_sync_fn fn, void *opaque)
 {
+	if (!s)
+		return -LMT_EINVAL;
 	if (s->role != LMT_ROLE_SOURCE)
 		return lmt__usage(s, LMT_ESTATE, "dirty sync: only a source tracks dirty pages");
+	if (!fn)
+		return lmt__usage(s, LMT_EINVAL, "dirty sync: the callback is NULL");
+	const char *fixed = lmt__config_fixed(s);
+	if (fixed)
+		return lmt__usage(s, LMT_ESTATE, "dirty sync: the callback is fixed %s", fixed);
 	s->source->dirty_fn = fn;
 	s->source->dirty_opaque = opaque;
 	return 0;
@@ -457,8 +464,6 @@ static int prepare(struct lmt_session *s)
 	if (rc)
 		return rc;
 	read_options(s);
-	if (!s->source->dirty_fn)
-		return lmt__fail(s, LMT_EINVAL, "no dirty-sync callback: set it before setup");
 	s->source->landed = malloc(sizeof(*s->source->landed));
 	if (!s->source->landed)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
@@ -496,10 +501,25 @@ static int setup(struct lmt_session *s, const char *uri)
 	return alloc_slots(s);
 }
 
-static int save_setup(lmt_session *s, const char *uri)
+int lmt__save_check(struct lmt_session *s, const char *uri, const char *what)
 {
 	if (s->role != LMT_ROLE_SOURCE)
-		return lmt__usage(s, LMT_ESTATE, "save setup: this session is a destination");
+		return lmt__usage(s, LMT_ESTATE, "%s: this session is a destination", what);
+	if (!uri)
+		return lmt__usage(s, LMT_EINVAL, "%s: uri is NULL, expected host:port", what);
+	if (s->nblocks == 0)
+		return lmt__usage(s, LMT_EINVAL, "%s: no RAM blocks: add them before setup", what);
+	if (!s->source->dirty_fn)
+		return lmt__usage(s, LMT_EINVAL, "%s: no dirty-sync callback: set it before setup",
+		                  what);
+	return 0;
+}
+
+static int save_setup(lmt_session *s, const char *uri)
+{
+	int rc = lmt__save_check(s, uri, "save setup");
+	if (rc)
+		return rc;
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
 		return lmt__usage(s, LMT_ESTATE, "save setup: called twice");
@@ -507,7 +527,7 @@ static int save_setup(lmt_session *s, const char *uri)
 	s->start_ns = lmt__now();
 	s->stats.status = LMT_STATUS_SETUP;
 	pthread_mutex_unlock(&s->lock);
-	int rc = setup(s, uri);
+	rc = setup(s, uri);
 	if (rc)
 		return lmt__abort(s, rc);
 	atomic_store(&s->state, LMT_STATE_ACTIVE);

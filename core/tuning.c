@@ -1,4 +1,6 @@
-/* Options once the migration has begun. A source keeps taking the two that
+/* What may change once a side has started. Options, blocks and the
+ * dirty-sync callback are fixed once the source's migration has begun or
+ * the destination listens; but a source keeps taking the two options that
  * QEMU's migrate-set-parameters changes on the fly, downtime-limit and
  * max-bandwidth, from any thread; the engine reads them at the start of
  * each lmt_save_iterate call (source.c). Every other option shaped setup
@@ -18,55 +20,28 @@ static bool is_runtime(const char *name)
 	return false;
 }
 
-bool lmt__options_running(struct lmt_session *s)
+const char *lmt__config_fixed(const struct lmt_session *s)
 {
 	int st = atomic_load(&s->state);
-	if (s->job)
-		return true; /* lmt_save_start or lmt_load_start: setup is lmt's */
-	return st != LMT_STATE_NEW &&
-	       !(st == LMT_STATE_LISTENING && s->role == LMT_ROLE_DESTINATION);
+	if (s->role == LMT_ROLE_DESTINATION)
+		return st != LMT_STATE_NEW
+		               ? "once lmt_load_listen is called (a source may connect from "
+		                 "then on, and the handshake checks them against its own)"
+		               : NULL;
+	/* A job (lmt_save_start) runs setup on its own thread at any moment. */
+	return st != LMT_STATE_NEW || s->job ? "once the migration has begun" : NULL;
 }
 
-static int allow_running(void *opaque, const char *name, struct lmt_error *err)
+int lmt__option_settable(void *opaque, const char *name, struct lmt_error *err)
 {
 	const struct lmt_session *s = opaque;
-	if (s->role != LMT_ROLE_SOURCE)
-		return lmt__error(err, LMT_ESTATE,
-		                  "%s: fixed once the migration has begun (a destination's options "
-		                  "do not change during a migration)",
-		                  name);
-	if (!is_runtime(name))
-		return lmt__error(err, LMT_ESTATE,
-		                  "%s: fixed once the migration has begun; only downtime-limit and "
-		                  "max-bandwidth can change during a migration",
-		                  name);
-	return 0;
-}
-
-int lmt__options_set_running(struct lmt_session *s, const char *list)
-{
-	struct lmt_error err = {0};
-	pthread_mutex_lock(&s->opts_lock);
-	int rc = lmt__optset_parse_allowed(s->opts, list, allow_running, s, &err);
-	pthread_mutex_unlock(&s->opts_lock);
-	if (rc)
-		lmt__usage(s, rc, "%s", err.message);
-	return rc;
-}
-
-int lmt__option_set_running(struct lmt_session *s, const char *name, const char *value)
-{
-	struct lmt_error err = {0};
-	struct lmt_option_value known;
-	if (!name || !value)
-		return lmt__usage(s, LMT_EINVAL, "option: name and value required");
-	pthread_mutex_lock(&s->opts_lock);
-	/* An unknown name gets lmt__optset_set's message, with its suggestion. */
-	int rc = lmt__optset_get(s->opts, name, &known) == 0 ? allow_running(s, name, &err) : 0;
-	if (!rc)
-		rc = lmt__optset_set(s->opts, name, value, LMT_OPT_SRC_EXPLICIT, &err);
-	pthread_mutex_unlock(&s->opts_lock);
-	if (rc)
-		lmt__usage(s, rc, "%s", err.message);
-	return rc;
+	const char *why = lmt__config_fixed(s);
+	if (!why || (s->role == LMT_ROLE_SOURCE && is_runtime(name)))
+		return 0;
+	if (s->role == LMT_ROLE_DESTINATION)
+		return lmt__error(err, LMT_ESTATE, "%s: options are fixed %s", name, why);
+	return lmt__error(err, LMT_ESTATE,
+	                  "%s: fixed %s; only downtime-limit and max-bandwidth can change during a "
+	                  "migration",
+	                  name, why);
 }

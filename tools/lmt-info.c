@@ -1,5 +1,6 @@
-/* lmt-info: lists the transport plugins found and every option of the core
- * and of each plugin, as text or as the Markdown options reference. */
+/* lmt-info: lists the transport plugins found (with what a remote writer
+ * must hold to write through each) and every option of the core and of
+ * each plugin, as text or as the Markdown options reference. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <inttypes.h>
@@ -33,6 +34,7 @@ struct info_plugin {
 	char *name;
 	char *version;
 	char *description;
+	char *write_access; /* NULL: the plugin does not say */
 	uint64_t caps;
 	bool shadowed; /* an earlier file has the same name */
 	struct info_schema schema;
@@ -239,6 +241,8 @@ static void collect_plugin(struct info_list *list, const char *path,
 	p->name = xstrdup(d->name);
 	p->version = xstrdup(d->version);
 	p->description = xstrdup(d->description);
+	p->write_access =
+	        LMT_PLUGIN_WRITE_ACCESS(d) ? xstrdup(LMT_PLUGIN_WRITE_ACCESS(d)) : NULL;
 	p->caps = d->caps;
 	p->shadowed = name_seen(list, p->name);
 	collect_schema(&p->schema, d->name, d->options, d->option_count);
@@ -269,6 +273,7 @@ static void free_list(struct info_list *list)
 		free(p->name);
 		free(p->version);
 		free(p->description);
+		free(p->write_access);
 		free_schema(&p->schema);
 	}
 	free(list->items);
@@ -308,6 +313,31 @@ static void print_caps(uint64_t caps)
 	printf("%s\n", caps ? "" : "none");
 }
 
+/* `text` after `label`, wrapped at 79 columns under an indent of `indent`. */
+static void print_wrapped(const char *label, const char *text, int indent)
+{
+	int col = printf("%*s%s", indent, "", label);
+
+	for (const char *w = text; *w;) {
+		while (*w == ' ')
+			w++;
+		int len = (int)strcspn(w, " ");
+
+		if (!len)
+			break;
+		if (col > indent + (int)strlen(label) && col + 1 + len > 79) {
+			printf("\n%*s", indent + (int)strlen(label), "");
+			col = indent + (int)strlen(label);
+		} else if (col > indent + (int)strlen(label)) {
+			putchar(' ');
+			col++;
+		}
+		col += printf("%.*s", len, w);
+		w += len;
+	}
+	putchar('\n');
+}
+
 static void print_plugins(const struct info_list *list)
 {
 	bool failures = false, found = false;
@@ -326,6 +356,8 @@ static void print_plugins(const struct info_list *list)
 		printf("      %s\n", p->description);
 		printf("      path: %s\n", p->path);
 		print_caps(p->caps);
+		print_wrapped("who may write: ",
+		              p->write_access ? p->write_access : "not declared by the plugin", 6);
 	}
 	if (!found)
 		printf("  (none found)\n");
@@ -495,6 +527,8 @@ static void print_markdown(const struct info_schema *core, const struct info_lis
 	qsort(sorted, n, sizeof(*sorted), compare_by_name);
 	for (size_t i = 0; i < n; i++) {
 		printf("\n## Plugin `%s`\n\n%s\n\n", sorted[i]->name, sorted[i]->description);
+		if (sorted[i]->write_access)
+			printf("Who may write: %s\n\n", sorted[i]->write_access);
 		md_table(&sorted[i]->schema);
 	}
 	free(sorted);
@@ -549,8 +583,9 @@ static void usage(FILE *f)
 	           "       lmt-info --search-path\n"
 	           "\n"
 	           "Lists the lmt transport plugins found on the search path (name, version,\n"
-	           "path, capabilities, files that failed to load), then every option of the\n"
-	           "core and of each plugin with its type, default, range and doc.\n"
+	           "path, capabilities, what a remote writer must hold to write guest RAM\n"
+	           "through it, files that failed to load), then every option of the core\n"
+	           "and of each plugin with its type, default, range and doc.\n"
 	           "\n"
 	           "  --plugin NAME   only this plugin (a name or a path to a .so), no core\n"
 	           "  --options       only the options\n"

@@ -266,7 +266,23 @@ struct lmt_plugin {
 	const struct lmt_option_desc *options;
 	uint32_t option_count;
 	struct lmt_plugin_ops ops;
+	/* Added within v1, read only when struct_size covers it. One
+	 * paragraph of plain text for lmt-info: what a remote writer must hold
+	 * to write the destination's registered memory, how strong that is
+	 * (per transport or provider where it varies), and what is left to an
+	 * attacker who reaches the data path. NULL: not declared. */
+	const char *write_access;
 };
+
+/* The smallest descriptor of ABI v1: one that ends with `ops`, as the
+ * first releases of v1 built them. */
+#define LMT_PLUGIN_V1_MIN_SIZE                                                                     \
+	(offsetof(struct lmt_plugin, ops) + sizeof(struct lmt_plugin_ops))
+/* d->write_access, or NULL where the descriptor is too short to hold it. */
+#define LMT_PLUGIN_WRITE_ACCESS(d)                                                                 \
+	((d)->struct_size >= offsetof(struct lmt_plugin, write_access) + sizeof(const char *)      \
+	         ? (d)->write_access                                                               \
+	         : NULL)
 
 /* The entry point. `core_abi` is the newest ABI version the core speaks.
  * The plugin stores a descriptor of a version <= core_abi in *out and

@@ -625,6 +625,7 @@ static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
 static const struct lmt_plugin chaos_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access = "as the plugin it wraps: chaos changes nothing in who may write.",
         .name = "chaos",
         .version = LMT_VERSION,
         .description = "fault injection around another plugin: use as chaos:<plugin>",

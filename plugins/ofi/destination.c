@@ -57,7 +57,7 @@ int lfi_dest_connect(lmt_endpoint *ep)
 void lfi_dest_linger(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	if (!atomic_load(&inst->connecting) || !ep->published || greeted(ep))
+	if (!inst->linger || !atomic_load(&inst->connecting) || !ep->published || greeted(ep))
 		return;
 	ep->published = false;
 	/* One wait for all the channels of the instance. */

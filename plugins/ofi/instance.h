@@ -149,7 +149,7 @@ struct lmt_instance {
 	uint32_t queue;       /* writes per channel */
 	bool coalesce;        /* one provider write in flight per channel, merging the rest */
 	uint64_t max_msg;     /* largest write */
-	uint64_t key_limit;   /* requested keys stay below it */
+	uint64_t key_limit;   /* keys stay below it; requested ones are random below it */
 
 	/* Endpoints by channel, the completion queue, failure settling. */
 	struct putil_channels channels;
@@ -157,11 +157,12 @@ struct lmt_instance {
 	 * endpoints closed without its greeting wait until linger_deadline. */
 	atomic_bool connecting;
 	uint64_t linger_deadline;
+	/* Over tcp only: the leak lingering works around is tcp's, and shm
+	 * may touch a departed peer's memory when driven after it left. */
+	bool linger;
 
-	/* Registrations and peer keys; without FI_MR_PROV_KEY, the next key
-	 * to request (under the registry's lock). */
+	/* Registrations and peer keys. */
 	struct putil_registry registry;
-	uint64_t next_key;
 };
 
 #endif

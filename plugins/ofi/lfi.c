@@ -137,6 +137,39 @@ static void log_instance(struct lmt_instance *inst)
 	          inst->coalesce ? ", coalesced" : "");
 }
 
+/* What a remote writer must hold to write into this destination's
+ * registrations, said once at setup. An RDM endpoint takes RMA from any
+ * peer that reaches it (libfabric 1.17's tcp, shm and verbs have no
+ * auth_key), so a memory key is the whole credential: a warning where
+ * that is weaker than a 64-bit key drawn by lmt (docs/security.md). */
+static void log_write_capability(struct lmt_instance *inst)
+{
+	if (inst->base.role != LMT_ROLE_DESTINATION)
+		return;
+	const char *prov = inst->info->fabric_attr->prov_name;
+	size_t size = inst->info->domain_attr->mr_key_size;
+	if (!size || size > 8)
+		size = 8;
+	if (inst->mr_mode & (FI_MR_PROV_KEY | FI_MR_RAW))
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ofi: provider %s picks its own %zu-byte memory keys (%s): any peer that "
+		          "reaches this endpoint can write guest RAM with a key it guesses, and how "
+		          "hard that is is the provider's (verbs: the NIC's 32-bit rkey); migrate "
+		          "over a trusted fabric (docs/security.md)",
+		          prov, size, inst->mr_mode & FI_MR_RAW ? "FI_MR_RAW" : "FI_MR_PROV_KEY");
+	else if (size < 8)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ofi: provider %s has %zu-byte memory keys: lmt draws them at random, but "
+		          "any peer that reaches this endpoint can try all 2^%zu of them; migrate "
+		          "over a trusted fabric (docs/security.md)",
+		          prov, size, 8 * size);
+	else
+		putil_log(&inst->base, LMT_LOG_DEBUG,
+		          "ofi: a remote write needs a 64-bit random key of this session (provider "
+		          "%s)",
+		          prov);
+}
+
 static int lfi_instance_open(const struct lmt_host *host, void *host_ctx,
                              const struct lmt_instance_params *params, lmt_instance **out)
 {
@@ -150,7 +183,6 @@ static int lfi_instance_open(const struct lmt_host *host, void *host_ctx,
 	if (!inst)
 		return host->error(host_ctx, LMT_ENOMEM, "ofi: out of memory"), -LMT_ENOMEM;
 	putil_instance_init(&inst->base, "ofi", host, host_ctx, params);
-	inst->next_key = 1;
 	/* No region ids: the provider's keys name the regions. */
 	if ((rc = putil_registry_init(&inst->registry, &inst->base, 0))) {
 		free(inst);
@@ -166,6 +198,7 @@ static int lfi_instance_open(const struct lmt_host *host, void *host_ctx,
 		return rc;
 	}
 	log_instance(inst);
+	log_write_capability(inst);
 	*out = inst;
 	return 0;
 }
@@ -285,6 +318,15 @@ static int lfi_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin lfi_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write needs a memory key of this session: FI_EP_RDM takes RMA from any "
+                "peer that reaches the endpoint, and libfabric 1.17's tcp, shm, net and "
+                "verbs ignore or refuse auth_key, so the key is the whole credential. "
+                "tcp;ofi_rxm, shm, net (no FI_MR_PROV_KEY): keys drawn by lmt from "
+                "getrandom over mr_key_size, 64-bit. verbs;ofi_rxm and any provider with "
+                "FI_MR_PROV_KEY or FI_MR_RAW: the provider's keys (verbs: the NIC's 32-bit "
+                "rkey), guessable; keys under 8 bytes likewise; the destination warns at "
+                "setup.",
         .name = "ofi",
         .version = LMT_VERSION,
         .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",

@@ -8,7 +8,6 @@
 
 #include <arpa/inet.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <rdma/fi_errno.h>
@@ -93,23 +92,6 @@ fail:
 	return NULL;
 }
 
-/* ofi_rxm preposts FI_OFI_RXM_MSG_RX_SIZE receive buffers (default 128) of
- * FI_OFI_RXM_BUFFER_SIZE for messages on every connection it makes. lmt
- * sends it none (writes are RMA; control goes over the core's connection),
- * and with the default, setting a channel up over tcp;ofi_rxm took 70–90 ms
- * here against about 20 ms with 64. libfabric reads its parameters from
- * the environment once, at its first fi_getinfo in the process, so the
- * plugin sets a default there unless the user set one (setenv never
- * overwrites it); a program that used libfabric before keeps its own. */
-#define LFI_RXM_MSG_RX_SIZE "64"
-
-static void default_environment(void)
-{
-	setenv("FI_OFI_RXM_MSG_RX_SIZE", LFI_RXM_MSG_RX_SIZE, 0);
-}
-
-static pthread_once_t environment_once = PTHREAD_ONCE_INIT;
-
 /* fi_getinfo for one variant: 0, -FI_ENODATA, or another -FI_E*. Some
  * providers (tcp;ofi_rxm) ignore the domain in the hints, so the entries of
  * other domains are dropped here. */
@@ -120,7 +102,6 @@ static int query(const struct lfi_choice *c, enum lfi_variant variant, uint64_t 
 	struct fi_info *hints = make_hints(c, variant, offer, with_provider, with_domain);
 	if (!hints)
 		return -FI_ENOMEM;
-	pthread_once(&environment_once, default_environment);
 	int rc = fi_getinfo(LFI_API_VERSION, NULL, NULL, 0, hints, out);
 	fi_freeinfo(hints);
 	if (rc || !with_domain || !c->domain[0])
@@ -306,6 +287,7 @@ static int choose_provider(struct lmt_instance *inst, const struct lfi_choice *c
 		                   "ofi.coalesce=on needs delivery completion; provider %s gives "
 		                   "visibility by fence reads here",
 		                   inst->info->fabric_attr->prov_name);
+	inst->linger = strstr(inst->info->fabric_attr->prov_name, "tcp") != NULL;
 	inst->coalesce = inst->base.role == LMT_ROLE_SOURCE && inst->visibility == LFI_DELIVERY &&
 	                 (c->coalesce == LFI_COALESCE_ON ||
 	                  (c->coalesce == LFI_COALESCE_AUTO &&

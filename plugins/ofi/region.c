@@ -17,49 +17,68 @@ uint8_t lfi_key_flags(const struct lmt_instance *inst)
 	       (inst->mr_mode & FI_MR_RAW ? LFI_KEY_RAW : 0);
 }
 
+/* How many keys a registration draws before it gives up: with 64-bit
+ * keys one is enough; FI_ENOKEY says the key is taken in the domain. */
+#define LFI_KEY_DRAWS 16
+
+/* One try at a registration under `key` (ignored with FI_MR_PROV_KEY):
+ * 0, or -FI_E* and the call that failed. */
+static int open_once(struct lmt_instance *inst, void *addr, size_t len, uint64_t access,
+                     struct fid_ep *ep, uint64_t key, struct fid_mr **out, const char **call)
+{
+	struct fid_mr *mr;
+	*call = "fi_mr_reg";
+	int rc = fi_mr_reg(inst->domain, addr, len, access, 0, key, 0, &mr, NULL);
+	if (rc)
+		return rc;
+	if (inst->mr_mode & FI_MR_ENDPOINT) {
+		/* Such a registration works once bound to its endpoint and enabled. */
+		rc = fi_mr_bind(mr, &ep->fid, 0);
+		*call = "fi_mr_bind";
+		if (!rc) {
+			rc = fi_mr_enable(mr);
+			*call = "fi_mr_enable";
+		}
+	}
+	if (rc) {
+		lfi_close_fid(inst, &mr->fid, "a registration");
+		return rc;
+	}
+	*out = mr;
+	return 0;
+}
+
 int lfi_mr_open(struct lmt_instance *inst, void *addr, size_t len, uint64_t access,
                 struct fid_ep *ep, struct fid_mr **out, const char *what)
 {
 	*out = NULL;
-	uint64_t requested = 0;
-	/* Without FI_MR_PROV_KEY the application picks keys, unique in the
-	 * domain and within the provider's key size. */
-	if (!(inst->mr_mode & FI_MR_PROV_KEY)) {
-		pthread_mutex_lock(&inst->registry.lock);
-		requested = inst->next_key < inst->key_limit ? inst->next_key++ : 0;
-		pthread_mutex_unlock(&inst->registry.lock);
-		if (!requested)
-			return putil_error(
-			        &inst->base, LMT_EOVERFLOW,
-			        "ofi: registering %s: the provider's %zu-byte keys are used up",
-			        what, inst->info->domain_attr->mr_key_size);
-	}
 	if ((inst->mr_mode & FI_MR_ENDPOINT) && !ep)
 		return putil_error(&inst->base, LMT_ESTATE,
 		                   "ofi: registering %s: FI_MR_ENDPOINT needs an open endpoint",
 		                   what);
-	struct fid_mr *mr;
-	int rc = fi_mr_reg(inst->domain, addr, len, access, 0, requested, 0, &mr, NULL);
+	/* Without FI_MR_PROV_KEY lmt picks the keys, and a key is the whole
+	 * of a remote writer's credential on an RDM endpoint, which takes
+	 * RMA from any peer: so each is drawn from the kernel's CSPRNG over
+	 * the provider's whole key size, never 0 (docs/security.md). A key
+	 * already taken in the domain (FI_ENOKEY) is drawn again. */
+	bool requested = !(inst->mr_mode & FI_MR_PROV_KEY);
+	const char *call = "fi_mr_reg";
+	int rc = -FI_ENOKEY;
+	for (int draw = 0; draw < LFI_KEY_DRAWS && rc == -FI_ENOKEY; draw++) {
+		uint64_t key = 0;
+		if (requested) {
+			int err = putil_random_id(&inst->base, inst->key_limit - 1, &key);
+			if (err)
+				return err;
+		}
+		rc = open_once(inst, addr, len, access, ep, key, out, &call);
+		if (!requested)
+			break;
+	}
 	if (rc)
 		return putil_error(&inst->base, lfi_code(-rc),
-		                   "ofi: registering %s (%zu bytes at %p): %s", what, len, addr,
-		                   fi_strerror(-rc));
-	const char *call = NULL;
-	if (inst->mr_mode & FI_MR_ENDPOINT) {
-		/* Such a registration works once bound to its endpoint and enabled. */
-		rc = fi_mr_bind(mr, &ep->fid, 0);
-		call = "fi_mr_bind";
-		if (!rc) {
-			rc = fi_mr_enable(mr);
-			call = "fi_mr_enable";
-		}
-	}
-	if (rc) {
-		lfi_close_fid(inst, &mr->fid, what);
-		return putil_error(&inst->base, lfi_code(-rc), "ofi: registering %s: %s: %s", what,
+		                   "ofi: registering %s (%zu bytes at %p): %s: %s", what, len, addr,
 		                   call, fi_strerror(-rc));
-	}
-	*out = mr;
 	return 0;
 }
 

@@ -23,7 +23,7 @@
  * arrives; `busy` counts receivers placing data into it right now (under
  * the registry's lock). */
 struct lmt_mr {
-	uint32_t id;
+	uint64_t id; /* random (putil_registry), never 0 */
 	bool remote_write;
 	uint8_t *addr;
 	uint64_t len;
@@ -32,7 +32,7 @@ struct lmt_mr {
 
 struct lmt_rkey {
 	struct putil_link link; /* released by instance_close if the core did not */
-	uint32_t region;
+	uint64_t region;
 	uint64_t len;
 };
 

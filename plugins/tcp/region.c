@@ -30,7 +30,7 @@ int tcp_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t access,
 		free(mr);
 		return rc;
 	}
-	mr->id = (uint32_t)id;
+	mr->id = id;
 	if (remote)
 		tcp_key_encode(&(struct tcp_key){.region = mr->id, .len = mr->len}, key);
 	else if (key)
@@ -50,9 +50,9 @@ static void cut_off_receivers(struct lmt_instance *inst, struct lmt_mr *mr)
 		lmt_endpoint *ep = putil_channels_endpoint(c, i);
 		if (ep && ep->busy_region == mr && ep->fd >= 0) {
 			(void)putil_error(&inst->base, LMT_ETIMEDOUT,
-			                  "tcp channel %u: region %u deregistered while data was "
-			                  "arriving",
-			                  i, mr->id);
+			                  "tcp channel %u: region 0x%llx deregistered while data "
+			                  "was arriving",
+			                  i, (unsigned long long)mr->id);
 			shutdown(ep->fd, SHUT_RDWR);
 		}
 	}
@@ -107,32 +107,38 @@ void tcp_rkey_release(lmt_instance *inst, lmt_rkey *rkey)
 	free(rkey);
 }
 
+static void free_region(void *mr, void *arg)
+{
+	(void)arg;
+	free(mr);
+}
+
 void tcp_regions_release_all(lmt_instance *inst)
 {
 	struct putil_registry *r = &inst->registry;
-	for (size_t i = 0; i < r->count; i++)
-		free(r->table[i].mr);
-	r->count = 0;
+	pthread_mutex_lock(&r->lock);
+	putil_registry_drain_locked(r, free_region, NULL);
+	pthread_mutex_unlock(&r->lock);
 	struct putil_link *link;
 	while ((link = putil_registry_first_rkey(r)))
 		tcp_rkey_release(inst, putil_container_of(link, struct lmt_rkey, link));
 }
 
-struct lmt_mr *tcp_region_claim(lmt_endpoint *ep, uint32_t id, uint64_t offset, uint64_t len,
+struct lmt_mr *tcp_region_claim(lmt_endpoint *ep, uint64_t id, uint64_t offset, uint64_t len,
                                 char *why, size_t size)
 {
 	struct putil_registry *r = &ep->inst->registry;
 	pthread_mutex_lock(&r->lock);
 	struct lmt_mr *mr = putil_registry_find_locked(r, id);
 	if (!mr || !mr->remote_write) {
-		snprintf(why, size, "write of %llu bytes to unknown region %u",
-		         (unsigned long long)len, id);
+		snprintf(why, size, "write of %llu bytes to unknown region 0x%llx",
+		         (unsigned long long)len, (unsigned long long)id);
 		mr = NULL;
 	} else if (len > mr->len || offset > mr->len - len) {
 		snprintf(why, size,
-		         "write of %llu bytes at offset %llu outside region %u (%llu bytes)",
-		         (unsigned long long)len, (unsigned long long)offset, id,
-		         (unsigned long long)mr->len);
+		         "write of %llu bytes at offset %llu outside region 0x%llx (%llu bytes)",
+		         (unsigned long long)len, (unsigned long long)offset,
+		         (unsigned long long)id, (unsigned long long)mr->len);
 		mr = NULL;
 	} else {
 		mr->busy++;

@@ -19,7 +19,7 @@ void tcp_regions_release_all(lmt_instance *inst);
 
 /* A receiver takes region `id` for a write of `len` bytes at `offset`,
  * or gets NULL with the reason in `why`; it releases it once placed. */
-struct lmt_mr *tcp_region_claim(lmt_endpoint *ep, uint32_t id, uint64_t offset, uint64_t len,
+struct lmt_mr *tcp_region_claim(lmt_endpoint *ep, uint64_t id, uint64_t offset, uint64_t len,
                                 char *why, size_t size);
 void tcp_region_release(lmt_endpoint *ep, struct lmt_mr *mr);
 

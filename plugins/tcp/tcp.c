@@ -77,7 +77,7 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 		free(inst);
 		return rc;
 	}
-	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT32_MAX))) {
+	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT64_MAX))) {
 		putil_channels_fini(&inst->channels);
 		free(inst);
 		return rc;
@@ -174,8 +174,8 @@ static int tcp_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *lo
 	if ((uint64_t)len > rkey->len || offset > rkey->len - len)
 		return putil_error(&inst->base, LMT_EINVAL,
 		                   "tcp channel %u: write of %zu bytes at offset %llu past the end "
-		                   "of region %u (%llu bytes)",
-		                   ep->channel, len, (unsigned long long)offset, rkey->region,
+		                   "of a %llu-byte region",
+		                   ep->channel, len, (unsigned long long)offset,
 		                   (unsigned long long)rkey->len);
 	int rc = putil_channels_admit(&inst->channels, ep->channel);
 	if (!rc && !(rc = tcp_source_write(ep, local, len, rkey, offset, cookie)))
@@ -199,6 +199,13 @@ static int tcp_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin tcp_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write needs its channel's 64-bit random token, presented in the hello of "
+                "its TCP connection and compared in constant time, and a 64-bit random "
+                "region id; both reach the source only over the authenticated control "
+                "connection, and any other connection is dropped. The stream is not "
+                "encrypted or integrity-protected: an attacker on the path who can inject "
+                "into the TCP connection can alter what it carries.",
         .name = "tcp",
         .version = LMT_VERSION,
         .description = "TCP sockets, one stream per channel; works everywhere",

@@ -68,7 +68,7 @@ void tcp_key_encode(const struct tcp_key *k, struct lmt_blob *b)
 	b->len = TCP_KEY_LEN;
 	lmt__put32(b->data, TCP_MAGIC_KEY);
 	lmt__put16(b->data + 4, TCP_WIRE_VERSION);
-	lmt__put32(b->data + 8, k->region);
+	lmt__put64(b->data + 8, k->region);
 	lmt__put64(b->data + 16, k->len);
 }
 
@@ -77,9 +77,9 @@ const char *tcp_key_decode(const struct lmt_blob *b, struct tcp_key *k)
 	const char *why = check_prefix(b, TCP_KEY_LEN, TCP_MAGIC_KEY);
 	if (why)
 		return why;
-	if (lmt__get16(b->data + 6) != 0 || lmt__get32(b->data + 12) != 0)
+	if (lmt__get16(b->data + 6) != 0)
 		return "reserved field not zero";
-	k->region = lmt__get32(b->data + 8);
+	k->region = lmt__get64(b->data + 8);
 	k->len = lmt__get64(b->data + 16);
 	if (k->region == 0)
 		return "region id 0";
@@ -103,9 +103,12 @@ const char *tcp_hello_check(const uint8_t *in, uint32_t channel, uint64_t token)
 		return "bad hello magic";
 	if (lmt__get16(in + 4) != TCP_WIRE_VERSION)
 		return "unsupported hello version";
+	/* The token is the connection's only credential: compared in
+	 * constant time, and checked whatever the channel said. */
+	bool token_ok = lmt__ct_equal64(lmt__get64(in + 16), token);
 	if (lmt__get32(in + 8) != channel)
 		return "hello for another channel";
-	if (lmt__get64(in + 16) != token)
+	if (!token_ok)
 		return "wrong token";
 	return NULL;
 }
@@ -113,19 +116,20 @@ const char *tcp_hello_check(const uint8_t *in, uint32_t channel, uint64_t token)
 void tcp_header_encode(const struct tcp_header *h, uint8_t *out)
 {
 	lmt__put32(out, h->magic);
-	lmt__put32(out + 4, h->region);
-	lmt__put64(out + 8, h->offset);
-	lmt__put64(out + 16, h->len);
-	lmt__put64(out + 24, h->seq);
+	lmt__put32(out + 4, 0);
+	lmt__put64(out + 8, h->region);
+	lmt__put64(out + 16, h->offset);
+	lmt__put64(out + 24, h->len);
+	lmt__put64(out + 32, h->seq);
 }
 
 void tcp_header_decode(const uint8_t *in, struct tcp_header *h)
 {
 	h->magic = lmt__get32(in);
-	h->region = lmt__get32(in + 4);
-	h->offset = lmt__get64(in + 8);
-	h->len = lmt__get64(in + 16);
-	h->seq = lmt__get64(in + 24);
+	h->region = lmt__get64(in + 8);
+	h->offset = lmt__get64(in + 16);
+	h->len = lmt__get64(in + 24);
+	h->seq = lmt__get64(in + 32);
 }
 
 void tcp_ack_encode(const struct tcp_ack *a, uint8_t *out)

@@ -7,7 +7,8 @@
 
 #include <lmt/plugin.h>
 
-#define TCP_WIRE_VERSION 1u
+/* 2: 64-bit random region ids in key blobs and write headers. */
+#define TCP_WIRE_VERSION 2u
 
 /* Each magic spells its message in ASCII on the wire ("LMTD", ...). */
 enum tcp_magic {
@@ -29,9 +30,9 @@ enum tcp_family {
 /* Sizes on the wire. Blob lengths must match exactly. */
 #define TCP_DST_ADDR_LEN 40u /* magic, version, family, port, pad, ip[16], token, channel */
 #define TCP_SRC_ADDR_LEN 12u /* magic, version, pad, channel */
-#define TCP_KEY_LEN 24u      /* magic, version, pad, region, pad, length */
+#define TCP_KEY_LEN 24u      /* magic, version, pad, region, length */
 #define TCP_HELLO_LEN 24u    /* magic, version, pad, channel, pad, token */
-#define TCP_HEADER_LEN 32u   /* magic, region, offset, length, seq */
+#define TCP_HEADER_LEN 40u   /* magic, pad, region, offset, length, seq */
 #define TCP_ACK_LEN 16u      /* magic, code, count */
 
 struct tcp_dst_addr {
@@ -43,7 +44,7 @@ struct tcp_dst_addr {
 };
 
 struct tcp_key {
-	uint32_t region;
+	uint64_t region; /* random, never 0 */
 	uint64_t len;
 };
 
@@ -51,7 +52,7 @@ struct tcp_key {
  * TCP_MAGIC_BYE header has no payload and ends the stream. */
 struct tcp_header {
 	uint32_t magic;
-	uint32_t region;
+	uint64_t region;
 	uint64_t offset;
 	uint64_t len;
 	uint64_t seq; /* per channel, from 0 */
@@ -74,6 +75,7 @@ void tcp_key_encode(const struct tcp_key *k, struct lmt_blob *b);
 const char *tcp_key_decode(const struct lmt_blob *b, struct tcp_key *k);
 
 void tcp_hello_encode(uint32_t channel, uint64_t token, uint8_t *out);
+/* The token is compared in constant time. */
 const char *tcp_hello_check(const uint8_t *in, uint32_t channel, uint64_t token);
 void tcp_header_encode(const struct tcp_header *h, uint8_t *out);
 void tcp_header_decode(const uint8_t *in, struct tcp_header *h);

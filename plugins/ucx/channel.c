@@ -119,7 +119,21 @@ static int worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 		return putil_error(&inst->base, ucx_status_code(st),
 		                   "ucx channel %u: cannot get the worker address (%s)",
 		                   ep->channel, ucs_status_string(st));
-	const char *why = ucx_addr_encode(magic, ep->channel, worker, len, addr);
+	struct ucx_addr a = {.magic = magic,
+	                     .flags = magic == UCX_MAGIC_DST_ADDR && inst->rma ? UCX_ADDR_PUTS : 0,
+	                     .channel = ep->channel,
+	                     .token = ep->token};
+	const char *why = ucx_addr_encode(&a, worker, len, addr);
+	/* The worker address is no secret (it is the transports' addresses,
+	 * which anyone can find on the network); the token is, and is not
+	 * logged. The security tests point their outsider at it. */
+	char hex[2 * 256 + 1];
+	if (!why && len <= 256) {
+		for (size_t i = 0; i < len; i++)
+			snprintf(hex + 2 * i, 3, "%02x", ((const uint8_t *)worker)[i]);
+		putil_log(&inst->base, LMT_LOG_DEBUG, "ucx channel %u: worker address %s",
+		          ep->channel, hex);
+	}
 	ucp_worker_release_address(ep->worker, worker);
 	if (why)
 		return putil_error(&inst->base, LMT_EOVERFLOW,
@@ -133,7 +147,11 @@ int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
                      ucp_am_recv_callback_t on_note, struct lmt_blob *addr)
 {
 	bool source = ep->inst->base.role == LMT_ROLE_SOURCE;
-	int rc = open_workers(ep, !source);
+	/* The channel's token: only a peer that got this blob over the
+	 * authenticated control connection can speak to this worker. */
+	int rc = putil_random_id(&ep->inst->base, UINT64_MAX, &ep->token);
+	if (!rc)
+		rc = open_workers(ep, !source);
 	if (!rc && on_write)
 		rc = set_handler(ep, UCX_AM_WRITE, on_write);
 	if (!rc)
@@ -201,6 +219,17 @@ int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
 	if (ep->ep || ep->thread_started)
 		return putil_error(&inst->base, LMT_ESTATE, "ucx channel %u: already connected",
 		                   ep->channel);
+	/* Puts need a destination that takes them (UCP_FEATURE_RMA, which it
+	 * turns on only for ucx.transfer=put, or auto over RC or DC). */
+	if (source && ep->use_put && !(a.flags & UCX_ADDR_PUTS)) {
+		if (inst->transfer == UCX_TRANSFER_PUT)
+			return putil_error(&inst->base, LMT_EMISMATCH,
+			                   "ucx channel %u: ucx.transfer=put, but the destination "
+			                   "takes no puts (set ucx.transfer=put there too)",
+			                   ep->channel);
+		ep->use_put = false;
+	}
+	ep->peer_token = a.token;
 	int rc = create_endpoint(ep, &a, failed);
 	if (rc)
 		return rc;
@@ -297,6 +326,18 @@ static void note_sent(void *request, ucs_status_t status, void *user_data)
 	(void)status; /* a lost notice shows up as a failed endpoint */
 }
 
+void ucx_foreign(lmt_endpoint *ep, const char *what, size_t header_len, size_t len)
+{
+	uint64_t n = ++ep->foreign;
+	if (n & (n - 1))
+		return;
+	putil_log(&ep->inst->base, LMT_LOG_WARN,
+	          "ucx channel %u: dropped %s (%zu-byte header, %zu bytes) without this "
+	          "session's token: someone outside the migration is sending to this worker "
+	          "(%llu such message%s so far)",
+	          ep->channel, what, header_len, len, (unsigned long long)n, n == 1 ? "" : "s");
+}
+
 ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const uint8_t *entries,
                              uint32_t count)
 {
@@ -307,7 +348,11 @@ ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const ui
 	if (!buf)
 		return UCS_ERR_NO_MEMORY;
 	buf->ep = ep;
-	ucx_note_encode(&(struct ucx_note){.kind = kind, .code = code, .count = count}, buf->data);
+	ucx_note_encode(&(struct ucx_note){.token = ep->peer_token,
+	                                   .kind = kind,
+	                                   .code = code,
+	                                   .count = count},
+	                buf->data);
 	if (len)
 		memcpy(buf->data + UCX_NOTE_HEADER_LEN, entries, len);
 	ucp_request_param_t params = {

@@ -42,6 +42,11 @@ void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpo
 /* Drive the worker; true when something happened. */
 bool ucx_drive(lmt_endpoint *ep);
 
+/* A message without this channel's token came in (`what`: "a write", "a
+ * notice"): count it, and warn on the first and then on every power of two,
+ * so that a flood cannot fill the log. It changes nothing else. */
+void ucx_foreign(lmt_endpoint *ep, const char *what, size_t header_len, size_t len);
+
 /* Send a notice (with `count` acknowledgement entries); a UCS status. */
 ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const uint8_t *entries,
                              uint32_t count);

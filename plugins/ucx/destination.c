@@ -197,6 +197,16 @@ static ucs_status_t dest_write(void *arg, const void *header, size_t header_leng
 {
 	lmt_endpoint *ep = arg;
 	bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+	/* Any peer that reaches this worker can send to it (UCX cannot say
+	 * which endpoint a message came by unless the sender asks for a
+	 * reply endpoint, and one it made itself proves nothing): only a
+	 * write with this channel's token comes from the source of this
+	 * session. Anything else is dropped, and the load goes on. */
+	if (!ucx_token_ok(header, header_length, UCX_WRITE_HEADER_LEN, UCX_WRITE_TOKEN_AT,
+	                  ep->token)) {
+		ucx_foreign(ep, "a write", header_length, length);
+		return rndv ? UCS_ERR_REJECTED : UCS_OK;
+	}
 	/* A rendezvous write answered with an error fails on the source
 	 * with it: REJECTED says it was refused, CANCELED that we close. */
 	if (ep->refusing)
@@ -236,8 +246,13 @@ static ucs_status_t dest_note(void *arg, const void *header, size_t header_lengt
 {
 	lmt_endpoint *ep = arg;
 	struct ucx_note n;
-	const char *why = ucx_note_decode(header, header_length, &n);
 	(void)data;
+	if (!ucx_token_ok(header, header_length, UCX_NOTE_HEADER_LEN, UCX_NOTE_TOKEN_AT,
+	                  ep->token)) {
+		ucx_foreign(ep, "a notice", header_length, length);
+		return UCS_OK;
+	}
+	const char *why = ucx_note_decode(header, header_length, &n);
 	if (!why &&
 	    (n.kind != UCX_NOTE_BYE || length || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)))
 		why = "a notice only a destination sends";

@@ -31,7 +31,7 @@ enum ucx_transfer {
  * counts receives placing data into it right now (under the registry's
  * lock). */
 struct lmt_mr {
-	uint32_t id;
+	uint64_t id; /* random (putil_registry), never 0 */
 	bool remote_write;
 	uint8_t *addr;
 	uint64_t len;
@@ -67,6 +67,11 @@ struct lmt_endpoint {
 	int reply_efd;
 	ucp_ep_h ep; /* to the peer's worker */
 	bool use_put;
+	/* Random, never 0: what every message to this endpoint must carry
+	 * (`token`, in its address blob), and what every message to the
+	 * peer carries (`peer_token`, from the peer's blob). */
+	uint64_t token, peer_token;
+	uint64_t foreign; /* channel thread: messages dropped for a wrong token */
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool stopping;
@@ -115,6 +120,10 @@ struct lmt_endpoint {
 struct lmt_instance {
 	struct putil_instance base;
 	enum ucx_transfer transfer;
+	/* UCP_FEATURE_RMA is on: the source puts, the destination takes
+	 * puts. Off otherwise, so that UCX's emulated puts and gets, which
+	 * reach any address for any peer, are not served at all. */
+	bool rma;
 	bool use_put;
 	bool peer_failure; /* endpoints try UCP_ERR_HANDLING_MODE_PEER */
 	ucp_context_h context;

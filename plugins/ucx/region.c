@@ -72,8 +72,17 @@ int ucx_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t access,
 		free(mr);
 		return rc;
 	}
-	mr->id = (uint32_t)id;
-	if (remote && (rc = map_region(inst, mr, key)) != 0) {
+	mr->id = id;
+	/* Mapped (and pinned over RDMA) only for puts: writes sent as active
+	 * messages land through the region table alone. */
+	if (remote && inst->rma)
+		rc = map_region(inst, mr, key);
+	else if (remote && ucx_key_encode(&(struct ucx_key){.region = mr->id,
+	                                                    .base = (uintptr_t)mr->addr,
+	                                                    .len = mr->len},
+	                                  NULL, 0, key))
+		rc = putil_error(&inst->base, LMT_EINVAL, "ucx: cannot describe a region");
+	if (rc) {
 		ucx_mr_deregister(inst, mr);
 		return rc;
 	}
@@ -93,7 +102,8 @@ int ucx_mr_register(lmt_instance *inst, void *addr, size_t len, uint32_t access,
 static void cut_off_receives(struct lmt_instance *inst, struct lmt_mr *mr)
 {
 	(void)putil_error(&inst->base, LMT_ETIMEDOUT,
-	                  "ucx: region %u deregistered while data was arriving", mr->id);
+	                  "ucx: region 0x%llx deregistered while data was arriving",
+	                  (unsigned long long)mr->id);
 	struct putil_channels *c = &inst->channels;
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < c->count; i++) {
@@ -150,7 +160,8 @@ int ucx_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt_rkey **o
 		free(rkey);
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx: out of memory");
 	}
-	memcpy(rkey->packed, k.rkey, k.rkey_len);
+	if (k.rkey_len) /* none from a destination that takes no puts */
+		memcpy(rkey->packed, k.rkey, k.rkey_len);
 	rkey->key = k;
 	rkey->key.rkey = rkey->packed;
 	putil_registry_add_rkey(&inst->registry, &rkey->link);
@@ -175,16 +186,21 @@ void ucx_rkey_release(lmt_instance *inst, lmt_rkey *rkey)
 	}
 }
 
+static void free_region(void *region, void *arg)
+{
+	struct lmt_instance *inst = arg;
+	struct lmt_mr *mr = region;
+	if (mr->memh)
+		ucp_mem_unmap(inst->context, mr->memh);
+	free(mr);
+}
+
 void ucx_regions_release_all(lmt_instance *inst)
 {
 	struct putil_registry *r = &inst->registry;
-	for (size_t i = 0; i < r->count; i++) {
-		struct lmt_mr *mr = r->table[i].mr;
-		if (mr->memh)
-			ucp_mem_unmap(inst->context, mr->memh);
-		free(mr);
-	}
-	r->count = 0;
+	pthread_mutex_lock(&r->lock);
+	putil_registry_drain_locked(r, free_region, inst);
+	pthread_mutex_unlock(&r->lock);
 	struct putil_link *link;
 	while ((link = putil_registry_first_rkey(r))) {
 		putil_registry_unlink(r, link);
@@ -205,21 +221,21 @@ void ucx_rkeys_drop(lmt_instance *inst, uint32_t channel)
 	pthread_mutex_unlock(&r->lock);
 }
 
-struct lmt_mr *ucx_region_claim(lmt_instance *inst, uint32_t id, uint64_t offset, uint64_t len,
+struct lmt_mr *ucx_region_claim(lmt_instance *inst, uint64_t id, uint64_t offset, uint64_t len,
                                 char *why, size_t size)
 {
 	struct putil_registry *r = &inst->registry;
 	pthread_mutex_lock(&r->lock);
 	struct lmt_mr *mr = putil_registry_find_locked(r, id);
 	if (!mr || !mr->remote_write) {
-		snprintf(why, size, "write of %llu bytes to unknown region %u",
-		         (unsigned long long)len, id);
+		snprintf(why, size, "write of %llu bytes to unknown region 0x%llx",
+		         (unsigned long long)len, (unsigned long long)id);
 		mr = NULL;
 	} else if (len > mr->len || offset > mr->len - len) {
 		snprintf(why, size,
-		         "write of %llu bytes at offset %llu outside region %u (%llu bytes)",
-		         (unsigned long long)len, (unsigned long long)offset, id,
-		         (unsigned long long)mr->len);
+		         "write of %llu bytes at offset %llu outside region 0x%llx (%llu bytes)",
+		         (unsigned long long)len, (unsigned long long)offset,
+		         (unsigned long long)id, (unsigned long long)mr->len);
 		mr = NULL;
 	} else {
 		mr->busy++;

@@ -26,7 +26,7 @@ void ucx_rkeys_drop(lmt_instance *inst, uint32_t channel);
 /* Destination: a receive takes region `id` for a write of `len` bytes at
  * `offset`, or gets NULL with the reason in `why`; it releases it once
  * placed or abandoned. */
-struct lmt_mr *ucx_region_claim(lmt_instance *inst, uint32_t id, uint64_t offset, uint64_t len,
+struct lmt_mr *ucx_region_claim(lmt_instance *inst, uint64_t id, uint64_t offset, uint64_t len,
                                 char *why, size_t size);
 void ucx_region_release(lmt_instance *inst, struct lmt_mr *mr);
 

@@ -200,6 +200,13 @@ static ucs_status_t source_note(void *arg, const void *header, size_t header_len
 {
 	lmt_endpoint *ep = arg;
 	struct ucx_note n;
+	/* Only the destination of this session holds the token: a forged
+	 * acknowledgement would report a write before its bytes landed. */
+	if (!ucx_token_ok(header, header_length, UCX_NOTE_HEADER_LEN, UCX_NOTE_TOKEN_AT,
+	                  ep->token)) {
+		ucx_foreign(ep, "a notice", header_length, length);
+		return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_REJECTED : UCS_OK;
+	}
 	const char *why = ucx_note_decode(header, header_length, &n);
 	if (!why && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
 		why = "notice sent by rendezvous";
@@ -254,12 +261,16 @@ static ucp_rkey_h channel_rkey(lmt_endpoint *ep, struct ucx_slot *slot)
 	ucp_rkey_h *rkey = &slot->rkey->unpacked[ep->channel];
 	if (*rkey)
 		return *rkey;
+	if (!slot->rkey->key.rkey_len) {
+		source_fail(ep, LMT_EPROTO, "a key blob without an rkey, on a channel that puts");
+		return NULL;
+	}
 	ucs_status_t st = ucp_ep_rkey_unpack(ep->ep, slot->rkey->packed, rkey);
 	if (st == UCS_OK)
 		return *rkey;
 	*rkey = NULL;
-	source_fail(ep, LMT_EPROTO, "cannot unpack the rkey of region %u (%s)",
-	            slot->rkey->key.region, ucs_status_string(st));
+	source_fail(ep, LMT_EPROTO, "cannot unpack the rkey of region 0x%llx (%s)",
+	            (unsigned long long)slot->rkey->key.region, ucs_status_string(st));
 	return NULL;
 }
 
@@ -467,7 +478,8 @@ int ucx_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey *
 	slot->rkey = rkey;
 	slot->offset = offset;
 	slot->cookie = cookie;
-	ucx_write_encode(&(struct ucx_write){.region = rkey->key.region,
+	ucx_write_encode(&(struct ucx_write){.token = ep->peer_token,
+	                                     .region = rkey->key.region,
 	                                     .offset = offset,
 	                                     .len = len,
 	                                     .slot = index,

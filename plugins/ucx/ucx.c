@@ -40,8 +40,9 @@ static const struct lmt_option_desc ucx_options[] = {
          .type = LMT_OPT_ENUM,
          .default_value = "auto",
          .enum_values = ucx_transfer_names,
-         .doc = "how writes move: put (one-sided RMA), am (active messages the destination "
-                "places), auto (put over InfiniBand RC/DC only)"},
+         .doc = "how writes move: put (one-sided RMA; the destination must say put too), am "
+                "(active messages the destination places), auto (put over InfiniBand RC/DC "
+                "only, when both sides have it)"},
 };
 
 /* ---- Instances --------------------------------------------------------- */
@@ -159,6 +160,31 @@ static void scan_transports(ucp_context_h context, bool *rdma, bool *shm_only)
 	free(text);
 }
 
+static int init_context(struct lmt_instance *inst, ucp_config_t *config, bool rma)
+{
+	ucp_params_t params = {
+	        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+	        .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | (rma ? UCP_FEATURE_RMA : 0),
+	        .mt_workers_shared = 1,
+	};
+	ucs_status_t st = ucp_init(&params, config, &inst->context);
+	if (st == UCS_OK)
+		return 0;
+	inst->context = NULL;
+	return putil_error(&inst->base, ucx_status_code(st),
+	                   "ucx: cannot initialise UCP with tls '%s', devices '%s' (%s)",
+	                   putil_option_text(&inst->base, "ucx.tls", ""),
+	                   putil_option_text(&inst->base, "ucx.devices", ""),
+	                   ucs_status_string(st));
+}
+
+/* UCP_FEATURE_RMA is turned on only where puts are used: with it, UCX 1.13
+ * serves puts and gets that it emulates with messages over tcp and shared
+ * memory (every transport here) to any peer that reaches a worker, and
+ * its handlers write and read whatever address a message names, with no
+ * rkey check (ucp_put_handler, ucp_get_req_handler in rma_sw.c). So a
+ * source turns it on to put (ucx.transfer=put, or auto over RC or DC), a
+ * destination to take puts (the same), and neither otherwise. */
 static int open_context(struct lmt_instance *inst)
 {
 	ucp_config_t *config;
@@ -168,32 +194,50 @@ static int open_context(struct lmt_instance *inst)
 		                   "ucx: cannot read UCX's configuration (%s)",
 		                   ucs_status_string(st));
 	int rc = read_options(inst, config);
-	if (rc) {
-		ucp_config_release(config);
-		return rc;
+	bool rma = inst->transfer == UCX_TRANSFER_PUT;
+	if (!rc)
+		rc = init_context(inst, config, rma);
+	bool rdma = false, shm_only = false;
+	if (!rc)
+		scan_transports(inst->context, &rdma, &shm_only);
+	if (!rc && !rma && inst->transfer == UCX_TRANSFER_AUTO && rdma) {
+		/* What UCX opens is known only once it has a context. */
+		ucp_cleanup(inst->context);
+		rma = true;
+		rc = init_context(inst, config, rma);
 	}
-	ucp_params_t params = {
-	        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-	        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-	        .mt_workers_shared = 1,
-	};
-	st = ucp_init(&params, config, &inst->context);
 	ucp_config_release(config);
-	if (st != UCS_OK) {
-		inst->context = NULL;
-		return putil_error(&inst->base, ucx_status_code(st),
-		                   "ucx: cannot initialise UCP with tls '%s', devices '%s' (%s)",
-		                   putil_option_text(&inst->base, "ucx.tls", ""),
-		                   putil_option_text(&inst->base, "ucx.devices", ""),
-		                   ucs_status_string(st));
-	}
-	bool rdma, shm_only;
-	scan_transports(inst->context, &rdma, &shm_only);
+	if (rc)
+		return rc;
+	inst->rma = rma;
 	inst->peer_failure = !shm_only;
-	if (inst->base.role == LMT_ROLE_SOURCE)
-		inst->use_put = inst->transfer == UCX_TRANSFER_PUT ||
-		                (inst->transfer == UCX_TRANSFER_AUTO && rdma);
+	inst->use_put = inst->base.role == LMT_ROLE_SOURCE && rma;
 	return 0;
+}
+
+/* What a remote writer must hold, said once at setup; a warning where UCX's
+ * RMA is on (docs/security.md). */
+static void log_write_capability(struct lmt_instance *inst)
+{
+	bool destination = inst->base.role == LMT_ROLE_DESTINATION;
+	if (destination && inst->rma)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ucx: this destination takes puts (ucx.transfer=%s): a put carries no "
+		          "session token, over RDMA the NIC checks only the rkey, and over tcp or "
+		          "shared memory UCX serves emulated puts and gets of any address to any "
+		          "peer that reaches this worker; use ucx.transfer=am unless the fabric is "
+		          "trusted (docs/security.md)",
+		          inst->transfer == UCX_TRANSFER_PUT ? "put" : "auto, over RC or DC");
+	else if (destination)
+		putil_log(&inst->base, LMT_LOG_DEBUG,
+		          "ucx: a remote write needs its channel's 64-bit token and a 64-bit region "
+		          "id of this session; UCX's RMA is off");
+	else if (inst->use_put)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ucx: this source puts (ucx.transfer=%s): UCX's RMA is on, and over tcp or "
+		          "shared memory UCX serves emulated gets of any address of this process to "
+		          "any peer that reaches its workers (docs/security.md)",
+		          inst->transfer == UCX_TRANSFER_PUT ? "put" : "auto, over RC or DC");
 }
 
 static void ucx_ep_close(lmt_endpoint *ep);
@@ -213,12 +257,13 @@ static int ucx_instance_open(const struct lmt_host *host, void *host_ctx,
 	putil_instance_init(&inst->base, "ucx", host, host_ctx, params);
 	if ((rc = putil_channels_init(&inst->channels, &inst->base, UCX_QUEUE_DEPTH)))
 		goto free_instance;
-	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT32_MAX)))
+	if ((rc = putil_registry_init(&inst->registry, &inst->base, UINT64_MAX)))
 		goto free_channels;
 	/* UCX's messages while it reads its configuration reach the host too. */
 	ucx_log_attach(inst);
 	if ((rc = open_context(inst)))
 		goto detach;
+	log_write_capability(inst);
 	putil_log(&inst->base, LMT_LOG_DEBUG, "ucx: %s instance, %u channels%s",
 	          inst->base.role == LMT_ROLE_SOURCE ? "source" : "destination",
 	          inst->base.channels,
@@ -323,8 +368,8 @@ static int ucx_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *lo
 	if ((uint64_t)len > rkey->key.len || offset > rkey->key.len - len)
 		return putil_error(&inst->base, LMT_EINVAL,
 		                   "ucx channel %u: write of %zu bytes at offset %llu past the end "
-		                   "of region %u (%llu bytes)",
-		                   ep->channel, len, (unsigned long long)offset, rkey->key.region,
+		                   "of a %llu-byte region",
+		                   ep->channel, len, (unsigned long long)offset,
 		                   (unsigned long long)rkey->key.len);
 	int rc = putil_channels_admit(&inst->channels, ep->channel);
 	if (!rc && !(rc = ucx_source_write(ep, local, len, rkey, offset, cookie)))
@@ -356,6 +401,14 @@ static int ucx_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin ucx_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write message needs its channel's 64-bit random token, compared in "
+                "constant time, and a 64-bit random region id; both reach the source only "
+                "over the authenticated control connection, and any other message is "
+                "dropped. UCX's RMA is off unless ucx.transfer=put (or auto over RC or DC) "
+                "on both sides: then puts carry no token, over RDMA only the NIC's rkey "
+                "guards them, and over tcp or shared memory UCX 1.13 serves emulated puts "
+                "and gets of any address to any peer; the destination warns at setup.",
         .name = "ucx",
         .version = LMT_VERSION,
         .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",

@@ -2,10 +2,12 @@
 #define _GNU_SOURCE
 #include "putil_base.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "sync.h"
@@ -150,4 +152,44 @@ void putil_nap(uint64_t ns)
 {
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ns};
 	nanosleep(&ts, NULL);
+}
+
+int putil_random(const struct putil_instance *base, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		/* Blocks only until the kernel's pool is first seeded at boot. */
+		ssize_t n = getrandom(p, len, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return putil_error(base, LMT_EIO, "%s: getrandom: %s", base->name,
+			                   n < 0 ? strerror(errno) : "no bytes");
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int putil_random_id(const struct putil_instance *base, uint64_t max, uint64_t *out)
+{
+	if (max == 0)
+		return putil_error(base, LMT_EINVAL, "%s: no room for a random id", base->name);
+	/* Draw under the smallest all-ones mask that covers max, and draw
+	 * again when out of range: uniform, and fewer than two draws on
+	 * average. */
+	uint64_t mask = max;
+	for (unsigned shift = 1; shift < 64; shift *= 2)
+		mask |= mask >> shift;
+	for (;;) {
+		uint64_t x;
+		int rc = putil_random(base, &x, sizeof(x));
+		if (rc)
+			return rc;
+		x &= mask;
+		if (x != 0 && x <= max) {
+			*out = x;
+			return 0;
+		}
+	}
 }

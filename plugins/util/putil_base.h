@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <lmt/plugin.h>
@@ -67,6 +68,13 @@ struct lmt__wait putil_wait(const struct putil_instance *base, uint64_t deadline
  * "<what>: timed out after N ms"; 0 to go on. */
 int putil_wait_check(const struct putil_instance *base, uint64_t deadline_ns, uint64_t timeout_ns,
                      const char *what);
+
+/* `len` bytes from the kernel's CSPRNG (getrandom(2)): 0, or -LMT_EIO
+ * recorded. For every secret a plugin hands out: tokens, keys, region ids. */
+int putil_random(const struct putil_instance *base, void *buf, size_t len);
+/* A value drawn uniformly from [1, max] (max > 0) with putil_random: 0, or
+ * the error recorded. Never 0, so that 0 can mean "none". */
+int putil_random_id(const struct putil_instance *base, uint64_t max, uint64_t *out);
 
 /* Sleep `ns` nanoseconds (less than a second), for a thread that polls
  * something it cannot wait on. */

@@ -40,7 +40,7 @@ static void list_add(struct putil_link *head, struct putil_link *link)
 int putil_registry_init(struct putil_registry *r, const struct putil_instance *base,
                         uint64_t max_id)
 {
-	*r = (struct putil_registry){.next_id = 1, .max_id = max_id};
+	*r = (struct putil_registry){.max_id = max_id};
 	list_init(&r->mrs);
 	list_init(&r->rkeys);
 	if (pthread_mutex_init(&r->lock, NULL) == 0) {
@@ -103,18 +103,42 @@ struct putil_link *putil_registry_first_rkey(struct putil_registry *r)
 	return first(r, &r->rkeys);
 }
 
-/* Index of the first entry whose id is >= id. */
-static size_t lower_bound(const struct putil_registry *r, uint64_t id)
+/* ---- The region table ------------------------------------------------ */
+
+/* The slot an id starts probing from. Ids are random already; the
+ * multiplication only spreads a small max_id over the table. */
+static size_t home(const struct putil_registry *r, uint64_t id)
 {
-	size_t lo = 0, hi = r->count;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (r->table[mid].id < id)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return (size_t)((id * UINT64_C(0x9e3779b97f4a7c15)) >> 32) & (r->cap - 1);
+}
+
+/* The slot holding `id`, or the free slot where it would go. */
+static size_t probe(const struct putil_registry *r, uint64_t id)
+{
+	size_t i = home(r, id);
+	while (r->table[i].id != 0 && r->table[i].id != id)
+		i = (i + 1) & (r->cap - 1);
+	return i;
+}
+
+/* Room for one more entry with the table at most half full. */
+static bool reserve(struct putil_registry *r)
+{
+	if (r->cap && (r->count + 1) * 2 <= r->cap)
+		return true;
+	size_t cap = r->cap ? r->cap * 2 : 16;
+	struct putil_region *grown = calloc(cap, sizeof(*grown));
+	if (!grown)
+		return false;
+	struct putil_region *old = r->table;
+	size_t old_cap = r->cap;
+	r->table = grown;
+	r->cap = cap;
+	for (size_t i = 0; i < old_cap; i++)
+		if (old[i].id)
+			r->table[probe(r, old[i].id)] = old[i];
+	free(old);
+	return true;
 }
 
 int putil_registry_insert(struct putil_registry *r, const struct putil_instance *base, void *mr,
@@ -122,22 +146,32 @@ int putil_registry_insert(struct putil_registry *r, const struct putil_instance 
 {
 	int rc = 0;
 	pthread_mutex_lock(&r->lock);
-	if (r->next_id == 0 || r->next_id > r->max_id) {
+	if (r->max_id == 0 || r->count >= r->max_id)
 		rc = putil_error(base, LMT_EOVERFLOW, "%s: region ids exhausted", base->name);
-	} else if (r->count == r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 16;
-		struct putil_region *grown = realloc(r->table, cap * sizeof(*grown));
-		if (grown) {
-			r->table = grown;
-			r->cap = cap;
-		} else {
-			rc = putil_error(base, LMT_ENOMEM, "%s: out of memory", base->name);
+	else if (!reserve(r))
+		rc = putil_error(base, LMT_ENOMEM, "%s: out of memory", base->name);
+	/* Draw until the id is free: with 64-bit ids a collision is next to
+	 * impossible; with small ones the table is at most max_id full. */
+	size_t slot = 0;
+	for (unsigned tries = 0; rc == 0; tries++) {
+		if (tries == 1024) {
+			rc = putil_error(base, LMT_EOVERFLOW, "%s: no free region id found",
+			                 base->name);
+			break;
+		}
+		uint64_t drawn;
+		rc = putil_random_id(base, r->max_id, &drawn);
+		if (rc)
+			break;
+		slot = probe(r, drawn);
+		if (r->table[slot].id == 0) {
+			*id = drawn;
+			break;
 		}
 	}
 	if (rc == 0) {
-		/* Ids only grow, so the new one goes last. */
-		*id = r->next_id++;
-		r->table[r->count++] = (struct putil_region){.id = *id, .mr = mr};
+		r->table[slot] = (struct putil_region){.id = *id, .mr = mr};
+		r->count++;
 	}
 	pthread_mutex_unlock(&r->lock);
 	return rc;
@@ -145,15 +179,44 @@ int putil_registry_insert(struct putil_registry *r, const struct putil_instance 
 
 void *putil_registry_find_locked(const struct putil_registry *r, uint64_t id)
 {
-	size_t i = lower_bound(r, id);
-	return i < r->count && r->table[i].id == id ? r->table[i].mr : NULL;
+	if (id == 0 || r->count == 0)
+		return NULL;
+	size_t i = probe(r, id);
+	return r->table[i].id == id ? r->table[i].mr : NULL;
 }
 
 void putil_registry_remove_locked(struct putil_registry *r, uint64_t id)
 {
-	size_t i = lower_bound(r, id);
-	if (i >= r->count || r->table[i].id != id)
+	if (id == 0 || r->count == 0)
 		return;
-	memmove(&r->table[i], &r->table[i + 1], (r->count - i - 1) * sizeof(*r->table));
+	size_t i = probe(r, id);
+	if (r->table[i].id != id)
+		return;
+	/* Backward-shift deletion: move up each later entry of the run that
+	 * may no longer be found past the hole, so no tombstones are needed. */
+	size_t mask = r->cap - 1;
+	for (size_t j = (i + 1) & mask; r->table[j].id != 0; j = (j + 1) & mask) {
+		size_t k = home(r, r->table[j].id);
+		/* Stays put when its home lies cyclically in (i, j]. */
+		bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+		if (!stays) {
+			r->table[i] = r->table[j];
+			i = j;
+		}
+	}
+	r->table[i] = (struct putil_region){0};
 	r->count--;
+}
+
+void putil_registry_drain_locked(struct putil_registry *r, void (*fn)(void *mr, void *arg),
+                                 void *arg)
+{
+	for (size_t i = 0; i < r->cap; i++) {
+		if (r->table[i].id == 0)
+			continue;
+		void *mr = r->table[i].mr;
+		r->table[i] = (struct putil_region){0};
+		fn(mr, arg);
+	}
+	r->count = 0;
 }

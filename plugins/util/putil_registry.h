@@ -1,7 +1,9 @@
 /* Registrations and peer keys of a plugin instance: lists that let
  * instance_close release whatever the core did not, and a table that
- * finds a destination region by the id a write names. Part of the plugin
- * utility layer. */
+ * finds a destination region by the id a write names. Region ids are drawn
+ * from the kernel's CSPRNG, unique in the table and never 0: a key blob
+ * names its region with one, and it is part of what a writer must hold
+ * (docs/security.md). Part of the plugin utility layer. */
 #ifndef LMT_PUTIL_REGISTRY_H
 #define LMT_PUTIL_REGISTRY_H
 
@@ -31,12 +33,16 @@ struct putil_registry {
 	pthread_cond_t cond;  /* broadcast when the plugin's state changes */
 	struct putil_link mrs;
 	struct putil_link rkeys;
-	struct putil_region *table; /* sorted by id */
+	/* Open addressing with linear probing; an id of 0 marks a free slot.
+	 * `cap` is 0 or a power of two, at most half full. */
+	struct putil_region *table;
 	size_t count, cap;
-	uint64_t next_id, max_id;
+	uint64_t max_id;
 };
 
-/* 0, or an error recorded through the host. Ids run from 1 to max_id. */
+/* 0, or an error recorded through the host. Ids are drawn uniformly from
+ * 1 to max_id (UINT64_MAX: 64-bit ids); 0 for a plugin that names regions
+ * otherwise. */
 int putil_registry_init(struct putil_registry *r, const struct putil_instance *base,
                         uint64_t max_id);
 /* Call once the lists are empty. */
@@ -57,12 +63,16 @@ struct putil_link *putil_registry_first_rkey(struct putil_registry *r);
 int putil_mr_check(const struct putil_instance *base, const void *addr, size_t len,
                    uint32_t access, uint32_t supported, const struct lmt_blob *key);
 
-/* Give `mr` an id in the table: 0, or -LMT_ENOMEM / -LMT_EOVERFLOW
- * recorded. Takes the lock. */
+/* Give `mr` a fresh random id in the table: 0, or -LMT_ENOMEM,
+ * -LMT_EOVERFLOW (no id left) or -LMT_EIO (no randomness) recorded. Takes
+ * the lock. */
 int putil_registry_insert(struct putil_registry *r, const struct putil_instance *base, void *mr,
                           uint64_t *id);
-/* With the lock held: the region of `id`, or NULL; remove one. */
+/* With the lock held: the region of `id` (0 finds nothing), or NULL;
+ * remove one; hand every region to `fn` and empty the table. */
 void *putil_registry_find_locked(const struct putil_registry *r, uint64_t id);
 void putil_registry_remove_locked(struct putil_registry *r, uint64_t id);
+void putil_registry_drain_locked(struct putil_registry *r, void (*fn)(void *mr, void *arg),
+                                 void *arg);
 
 #endif

@@ -7,17 +7,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "events.h"
-
-static uint32_t random_psn(void)
-{
-	uint32_t r;
-	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-		r = (uint32_t)lmt__now_ns() * 2654435761u;
-	return r & 0xffffffu;
-}
 
 static int to_init(lmt_endpoint *ep)
 {
@@ -77,15 +68,20 @@ static int new_endpoint(struct lmt_instance *inst, uint32_t channel, lmt_endpoin
 		                     .write_max = source ? inst->depth : 0};
 		ep->ring = calloc(ep->sq_cap, sizeof(*ep->ring));
 	}
-	int rc = ep && ep->ring ? create_qp(ep)
+	/* The first PSN is part of what a packet must match to reach the
+	 * connected QP: from the CSPRNG, never from the clock. */
+	uint32_t psn = 0;
+	int rc = ep && ep->ring ? putil_random(&inst->base, &psn, sizeof(psn))
 	                        : putil_error(&inst->base, LMT_ENOMEM, "verbs: out of memory");
+	if (!rc)
+		rc = create_qp(ep);
 	if (rc) {
 		if (ep)
 			free(ep->ring);
 		free(ep);
 		return rc;
 	}
-	ep->psn = random_psn();
+	ep->psn = psn & 0xffffffu;
 	*out = ep;
 	return 0;
 }

@@ -205,6 +205,15 @@ static int verbs_instance_open(const struct lmt_host *host, void *host_ctx,
 		free_instance(inst);
 		return rc;
 	}
+	/* What a remote writer must hold (docs/security.md): the NIC's key,
+	 * which lmt cannot make stronger. */
+	if (params->role == LMT_ROLE_DESTINATION)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "verbs: a write into guest RAM is authorised by the NIC's 32-bit rkey on "
+		          "a connected RC queue pair, which takes packets only from the source's "
+		          "QP (QPN and a random 24-bit PSN) but does not authenticate them: a host "
+		          "that can inject packets on the fabric and learns or guesses those can "
+		          "write; migrate over a trusted fabric (docs/security.md)");
 	putil_log(&inst->base, LMT_LOG_DEBUG,
 	          "verbs: %s instance, %u channels, depth %u, signal 1 in %u",
 	          params->role == LMT_ROLE_SOURCE ? "source" : "destination", params->channels,
@@ -256,6 +265,12 @@ static int verbs_flush(lmt_instance *inst, uint64_t timeout_ns)
 static const struct lmt_plugin verbs_plugin = {
         .abi_version = LMT_PLUGIN_ABI_VERSION,
         .struct_size = sizeof(struct lmt_plugin),
+        .write_access =
+                "a write needs the NIC's 32-bit rkey and must arrive on the channel's "
+                "connected RC queue pair (the source's QPN, a random 24-bit PSN); packets "
+                "are not authenticated, so a host that can inject on the fabric and learns "
+                "or guesses those can write; the destination warns at setup. Use a "
+                "dedicated partition or VLAN.",
         .name = "verbs",
         .version = LMT_VERSION,
         .description = "RDMA verbs (rdma-core): RC RDMA writes on InfiniBand and RoCE",

@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <execinfo.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -282,10 +283,28 @@ static void *act(void *arg)
 	return NULL;
 }
 
+/* A child that crashes says where, then dies of the same signal. */
+static void crashed(int sig)
+{
+	void *frames[64];
+	int n = backtrace(frames, 64);
+	static const char what[] = "    (the child crashed; its stack:)\n";
+	if (write(STDERR_FILENO, what, sizeof(what) - 1) < 0)
+		_exit(128 + sig);
+	backtrace_symbols_fd(frames, n, STDERR_FILENO);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 /* The child side: a destination (reports its port first) or a source. */
 static void child_main(const struct cell *c, int out, uint16_t port)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	void *warm[1];
+	backtrace(warm, 1); /* loads what backtrace needs before a crash */
+	signal(SIGSEGV, crashed);
+	signal(SIGBUS, crashed);
+	signal(SIGABRT, crashed);
 	struct run r = {.cell = c, .port = port};
 	char child_error[600] = "";
 	int rc;

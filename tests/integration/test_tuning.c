@@ -131,18 +131,24 @@ static void test_only_runtime_options_change_once_set_up(void **state)
 	ram_release(&ram);
 }
 
-static void test_a_destination_refuses_every_option_once_loading(void **state)
+static void test_a_destination_refuses_every_option_once_listening(void **state)
 {
 	struct guest_ram ram;
 	guest_ram_layout(&ram, ram_map(1u << 20), 1u << 20);
 	lmt_session *d = session_with_blocks(LMT_ROLE_DESTINATION, &ram, "");
 	uint16_t port;
-	assert_int_equal(lmt_load_listen(d, "127.0.0.1:0", &port), 0);
 	assert_int_equal(lmt_session_set_option(d, "downtime-limit", "1s"), 0);
+	assert_int_equal(lmt_load_listen(d, "127.0.0.1:0", &port), 0);
+	/* Fixed from listen on: a source may connect and compare them. */
+	expect_refused(d, lmt_session_set_option(d, "downtime-limit", "2s"), -LMT_ESTATE,
+	               "downtime-limit: options are fixed once lmt_load_listen is called (a source "
+	               "may connect from then on, and the handshake checks them against its "
+	               "own)");
 	assert_int_equal(lmt_load_start(d), 0);
 	expect_refused(d, lmt_session_set_option(d, "downtime-limit", "2s"), -LMT_ESTATE,
-	               "downtime-limit: fixed once the migration has begun (a destination's "
-	               "options do not change during a migration)");
+	               "downtime-limit: options are fixed once lmt_load_listen is called (a source "
+	               "may connect from then on, and the handshake checks them against its "
+	               "own)");
 	assert_int_equal(lmt_save_set_device_state_size(d, 1), -LMT_ESTATE);
 	lmt_cancel(d);
 	lmt_session_free(d);
@@ -313,7 +319,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_bandwidth_holds_across_short_iterate_calls),
 	        cmocka_unit_test(test_only_runtime_options_change_once_set_up),
-	        cmocka_unit_test(test_a_destination_refuses_every_option_once_loading),
+	        cmocka_unit_test(test_a_destination_refuses_every_option_once_listening),
 	        cmocka_unit_test(test_max_bandwidth_changed_from_another_thread),
 	        cmocka_unit_test(test_downtime_limit_changed_from_another_thread),
 	        cmocka_unit_test(test_options_hammered_from_another_thread_while_migrating),

@@ -720,6 +720,19 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	return failed > 0 || plot < 0 ? 1 : 0;
 }
 
+/* ofi_rxm preposts FI_OFI_RXM_MSG_RX_SIZE receive buffers (default 128) on
+ * every connection it makes, for messages lmt never sends through it
+ * (writes are RMA, control has its own connection); with 64, setting a
+ * channel up over tcp;ofi_rxm took 20-30 ms here instead of 70-90.
+ * libfabric 1.17 takes this only from the environment, read once at its
+ * first fi_getinfo, and a library must leave a VMM's environment alone, so
+ * lmt-bench sets it for its own process, before any plugin is loaded,
+ * unless the user chose a value (docs/ofi.md). */
+static void tune_libfabric(void)
+{
+	setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
+}
+
 int main(int argc, char **argv)
 {
 	struct args args = {0};
@@ -730,6 +743,7 @@ int main(int argc, char **argv)
 	FILE *out;
 	int rc;
 
+	tune_libfabric();
 	parse_args(argc, argv, &args);
 	out = claim_stdout();
 	/* The progress line is for a person watching the output. */

@@ -95,9 +95,9 @@ static void check_descriptor(struct ph_run *run)
 		ph_fail(run, "ABI v%u, expected v1 to v%u", d->abi_version, LMT_PLUGIN_ABI_VERSION);
 		return;
 	}
-	if (d->abi_version == LMT_PLUGIN_ABI_VERSION && d->struct_size < sizeof(*d)) {
+	if (d->abi_version == LMT_PLUGIN_ABI_VERSION && d->struct_size < LMT_PLUGIN_V1_MIN_SIZE) {
 		ph_fail(run, "struct_size %u is smaller than ABI v%u's %zu", d->struct_size,
-		        d->abi_version, sizeof(*d));
+		        d->abi_version, (size_t)LMT_PLUGIN_V1_MIN_SIZE);
 		return;
 	}
 	if (!valid_name(d->name, 32)) {

@@ -1,5 +1,14 @@
 /* lmt embedding API: what a VMM includes to live-migrate guest RAM through a
- * transport plugin. */
+ * transport plugin.
+ *
+ * NULL: a pointer argument is required unless its description says it may
+ * be NULL. A required pointer that is NULL is refused: a function that
+ * returns int returns -LMT_EINVAL (with the reason in the session's error,
+ * or in `err`, when there is one), a function that returns a pointer
+ * returns NULL, and lmt_session_free, lmt_plugin_close and lmt_cancel do
+ * nothing. lmt_session_error and lmt_session_id say what they give for
+ * NULL. docs/embedding.md has the whole contract: NULL, errors, when a
+ * session's configuration is fixed, logging. */
 #ifndef LMT_LMT_H
 #define LMT_LMT_H
 
@@ -34,10 +43,10 @@ const char *lmt_version(void);
 
 /* ---- Errors ------------------------------------------------------------ */
 
-/* Every function that can fail returns 0 or a negative LMT_E* code. The
- * detail of the last failure of a session is kept in the session and read
- * with lmt_session_error(); functions without a session take an
- * lmt_error to fill. */
+/* Every function that can fail returns 0 or a negative LMT_E* code. A
+ * session keeps the detail in its own error object, read with
+ * lmt_session_error() (which says what it keeps); functions without a
+ * session fill the lmt_error they are given, when it is not NULL. */
 struct lmt_error {
 	int code;          /* negative LMT_E* code, or 0 */
 	char message[512]; /* "chunk-size: expected a power of two ..." */
@@ -49,7 +58,14 @@ const char *lmt_strerror(int code);
 
 /* Logging. By default messages at or above the level in LMT_LOG
  * (error|warn|info|debug; default warn) go to stderr. A VMM may route them
- * through its own logger; `fn` may be called from any lmt thread. */
+ * through its own logger (`fn` NULL goes back to stderr); `fn` may be
+ * called from any lmt thread, one call at a time, and must not call lmt.
+ * Once lmt_set_log_handler returns, the handler it replaced is no longer
+ * called. The messages of a session, the core's and those its plugin logs,
+ * start with the session's id ("[s3] tcp: tcp channel 0: connected to
+ * ...") and go to the session's own handler when it has one (see
+ * lmt_session_set_log_handler). The level applies to every handler; one
+ * outside the enum counts as the nearest level. Thread-safe. */
 typedef void (*lmt_log_fn)(void *opaque, enum lmt_log_level level, const char *msg);
 void lmt_set_log_handler(lmt_log_fn fn, void *opaque);
 void lmt_set_log_level(enum lmt_log_level level);
@@ -61,7 +77,9 @@ typedef struct lmt_plugin_handle lmt_plugin_handle;
 
 /* Load `name` (a plugin name such as "tcp", or a path to a .so). The search
  * order is: a path as given, each directory of LMT_PLUGIN_PATH, the plugin
- * directory next to the installed liblmt, then the build tree. */
+ * directory next to the installed liblmt, then the build tree. `err` may
+ * be NULL. lmt_plugin_close(NULL) does nothing; the descriptor and path
+ * of NULL are NULL. */
 int lmt_plugin_open(const char *name, lmt_plugin_handle **out, struct lmt_error *err);
 void lmt_plugin_close(lmt_plugin_handle *plugin);
 const struct lmt_plugin *lmt_plugin_descriptor(const lmt_plugin_handle *plugin);
@@ -90,10 +108,12 @@ int lmt_plugin_list(lmt_plugin_visit_fn fn, void *opaque);
 /* The directories searched, in order, as one ':'-separated string in buf. */
 int lmt_plugin_search_path(char *buf, size_t size);
 
-/* The core's own option schema. */
+/* The core's own option schema: *count entries (NULL when count is NULL). */
 const struct lmt_option_desc *lmt_core_options(uint32_t *count);
 
-/* Turn an option value into its canonical text ("1M", "300ms", "on"). */
+/* Turn an option value into its canonical text ("1M", "300ms", "on"):
+ * 0, -LMT_EINVAL for a value that does not fit `desc`, or -LMT_EOVERFLOW
+ * when it does not fit in `size` (buf then holds it cut short). */
 int lmt_option_format(const struct lmt_option_desc *desc, const struct lmt_option_value *value,
                       char *buf, size_t size);
 
@@ -129,31 +149,67 @@ typedef int (*lmt_dirty_sync_fn)(void *opaque, uint32_t block, uint64_t *bitmap,
  * with `options` ("chunk-size=64M,channels=2", may be NULL) applied on top
  * of defaults and LMT_* environment variables. Free with
  * lmt_session_free(), which also cancels and releases whatever the session
- * still holds. On failure *out is NULL and err says why. */
+ * still holds (NULL: nothing). On failure *out is NULL and err (may be
+ * NULL) says why. */
 int lmt_session_new(lmt_session **out, enum lmt_role role, const char *plugin, const char *options,
                     struct lmt_error *err);
 void lmt_session_free(lmt_session *session);
 
-/* The last failure of the session (code 0 when none). Thread-safe. */
+/* The session's error: code 0 until something goes wrong, then
+ * - a failure, what ends the migration (status FAILED or CANCELLED, the
+ *   FAILED event): the FIRST failure is kept for good, because what fails
+ *   after it is usually its consequence. Only a failure that explains it
+ *   takes its place, keeping its text in parentheses ("switchover-timeout
+ *   ... (chaos: stalled flush timed out)"). After a completion no failure
+ *   is recorded (a peer that hangs up then is none).
+ * - a refused call: a bad argument or the wrong state, which leaves the
+ *   session as it was (a source that cannot connect has failed; a
+ *   destination that cannot bind its address has not). Its code and
+ *   message stay until the next refused call or failure replaces them,
+ *   but never replace a failure.
+ * A successful call clears nothing, so read the error when a call returns
+ * a negative code. Never NULL: for a NULL session, a static error with
+ * -LMT_EINVAL and "no session (...)". Valid as long as the session;
+ * thread-safe. */
 const struct lmt_error *lmt_session_error(const lmt_session *session);
 
-/* Set options, "key=value,key=value", before setup/listen. Once the
- * migration has begun, a source still takes `downtime-limit` and
- * `max-bandwidth` (QEMU's migrate-set-parameters), from any thread: the
- * next lmt_save_iterate call uses them. Any other option, and any option
- * of a destination, is then refused with -LMT_ESTATE naming it. A list is
- * all or nothing: one bad item and none applies. */
+/* The id that starts the session's log messages ("[s3] ..."): 1, 2, ...
+ * in the order sessions are created, unique in the process; 0 for NULL.
+ * Thread-safe. */
+uint64_t lmt_session_id(const lmt_session *session);
+
+/* Send this session's log messages to `fn` instead of the process-wide
+ * handler; `fn` NULL goes back to it. As there, `fn` may be called from
+ * any lmt thread, one call at a time, must not call lmt for this session,
+ * and the handler replaced is no longer called once this returns. Any time,
+ * from any thread. */
+int lmt_session_set_log_handler(lmt_session *session, lmt_log_fn fn, void *opaque);
+
+/* Options, RAM blocks and the dirty-sync callback are fixed once the
+ * source's migration begins (lmt_save_setup, or lmt_save_start as soon as
+ * it returns) or the destination calls lmt_load_listen: setup reads them
+ * once, and a source may connect to a listening destination at any moment.
+ * From then on the calls that change them answer -LMT_ESTATE, and the
+ * session's error says why. One exception: a running source still takes
+ * `downtime-limit` and `max-bandwidth` (QEMU's migrate-set-parameters),
+ * from any thread; the next lmt_save_iterate call uses them. */
+
+/* Set options: `options` is "key=value,key=value" (empty: nothing); every
+ * one is checked before any is applied, so one bad item and none applies. */
 int lmt_session_set_options(lmt_session *session, const char *options);
 int lmt_session_set_option(lmt_session *session, const char *name, const char *value);
-/* Read an option's current value (text lives as long as the session).
- * Thread-safe. */
+/* Read an option's current value (text lives as long as the session);
+ * -LMT_ENOTFOUND for a name no schema declares. Thread-safe. */
 int lmt_session_get_option(lmt_session *session, const char *name, struct lmt_option_value *out);
 
-/* Add a RAM block before setup/listen. Both sides must add the same names
- * with the same lengths and page sizes, in the same order. `page_size` is a
- * power of two from 4K; `length` a multiple of it. The memory stays the
- * caller's: the source only reads it, the destination's must be zero-filled
- * when lmt_load_run starts (as fresh anonymous or memfd memory is). */
+/* Add a RAM block. Both sides must add the same names with the same
+ * lengths and page sizes, in the same order. `page_size` is a power of two
+ * from 4K; `host` is aligned to it, `length` a non-zero multiple of it,
+ * and host + length does not run past the end of the address space. The
+ * memory stays the caller's: the source only reads it, the destination's
+ * must be zero-filled when lmt_load_run starts (as fresh anonymous or
+ * memfd memory is). A block refused gets -LMT_EINVAL and an error naming
+ * it and what is wrong ("block 'pc.ram': length is 0"). */
 int lmt_session_add_block(lmt_session *session, const char *name, void *host, uint64_t length,
                           uint32_t page_size);
 
@@ -162,14 +218,16 @@ int lmt_session_set_dirty_sync(lmt_session *session, lmt_dirty_sync_fn fn, void 
 
 /* Cancel whatever the session is doing, from any thread (also from a
  * signal-free context of another thread). The blocked call returns
- * -LMT_ECANCELED promptly. */
+ * -LMT_ECANCELED promptly. NULL: nothing. */
 void lmt_cancel(lmt_session *session);
 
 /* ---- Source ------------------------------------------------------------ */
 
 /* Connect to the destination at "host:port", handshake, open the channels
  * and register (all blocks with pin-all=on). Call from the migration
- * thread, never with a VMM lock held. */
+ * thread, never with a VMM lock held. Refused, the session unchanged,
+ * without a uri, blocks or dirty-sync callback; any later error fails the
+ * session. */
 int lmt_save_setup(lmt_session *session, const char *uri);
 
 struct lmt_iterate_result {
@@ -206,7 +264,9 @@ int lmt_save_complete(lmt_session *session, const void *device_state, size_t len
 /* ---- Destination ------------------------------------------------------- */
 
 /* Bind the control listener to "host:port" (port 0 picks one); the bound
- * port is stored in *port when non-NULL. */
+ * port is stored in *port when `port` is not NULL. Add the blocks first.
+ * An address that does not parse or bind is refused and the session stays
+ * as it was, so listening again elsewhere is fine. */
 int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
 
 /* Accept the source, take the migration in until it completes or fails.
@@ -214,7 +274,8 @@ int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
  * guest and lmt_load_device_state() gives the device state. */
 int lmt_load_run(lmt_session *session);
 
-/* The device state received; valid until lmt_session_free. */
+/* The device state received (*data, *length); valid until
+ * lmt_session_free. */
 int lmt_load_device_state(lmt_session *session, const void **data, size_t *length);
 
 /* ---- Statistics -------------------------------------------------------- */
@@ -289,7 +350,8 @@ int lmt_session_passes(lmt_session *session, struct lmt_pass_stats *out, uint32_
 const char *lmt_status_name(enum lmt_status status);
 
 /* Stats as one JSON object in buf; returns the length it needs (like
- * snprintf), or a negative code. An unknown expected downtime is null. */
+ * snprintf: buf may be NULL when size is 0), or a negative code. An
+ * unknown expected downtime is null. */
 int lmt_stats_json(const struct lmt_stats *stats, char *buf, size_t size);
 
 /* ---- Events ------------------------------------------------------------ */

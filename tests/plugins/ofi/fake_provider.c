@@ -49,6 +49,7 @@ struct fake_cfg {
 	bool no_delivery;
 	bool no_wait;
 	bool hold;
+	unsigned taken; /* requested keys answered FI_ENOKEY first, per domain */
 };
 
 struct fake_domain;
@@ -80,6 +81,7 @@ struct fake_domain {
 	struct fake_mr *mrs;
 	struct fake_map *maps;
 	uint64_t next_key, next_map;
+	unsigned refused; /* requested keys answered FI_ENOKEY so far */
 	struct fake_domain *next;
 };
 
@@ -144,6 +146,8 @@ static struct fake_cfg fake_config(void)
 	c.no_wait = v && v[0] == '1';
 	v = getenv("LMT_FAKE_HOLD");
 	c.hold = v && v[0] == '1';
+	v = getenv("LMT_FAKE_TAKEN_KEYS");
+	c.taken = v ? (unsigned)strtoul(v, NULL, 0) : 0;
 	return c;
 }
 
@@ -554,6 +558,13 @@ static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access,
 	if (d->cfg.mr_mode & FI_MR_PROV_KEY) {
 		key = (d->id << 40) | (0x9e37ull * ++d->next_key);
 	} else {
+		/* As if another user of the domain held the first keys asked. */
+		if (d->refused < d->cfg.taken) {
+			d->refused++;
+			pthread_mutex_unlock(&fake_lock);
+			free(mr);
+			return -FI_ENOKEY;
+		}
 		for (struct fake_mr *m = d->mrs; m; m = m->next)
 			if (m->key == key) {
 				pthread_mutex_unlock(&fake_lock);

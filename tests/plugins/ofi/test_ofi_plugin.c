@@ -2,14 +2,16 @@
  * harness: provider, domain and mode selection; writes under each
  * registration mode, fence completion, polled completion queues and
  * coalescing, over tcp, shm and lmtfake, a test provider (fake_provider.c)
- * that demands each FI_MR_* mode and can withhold delivery completion or
- * hold writes; the fields of its key and address blobs; failures the
+ * that demands each FI_MR_* mode and can withhold delivery completion, hold
+ * writes or refuse the first keys requested; random keys; an environment
+ * left alone; the fields of its key and address blobs; failures the
  * provider reports; the destination's wait for the source's greeting at
  * close. What every plugin must do is lmt-plugin-check's (check-ofi-tcp,
  * check-ofi-shm). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +45,7 @@ struct variant {
 	int fake_no_delivery;   /* lmtfake: no FI_DELIVERY_COMPLETE */
 	int fake_no_wait;       /* lmtfake: no CQ wait objects */
 	int fake_hold;          /* lmtfake: successful writes never complete */
+	int fake_taken;         /* lmtfake: requested keys refused (FI_ENOKEY) first */
 };
 
 static const struct variant tcp = {.provider = "tcp"};
@@ -70,6 +73,7 @@ static const struct variant fake_polled = {
 static const struct variant fake_held = {.provider = "lmtfake", .fake_hold = 1};
 static const struct variant fake_held_coalesced = {
         .provider = "lmtfake", .fake_hold = 1, .coalesce = "on"};
+static const struct variant fake_taken = {.provider = "lmtfake", .fake_taken = 3};
 static const struct variant fake_fence_coalesced = {
         .provider = "lmtfake", .fake_no_delivery = 1, .coalesce = "on"};
 
@@ -82,6 +86,8 @@ static void use_variant(const struct variant *v)
 	setenv("LMT_FAKE_NO_DELIVERY", v->fake_no_delivery ? "1" : "0", 1);
 	setenv("LMT_FAKE_NO_WAIT", v->fake_no_wait ? "1" : "0", 1);
 	setenv("LMT_FAKE_HOLD", v->fake_hold ? "1" : "0", 1);
+	snprintf(mode, sizeof(mode), "%d", v->fake_taken);
+	setenv("LMT_FAKE_TAKEN_KEYS", mode, 1);
 }
 
 /* Give `host` the variant's option values, and `more` ("key=value,...")
@@ -196,21 +202,16 @@ static void test_unknown_provider_error_lists_those_available(void **state)
 	side_close(&s);
 }
 
-/* FI_OFI_RXM_MSG_RX_SIZE as the test started: NULL when unset. */
-static char *user_rxm_rx_size;
-
-/* The plugin lowers ofi_rxm's preposted receives unless the user chose. */
-static void test_rxm_receive_default_keeps_the_users_value(void **state)
+/* The environment is the VMM's: the plugin sets nothing there, not even
+ * a libfabric parameter the VMM left unset. Run alone, in a process where
+ * the one the plugin used to set is unset (see main). */
+static void test_plugin_leaves_the_environment_alone(void **state)
 {
 	(void)state;
 	struct ph_side s;
-	assert_int_equal(side_open(&s, &(struct variant){.provider = "nosuch"}, NULL,
-	                           LMT_ROLE_SOURCE, 1),
-	                 -LMT_ENOTFOUND);
+	assert_int_equal(side_open(&s, &tcp, NULL, LMT_ROLE_SOURCE, 1), 0);
+	assert_null(getenv("FI_OFI_RXM_MSG_RX_SIZE"));
 	side_close(&s);
-	const char *now = getenv("FI_OFI_RXM_MSG_RX_SIZE");
-	assert_non_null(now);
-	assert_string_equal(now, user_rxm_rx_size ? user_rxm_rx_size : "64");
 }
 
 static void test_unknown_domain_error_lists_domains(void **state)
@@ -456,6 +457,43 @@ static void test_key_blob_with_a_bad_field_is_refused(void **state)
 	BAD_KEY(memset(b.data + 8, 0xff, 8)); /* base that wraps (or without VIRT) */
 #undef BAD_KEY
 	ph_region_close(&p, &region);
+	ph_pair_close(&p);
+}
+
+/* Without FI_MR_PROV_KEY the keys are lmt's: drawn from getrandom over the
+ * provider's 8-byte key size, distinct, and never the 1, 2, 3 ... an
+ * attacker tries first. The fence regions' keys in the address blobs too. */
+static void test_requested_keys_are_random(void **state)
+{
+	enum { COUNT = 12 };
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region r[COUNT] = {{0}};
+	uint64_t keys[COUNT + 2];
+	bool high = false;
+	pair_up(&run, &p, *state, 2);
+	PH_REQUIRE(&run, ph_pair_stop_progress(&run, &p));
+	for (int i = 0; i < COUNT; i++) {
+		PH_REQUIRE(&run, ph_region_open(&run, &p, &r[i], 4096));
+		struct lfi_key_blob k;
+		assert_null(lfi_key_decode(&r[i].key, &k));
+		assert_int_equal(k.count, 1);
+		keys[i] = k.keys[0].key;
+	}
+	for (int c = 0; c < 2; c++) {
+		struct lfi_addr a;
+		assert_null(lfi_addr_decode(&p.dst.addr[c], &a));
+		keys[COUNT + c] = a.fence_key.key;
+	}
+	for (int i = 0; i < COUNT + 2; i++) {
+		assert_true(keys[i] > (1u << 20));
+		high |= keys[i] >> 48 != 0;
+		for (int j = 0; j < i; j++)
+			assert_true(keys[i] != keys[j]);
+	}
+	assert_true(high);
+	for (int i = 0; i < COUNT; i++)
+		ph_region_close(&p, &r[i]);
 	ph_pair_close(&p);
 }
 
@@ -792,19 +830,27 @@ int main(int argc, char **argv)
 		        argv[0]);
 		return 2;
 	}
-	if (getenv("FI_OFI_RXM_MSG_RX_SIZE"))
-		user_rxm_rx_size = strdup(getenv("FI_OFI_RXM_MSG_RX_SIZE"));
 	/* Before libfabric first looks for providers. */
 	setenv("FI_PROVIDER_PATH", fake_dir, 1);
 	if (ph_test_load(&cfg, "LMT_TEST_OFI_PLUGIN", argc, argv, ""))
 		return 2;
+	/* Elsewhere the test environment sets FI_OFI_RXM_MSG_RX_SIZE as a VMM
+	 * would (docs/ofi.md), which a setenv(..., 0) would not disturb. */
+	if (getenv("LMT_TEST_OFI_ENVIRONMENT")) {
+		unsetenv("FI_OFI_RXM_MSG_RX_SIZE");
+		const struct CMUnitTest alone[] = {
+		        cmocka_unit_test(test_plugin_leaves_the_environment_alone),
+		};
+		int failed = cmocka_run_group_tests(alone, NULL, NULL);
+		ph_unload(&cfg);
+		return failed;
+	}
 	if (getenv("LMT_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("LMT_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(
 	                test_descriptor_claims_registration_pinning_channels_and_merged_runs),
 	        cmocka_unit_test(test_unknown_provider_error_lists_those_available),
-	        cmocka_unit_test(test_rxm_receive_default_keeps_the_users_value),
 	        cmocka_unit_test(test_unknown_domain_error_lists_domains),
 	        cmocka_unit_test(test_domain_option_picks_the_domain),
 	        cmocka_unit_test(test_bad_mr_mode_option_is_rejected),
@@ -836,6 +882,10 @@ int main(int argc, char **argv)
 	        ON(test_key_blob_with_a_bad_field_is_refused, tcp),
 	        ON(test_key_blob_with_a_bad_field_is_refused, shm),
 	        cmocka_unit_test(test_forged_raw_key_is_refused),
+	        ON(test_requested_keys_are_random, tcp),
+	        ON(test_requested_keys_are_random, shm),
+	        /* Its first registrations meet keys the domain holds: drawn again. */
+	        ON(test_writes_land_under_the_mode, fake_taken),
 	        ON(test_address_blob_with_a_bad_field_is_refused, tcp),
 	        ON(test_address_blob_with_a_bad_field_is_refused, shm),
 	        ON(test_address_blob_with_a_bad_field_is_refused, fake_all),
@@ -851,6 +901,5 @@ int main(int argc, char **argv)
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	ph_unload(&cfg);
-	free(user_rxm_rx_size);
 	return failed;
 }

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -196,9 +197,9 @@ static void test_key_blob_with_a_bad_field_is_refused(void **state)
 		bad[i] = region.key;
 	bad[0].data[0] ^= 1;            /* magic */
 	bad[1].data[4] = 9;             /* version */
-	bad[2].data[8] = 0;             /* region id 0 (ids start at 1) */
+	memset(bad[2].data + 8, 0, 8);  /* region id 0 (ids are never 0) */
 	memset(bad[3].data + 16, 0, 8); /* zero length */
-	bad[4].data[13] = 1;            /* reserved */
+	bad[4].data[6] = 1;             /* reserved */
 	for (int i = 0; i < 5; i++) {
 		lmt_rkey *rkey = NULL;
 		assert_int_equal(cfg.plugin->ops.rkey_import(p.src.inst, &bad[i], &rkey),
@@ -207,6 +208,36 @@ static void test_key_blob_with_a_bad_field_is_refused(void **state)
 		PH_ASSERT_ERROR(&p.src.host, LMT_EPROTO, "key blob");
 	}
 	ph_region_close(&p, &region);
+	ph_pair_close(&p);
+}
+
+/* Region ids are drawn from the CSPRNG: 64-bit, distinct, never the
+ * 1, 2, 3 ... an attacker would try first. */
+static void test_region_ids_are_random(void **state)
+{
+	(void)state;
+	enum { COUNT = 16 };
+	struct ph_run run = {.cfg = &cfg};
+	struct ph_pair p;
+	struct ph_region r[COUNT] = {{0}};
+	uint64_t ids[COUNT];
+	bool high = false;
+	ph_pair_init(&p, &cfg);
+	p.channels = 1;
+	PH_REQUIRE(&run, ph_instance_open(&run, &p.dst, LMT_ROLE_DESTINATION, 1, PH_SECOND));
+	for (int i = 0; i < COUNT; i++) {
+		PH_REQUIRE(&run, ph_region_open(&run, &p, &r[i], 4096));
+		struct tcp_key key;
+		assert_null(tcp_key_decode(&r[i].key, &key));
+		ids[i] = key.region;
+		assert_true(ids[i] > (1u << 20));
+		high |= ids[i] >> 48 != 0;
+		for (int j = 0; j < i; j++)
+			assert_true(ids[j] != ids[i]);
+	}
+	assert_true(high);
+	for (int i = 0; i < COUNT; i++)
+		ph_region_close(&p, &r[i]);
 	ph_pair_close(&p);
 }
 
@@ -278,20 +309,19 @@ static void test_forged_header_past_region_end_is_rejected(void **state)
 {
 	(void)state;
 	forge_write(TCP_MAGIC_WRITE, 0, 4000, 200, 200,
-	            "tcp channel 0: write of 200 bytes at offset 4000 outside region 1 "
-	            "(4096 bytes)");
+	            "tcp channel 0: write of 200 bytes at offset 4000 outside region 0x");
 }
 
 static void test_forged_header_with_wrapping_offset_is_rejected(void **state)
 {
 	(void)state;
-	forge_write(TCP_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 1");
+	forge_write(TCP_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 0x");
 }
 
 static void test_forged_header_for_unknown_region_is_rejected(void **state)
 {
 	(void)state;
-	forge_write(TCP_MAGIC_WRITE, 1, 0, 100, 100, "unknown region 2");
+	forge_write(TCP_MAGIC_WRITE, 1, 0, 100, 100, "to unknown region 0x");
 }
 
 static void test_forged_header_with_bad_magic_is_rejected(void **state)
@@ -417,6 +447,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_key_blob_with_a_bad_field_is_refused),
 	        cmocka_unit_test(test_address_blob_with_a_bad_field_is_refused),
 	        cmocka_unit_test(test_unknown_token_connection_is_ignored),
+	        cmocka_unit_test(test_region_ids_are_random),
 	        cmocka_unit_test(test_forged_header_past_region_end_is_rejected),
 	        cmocka_unit_test(test_forged_header_with_wrapping_offset_is_rejected),
 	        cmocka_unit_test(test_forged_header_for_unknown_region_is_rejected),

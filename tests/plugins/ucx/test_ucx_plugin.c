@@ -1,13 +1,15 @@
 /* The ucx plugin's own tests, through the plugin ABI on the plugin test
  * harness, over the UCX transport and transfer mode named by
  * LMT_TEST_UCX_TLS and LMT_TEST_UCX_TRANSFER: how transport and device lists
- * reach UCX, blobs with a bad field, a forger with a UCP worker of its own
- * playing a hostile source, writes through a key the destination let go, and
- * how the source takes its destination closing. What every plugin must do is
+ * reach UCX, blobs with a bad field, random region ids, a forger with a UCP
+ * worker of its own playing a hostile source (and an outsider without the
+ * channel's token), writes through a key the destination let go, and how the
+ * source takes its destination closing. What every plugin must do is
  * lmt-plugin-check's (check-ucx-*). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +34,19 @@ static bool putting(void)
 {
 	return strcmp(transfer, "put") == 0;
 }
+
+/* How many lines the plugin logged through `host` with `text` in them. */
+static int logged_count(struct ph_host *host, const char *text)
+{
+	static char log[1 << 16];
+	ph_host_log(host, log, sizeof(log));
+	int n = 0;
+	for (const char *at = strstr(log, text); at; at = strstr(at + 1, text))
+		n++;
+	return n;
+}
+
+#define DROPPED "without this session's token"
 
 /* An instance of `role` on its own, with option values `options` over the
  * test's: its instance_open's result, the instance closed again. */
@@ -66,6 +81,8 @@ struct forger {
 	ucp_context_h context;
 	ucp_worker_h worker;
 	ucp_ep_h ep;
+	uint64_t token;     /* in its blob: what the destination's notices carry */
+	uint64_t dst_token; /* from the destination's blob: what writes must carry */
 	int notes;
 	struct ucx_note last;
 };
@@ -112,7 +129,9 @@ static void forger_blob(struct forger *f, uint32_t channel, struct lmt_blob *blo
 	ucp_address_t *address;
 	size_t len;
 	assert_int_equal(ucp_worker_get_address(f->worker, &address, &len), UCS_OK);
-	assert_null(ucx_addr_encode(UCX_MAGIC_SRC_ADDR, channel, address, len, blob));
+	f->token = 0x5eed5eed5eed5eedull;
+	struct ucx_addr a = {.magic = UCX_MAGIC_SRC_ADDR, .channel = channel, .token = f->token};
+	assert_null(ucx_addr_encode(&a, address, len, blob));
 	ucp_worker_release_address(f->worker, address);
 }
 
@@ -127,6 +146,7 @@ static void forger_connect(struct forger *f, const struct lmt_blob *dst_addr)
 {
 	struct ucx_addr a;
 	assert_null(ucx_addr_decode(dst_addr, UCX_MAGIC_DST_ADDR, &a));
+	f->dst_token = a.token;
 	ucp_ep_params_t params = {
 	        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 	                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -243,7 +263,8 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 	struct forged s;
 	forged_open(&s);
 	uint8_t header[UCX_WRITE_HEADER_LEN];
-	ucx_write_encode(&(struct ucx_write){.region = s.key.region + region_delta,
+	ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+	                                     .region = s.key.region + region_delta,
 	                                     .offset = offset,
 	                                     .len = len},
 	                 header);
@@ -339,11 +360,11 @@ static void test_key_blob_with_a_bad_field_is_refused(void **state)
 	bad[0].data[0] ^= 1;               /* magic */
 	bad[1].data[4] = 9;                /* version */
 	bad[2].data[6] = 1;                /* reserved */
-	memset(bad[3].data + 8, 0, 4);     /* region id 0 */
-	memset(bad[4].data + 24, 0, 8);    /* zero length */
-	memset(bad[5].data + 16, 0xff, 8); /* base + length wraps */
-	bad[6].data[12] ^= 0x40;           /* rkey length disagrees */
-	memset(bad[7].data + 12, 0, 4);    /* empty rkey */
+	memset(bad[3].data + 16, 0, 8);    /* region id 0 */
+	memset(bad[4].data + 32, 0, 8);    /* zero length */
+	memset(bad[5].data + 24, 0xff, 8); /* base + length wraps */
+	bad[6].data[8] ^= 0x40;            /* rkey length disagrees */
+	bad[7].data[13] = 1;               /* reserved */
 	for (int i = 0; i < BAD; i++) {
 		lmt_rkey *rkey = (lmt_rkey *)(uintptr_t)1; /* must be cleared */
 		assert_int_equal(cfg.plugin->ops.rkey_import(p.src.inst, &bad[i], &rkey),
@@ -361,14 +382,15 @@ static void test_address_blob_with_a_bad_field_is_refused(void **state)
 	struct ph_run run = {.cfg = &cfg};
 	struct ph_pair p;
 	PH_REQUIRE(&run, ph_pair_open(&run, &p, PH_SECOND) && ph_pair_open_endpoints(&run, &p));
-	enum { BAD = 4 };
+	enum { BAD = 5 };
 	struct lmt_blob bad[BAD];
 	for (int i = 0; i < BAD; i++)
 		bad[i] = p.dst.addr[0];
 	bad[0].data[3] ^= 0x80;         /* magic */
-	bad[1].data[4] = 2;             /* version */
-	bad[2].data[7] = 1;             /* reserved */
+	bad[1].data[4] = 9;             /* version */
+	bad[2].data[7] = 1;             /* unknown flag */
 	memset(bad[3].data + 12, 0, 4); /* empty address */
+	memset(bad[4].data + 16, 0, 8); /* no token */
 	for (int i = 0; i < BAD; i++) {
 		assert_int_equal(cfg.plugin->ops.ep_connect(p.src.ep[0], &bad[i]), -LMT_EPROTO);
 		PH_ASSERT_ERROR(&p.src.host, LMT_EPROTO, "address blob");
@@ -386,27 +408,26 @@ static void test_forged_write_past_region_end_is_refused(void **state)
 {
 	(void)state;
 	forge_write(UCX_MAGIC_WRITE, 0, 4000, 200, 200,
-	            "ucx channel 0: write of 200 bytes at offset 4000 outside region 1 "
-	            "(4096 bytes)");
+	            "ucx channel 0: write of 200 bytes at offset 4000 outside region ");
 }
 
 static void test_forged_rendezvous_write_past_region_end_is_refused(void **state)
 {
 	(void)state;
 	/* Large enough for UCX to send it by rendezvous on every transport. */
-	forge_write(UCX_MAGIC_WRITE, 0, 0, 1 << 20, 1 << 20, "outside region 1 (4096 bytes)");
+	forge_write(UCX_MAGIC_WRITE, 0, 0, 1 << 20, 1 << 20, "(4096 bytes)");
 }
 
 static void test_forged_write_with_wrapping_offset_is_refused(void **state)
 {
 	(void)state;
-	forge_write(UCX_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region 1");
+	forge_write(UCX_MAGIC_WRITE, 0, UINT64_MAX - 99, 200, 200, "outside region ");
 }
 
 static void test_forged_write_for_unknown_region_is_refused(void **state)
 {
 	(void)state;
-	forge_write(UCX_MAGIC_WRITE, 1, 0, 100, 100, "unknown region 2");
+	forge_write(UCX_MAGIC_WRITE, 1, 0, 100, 100, "to unknown region ");
 }
 
 static void test_forged_write_with_bad_magic_is_refused(void **state)
@@ -421,16 +442,122 @@ static void test_forged_write_longer_than_its_header_says_is_refused(void **stat
 	forge_write(UCX_MAGIC_WRITE, 0, 0, 16, 4000, "write header says 16 bytes, 4000 arrived");
 }
 
-static void test_forged_write_with_short_header_is_refused(void **state)
+/* A write that does not carry the channel's token, eager or by rendezvous,
+ * with a header too short to hold one, or with one guessed wrong: it comes
+ * from outside the session. It is dropped, memory stays as it was, the
+ * load goes on, and a write of the source's lands after it. */
+static void test_write_without_the_token_is_dropped(void **state)
 {
 	(void)state;
 	struct forged s;
 	forged_open(&s);
-	uint8_t header[UCX_WRITE_HEADER_LEN] = {0};
-	uint8_t data[64] = {0};
-	forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header) - 1, data, sizeof(data));
-	refused(&s, "write header of the wrong length");
+	struct ph_host *dh = &s.pair.dst.host;
+	size_t sizes[] = {64, 1 << 20};
+	uint8_t *data = malloc(1 << 20);
+	assert_non_null(data);
+	memset(data, 0x5a, 1 << 20);
+	for (int i = 0; i < 2; i++) {
+		uint8_t header[UCX_WRITE_HEADER_LEN];
+		uint64_t len = sizes[i] < 4096 ? sizes[i] : 4096;
+		ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token ^ (1ull << (7 * i)),
+		                                     .region = s.key.region,
+		                                     .len = len},
+		                 header);
+		forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header), data, len);
+		ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+		                                     .region = s.key.region,
+		                                     .len = sizes[i]},
+		                 header);
+		forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header) - 1, data, sizes[i]);
+	}
+	struct lmt_completion c[1];
+	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
+	assert_int_equal(ph_host_errors(dh), 0);
+	PH_REQUIRE(&s.run,
+	           ph_all_zero(&s.run, "the region", s.region.mem, s.region.len, 0) &&
+	                   ph_region_guards_intact(&s.run, &s.region));
+	assert_true(logged_count(dh, DROPPED) > 0);
+
+	/* The source's own write still lands, and is acknowledged. */
+	uint8_t header[UCX_WRITE_HEADER_LEN];
+	ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+	                                     .region = s.key.region,
+	                                     .offset = 100,
+	                                     .len = 200,
+	                                     .slot = 3,
+	                                     .generation = 1},
+	                 header);
+	assert_int_equal(forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header), data, 200),
+	                 UCS_OK);
+	uint64_t deadline = ph_now() + 5 * PH_SECOND;
+	while (!s.f.notes && ph_now() < deadline) {
+		ucp_worker_progress(s.f.worker);
+		cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, 0);
+	}
+	assert_int_equal(s.f.notes, 1);
+	assert_int_equal(s.f.last.kind, UCX_NOTE_ACK);
+	assert_int_equal(s.f.last.token, s.f.token);
+	PH_REQUIRE(&s.run, ph_all_zero(&s.run, "before the write", s.region.mem, 100, 0) &&
+	                           ph_all_zero(&s.run, "after the write", s.region.mem + 300,
+	                                       s.region.len - 300, 300));
+	for (size_t i = 100; i < 300; i++)
+		assert_int_equal(s.region.mem[i], 0x5a);
+	assert_int_equal(ph_host_errors(dh), 0);
+	free(data);
 	forged_close(&s);
+}
+
+/* A goodbye without the token does not close the channel. */
+static void test_notice_without_the_token_is_ignored(void **state)
+{
+	(void)state;
+	struct forged s;
+	forged_open(&s);
+	uint8_t header[UCX_NOTE_HEADER_LEN];
+	ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_BYE, .token = s.f.dst_token + 1},
+	                header);
+	forger_send(&s.f, UCX_AM_NOTE, header, sizeof(header), NULL, 0);
+	struct lmt_completion c[1];
+	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
+	assert_int_equal(ph_host_errors(&s.pair.dst.host), 0);
+	assert_int_equal(logged_count(&s.pair.dst.host, DROPPED), 1);
+	/* Not answered: the channel never heard a goodbye. */
+	uint64_t deadline = ph_now() + PH_SECOND / 5;
+	while (ph_now() < deadline)
+		ucp_worker_progress(s.f.worker);
+	assert_int_equal(s.f.notes, 0);
+	forged_close(&s);
+}
+
+/* Region ids come from the CSPRNG: 64-bit, distinct, never 1, 2, 3 ... */
+static void test_region_ids_are_random(void **state)
+{
+	(void)state;
+	enum { COUNT = 16 };
+	struct ph_run run = {.cfg = &cfg};
+	struct ph_pair p;
+	struct ph_region r[COUNT] = {{0}};
+	uint64_t ids[COUNT];
+	bool high = false;
+	ph_pair_init(&p, &cfg);
+	p.channels = 1;
+	PH_REQUIRE(&run, ph_instance_open(&run, &p.dst, LMT_ROLE_DESTINATION, 1, PH_SECOND));
+	for (int i = 0; i < COUNT; i++) {
+		PH_REQUIRE(&run, ph_region_open(&run, &p, &r[i], 4096));
+		struct ucx_key key;
+		assert_null(ucx_key_decode(&r[i].key, &key));
+		ids[i] = key.region;
+		assert_true(ids[i] > (1u << 20));
+		high |= ids[i] >> 48 != 0;
+		for (int j = 0; j < i; j++)
+			assert_true(ids[j] != ids[i]);
+		/* An rkey only where the destination takes puts. */
+		assert_int_equal(key.rkey_len != 0, putting());
+	}
+	assert_true(high);
+	for (int i = 0; i < COUNT; i++)
+		ph_region_close(&p, &r[i]);
+	ph_pair_close(&p);
 }
 
 static void test_forged_acknowledgement_to_destination_is_refused(void **state)
@@ -439,7 +566,7 @@ static void test_forged_acknowledgement_to_destination_is_refused(void **state)
 	struct forged s;
 	forged_open(&s);
 	uint8_t header[UCX_NOTE_HEADER_LEN];
-	ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_ACK}, header);
+	ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_ACK, .token = s.f.dst_token}, header);
 	forger_send(&s.f, UCX_AM_NOTE, header, sizeof(header), NULL, 0);
 	refused(&s, "bad notice from the source");
 	forged_close(&s);
@@ -475,7 +602,7 @@ static void test_write_to_a_deregistered_region_fails_both_sides(void **state)
 		assert_int_equal(rc, -LMT_EPROTO);
 	struct lmt_completion c[1];
 	assert_int_equal(cfg.plugin->ops.progress(p.dst.inst, c, 1, 5 * PH_SECOND), -LMT_EPROTO);
-	PH_ASSERT_FIRST_ERROR(&p.dst.host, LMT_EPROTO, "unknown region 1");
+	PH_ASSERT_FIRST_ERROR(&p.dst.host, LMT_EPROTO, "to unknown region ");
 	assert_int_equal(ph_harvest_until_error(&run, &p, &tally, 10 * PH_SECOND), -LMT_EPROTO);
 	PH_REQUIRE(&run, !run.failed);
 	assert_int_equal(tally.done, tally.posted);
@@ -560,7 +687,9 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_forged_write_for_unknown_region_is_refused),
 	        cmocka_unit_test(test_forged_write_with_bad_magic_is_refused),
 	        cmocka_unit_test(test_forged_write_longer_than_its_header_says_is_refused),
-	        cmocka_unit_test(test_forged_write_with_short_header_is_refused),
+	        cmocka_unit_test(test_write_without_the_token_is_dropped),
+	        cmocka_unit_test(test_notice_without_the_token_is_ignored),
+	        cmocka_unit_test(test_region_ids_are_random),
 	        cmocka_unit_test(test_forged_acknowledgement_to_destination_is_refused),
 	        cmocka_unit_test(test_write_to_a_deregistered_region_fails_both_sides),
 	        cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),

@@ -1,0 +1,465 @@
+/* Attack tests: a writer outside the session against a real destination.
+ *
+ * A destination (an lmt session in a child process, with auth-key-file and
+ * pin-all, so that all its guest RAM is registered at setup) waits after
+ * setup while the source holds back. A separate program that holds nothing
+ * the control connection carried then attacks its data path:
+ *
+ * - ofi over tcp;ofi_rxm: ofi_attacker finds the destination's listening
+ *   ports as a port scan would (here: the child's listening sockets, the
+ *   control port left out) and tries fi_write with keys 0 to 1000, each at
+ *   one of the offsets 0, 64 and 4096, against each;
+ * - ucx over tcp: ucx_attacker connects to the destination's UCP worker (its
+ *   address from the destination's debug log, which carries no token) and
+ *   sends write messages with guessed region ids and tokens, goodbyes, and
+ *   puts at the guest RAM's very address.
+ *
+ * The destination's guest RAM lives in a shared mapping made before the
+ * fork, so this process sees it: it must be byte for byte as it was after
+ * the attack, and the migration must then complete bit for bit. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lmt/lmt.h>
+
+#include "guest.h"
+
+#define RAM_BYTES (32ull << 20)
+#define SECOND 1000000000ull
+
+static char key_path[64];
+static char log_path[64];
+
+/* ---- Helpers ------------------------------------------------------------- */
+
+static const char *env_or(const char *name, const char *fallback)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : fallback;
+}
+
+static lmt_session *session(enum lmt_role role, struct guest_ram *ram, const char *plugin,
+                            const char *opts)
+{
+	struct lmt_error err = {0};
+	lmt_session *s = NULL;
+	if (lmt_session_new(&s, role, plugin, opts, &err))
+		fail_msg("session over %s with '%s': %s", plugin, opts, err.message);
+	for (uint32_t i = 0; i < ram->nblocks; i++)
+		assert_int_equal(lmt_session_add_block(s, ram->blocks[i].name, ram->blocks[i].host,
+		                                       ram->blocks[i].length, GUEST_PAGE_SIZE),
+		                 0);
+	return s;
+}
+
+/* The destination child's log, line by line, to a file the test reads. */
+static void log_to_file(void *opaque, enum lmt_log_level level, const char *msg)
+{
+	FILE *f = opaque;
+	(void)level;
+	fprintf(f, "%s\n", msg);
+	fflush(f);
+}
+
+struct destination {
+	pid_t pid;
+	uint16_t port;
+	struct guest_ram ram; /* shared with the child */
+	uint8_t *before;      /* what it held before the attack */
+};
+
+static void destination_child(struct destination *d, const char *plugin, const char *opts,
+                              int out)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	FILE *log = fopen(log_path, "w");
+	if (!log)
+		_exit(2);
+	lmt_set_log_handler(log_to_file, log);
+	lmt_set_log_level(LMT_LOG_DEBUG);
+	lmt_session *s = session(LMT_ROLE_DESTINATION, &d->ram, plugin, opts);
+	uint16_t port = 0;
+	if (lmt_load_listen(s, "127.0.0.1:0", &port) != 0 ||
+	    write(out, &port, sizeof(port)) != sizeof(port))
+		_exit(2);
+	int rc = lmt_load_run(s);
+	if (rc)
+		fprintf(log, "load failed: %s\n", lmt_session_error(s)->message);
+	lmt_session_free(s);
+	fclose(log);
+	_exit(rc == 0 ? 0 : 1);
+}
+
+static void destination_start(struct destination *d, const char *plugin, const char *opts)
+{
+	uint8_t *base = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+	                     -1, 0);
+	assert_true(base != MAP_FAILED);
+	/* Zero, as fresh guest RAM is: the source sends no zero pages. */
+	guest_ram_layout(&d->ram, base, RAM_BYTES);
+	d->before = malloc(RAM_BYTES);
+	assert_non_null(d->before);
+	memcpy(d->before, base, RAM_BYTES);
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	d->pid = fork();
+	assert_true(d->pid >= 0);
+	if (d->pid == 0) {
+		close(fds[0]);
+		destination_child(d, plugin, opts, fds[1]);
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &d->port, sizeof(d->port)), sizeof(d->port));
+	close(fds[0]);
+}
+
+static int destination_wait(struct destination *d)
+{
+	int status = 0;
+	assert_int_equal(waitpid(d->pid, &status, 0), d->pid);
+	munmap(d->ram.base, RAM_BYTES);
+	free(d->before);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The destination's log so far, as one string (malloc'ed). */
+static char *read_log(void)
+{
+	FILE *f = fopen(log_path, "r");
+	assert_non_null(f);
+	char *text = NULL;
+	size_t size = 0;
+	FILE *m = open_memstream(&text, &size);
+	char buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, m);
+	fclose(f);
+	fclose(m);
+	return text;
+}
+
+/* Run a program, its standard output into `out` (at most size - 1 bytes),
+ * killed after `timeout_ns`. Its exit status, or 128 + signal. */
+static int run(char *const argv[], char *out, size_t size, uint64_t timeout_ns)
+{
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fds[1], 1);
+		close(fds[0]);
+		close(fds[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	size_t used = 0;
+	uint64_t deadline = guest_now_ns() + timeout_ns;
+	for (;;) {
+		ssize_t n = read(fds[0], out + used, size - 1 - used);
+		if (n > 0) {
+			used += (size_t)n;
+			if (used < size - 1)
+				continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		break;
+	}
+	out[used] = 0;
+	close(fds[0]);
+	int status = 0;
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (guest_now_ns() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			break;
+		}
+		struct timespec ts = {0, 10000000};
+		nanosleep(&ts, NULL);
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The TCP ports a process listens on (IPv4 and IPv6), as a scan of the host
+ * would find them: its sockets' inodes matched against /proc/net/tcp*. */
+static int listening_ports(pid_t pid, uint16_t *ports, int max)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	unsigned long inodes[256];
+	int ninodes = 0;
+	DIR *dir = opendir(path);
+	assert_non_null(dir);
+	struct dirent *e;
+	while ((e = readdir(dir)) && ninodes < 256) {
+		char link[600], target[64];
+		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+		ssize_t n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = 0;
+		unsigned long inode;
+		if (sscanf(target, "socket:[%lu]", &inode) == 1)
+			inodes[ninodes++] = inode;
+	}
+	closedir(dir);
+	int found = 0;
+	const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+	for (int t = 0; t < 2; t++) {
+		FILE *f = fopen(tables[t], "r");
+		if (!f)
+			continue;
+		char line[512];
+		while (fgets(line, sizeof(line), f)) {
+			char local[128];
+			unsigned state;
+			unsigned long inode;
+			if (sscanf(line, " %*d: %127s %*s %x %*s %*s %*s %*s %*s %lu", local, &state,
+			           &inode) != 3 ||
+			    state != 0x0a) /* TCP_LISTEN */
+				continue;
+			for (int i = 0; i < ninodes; i++) {
+				const char *colon = strrchr(local, ':');
+				if (inodes[i] == inode && colon && found < max)
+					ports[found++] = (uint16_t)strtoul(colon + 1, NULL, 16);
+			}
+		}
+		fclose(f);
+	}
+	return found;
+}
+
+/* The source's guest: random pages, with dirty bitmaps. */
+static void ram_fill_private(struct guest_ram *ram)
+{
+	uint8_t *base = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                     -1, 0);
+	assert_true(base != MAP_FAILED);
+	guest_ram_layout(ram, base, RAM_BYTES);
+	guest_ram_fill(ram, 0.1, 42);
+	assert_int_equal(guest_ram_alloc_dirty(ram), 0);
+}
+
+static void ram_free_private(struct guest_ram *ram)
+{
+	guest_ram_free_dirty(ram);
+	munmap(ram->base, RAM_BYTES);
+}
+
+/* Source: set up (the destination then holds all its RAM registered and
+ * waits), and hand the session back. */
+static lmt_session *source_setup(struct guest_ram *src, const char *plugin, const char *opts,
+                                 uint16_t port)
+{
+	ram_fill_private(src);
+	lmt_session *s = session(LMT_ROLE_SOURCE, src, plugin, opts);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, src), 0);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	if (lmt_save_setup(s, uri))
+		fail_msg("setup: %s", lmt_session_error(s)->message);
+	return s;
+}
+
+static void source_finish(lmt_session *s)
+{
+	struct lmt_iterate_result it = {0};
+	int rc = 0;
+	while (rc == 0 && !it.ready)
+		rc = lmt_save_iterate(s, &it);
+	if (rc == 0)
+		rc = lmt_save_complete(s, NULL, 0);
+	if (rc)
+		fail_msg("migration after the attack: %s", lmt_session_error(s)->message);
+	lmt_session_free(s);
+}
+
+/* After the attack: not one byte of the destination's guest RAM changed. */
+static void assert_untouched(const struct destination *d)
+{
+	/* Anything in flight lands meanwhile. */
+	struct timespec ts = {0, 200000000};
+	nanosleep(&ts, NULL);
+	const uint8_t *now = d->ram.base;
+	for (size_t i = 0; i < RAM_BYTES; i++)
+		if (now[i] != d->before[i])
+			fail_msg("the attack changed the destination's guest RAM at byte %zu "
+			         "(0x%02x, was 0x%02x)",
+			         i, now[i], d->before[i]);
+}
+
+/* The migration completed and the destination holds the source's RAM. */
+static void assert_migrated(struct destination *d, struct guest_ram *src, lmt_session *s)
+{
+	source_finish(s);
+	/* Compared before the child's exit unmaps nothing of ours. */
+	int differ = memcmp(d->ram.base, src->base, RAM_BYTES);
+	char *log = read_log();
+	int status = destination_wait(d);
+	if (status != 0 || differ)
+		fail_msg("destination exit %d, RAM %s; its log:\n%s", status,
+		         differ ? "differs from the source's" : "bit for bit", log);
+	free(log);
+	ram_free_private(src);
+}
+
+static char *options(const char *base)
+{
+	static char opts[512];
+	/* The source says nothing but keep-alives while the attack runs, and
+	 * a destination gives up on such a source after idle-timeout. */
+	snprintf(opts, sizeof(opts),
+	         "%s,auth-key-file=%s,pin-all=on,channels=2,chunk-size=1M,idle-timeout=10m", base,
+	         key_path);
+	return opts;
+}
+
+/* ---- ofi ------------------------------------------------------------------ */
+
+/* The attacker itself: against a target of its own that registers under
+ * key 3, as lmt once did, the same guesses land. */
+static void test_ofi_attacker_lands_on_a_guessable_key(void **state)
+{
+	(void)state;
+	char out[4096];
+	char *argv[] = {(char *)env_or("LMT_TEST_OFI_ATTACKER", "ofi_attacker"), "--self-test",
+	                "8", NULL};
+	int rc = run(argv, out, sizeof(out), 120 * SECOND);
+	print_message("%s", out);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, "self-test: "));
+}
+
+static void test_ofi_outsider_cannot_write_guest_ram(void **state)
+{
+	(void)state;
+	const char *plugin = "ofi";
+	const char *opts = options("ofi.provider=tcp");
+	struct destination d;
+	destination_start(&d, plugin, opts);
+	struct guest_ram src;
+	lmt_session *s = source_setup(&src, plugin, opts, d.port);
+
+	uint16_t ports[32];
+	int n = listening_ports(d.pid, ports, 32);
+	int attacked = 0;
+	for (int i = 0; i < n; i++) {
+		if (ports[i] == d.port)
+			continue; /* the control connection's listener */
+		char port[16], out[8192];
+		snprintf(port, sizeof(port), "%u", ports[i]);
+		char *argv[] = {(char *)env_or("LMT_TEST_OFI_ATTACKER", "ofi_attacker"),
+		                "127.0.0.1", port, "1000", NULL};
+		int rc = run(argv, out, sizeof(out), 300 * SECOND);
+		print_message("port %s: %s", port, out);
+		assert_int_equal(rc, 0);
+		unsigned writes = 0, accepted = 1, refused = 0;
+		assert_int_equal(sscanf(out, "attack: %u writes, %u accepted, %u refused", &writes,
+		                        &accepted, &refused),
+		                 3);
+		assert_int_equal(accepted, 0);
+		/* Each guess reached the target and was turned down there. */
+		assert_true(refused == writes && writes == 1001);
+		attacked++;
+	}
+	assert_true(attacked >= 2); /* one data endpoint per channel */
+	assert_untouched(&d);
+	assert_migrated(&d, &src, s);
+}
+
+/* ---- ucx ------------------------------------------------------------------ */
+
+static void test_ucx_outsider_cannot_write_guest_ram(void **state)
+{
+	(void)state;
+	const char *plugin = "ucx";
+	const char *opts = options("ucx.tls=tcp");
+	struct destination d;
+	destination_start(&d, plugin, opts);
+	struct guest_ram src;
+	lmt_session *s = source_setup(&src, plugin, opts, d.port);
+
+	char *log = read_log();
+	int attacked = 0;
+	for (const char *at = log; (at = strstr(at, "worker address ")) != NULL;) {
+		at += strlen("worker address ");
+		char hex[1024];
+		size_t len = strspn(at, "0123456789abcdef");
+		assert_true(len > 0 && len < sizeof(hex));
+		memcpy(hex, at, len);
+		hex[len] = 0;
+		char ram[32], out[4096];
+		snprintf(ram, sizeof(ram), "0x%llx", (unsigned long long)(uintptr_t)d.ram.base);
+		char *argv[] = {(char *)env_or("LMT_TEST_UCX_ATTACKER", "ucx_attacker"),
+		                "tcp",
+		                hex,
+		                "1000",
+		                "--ram",
+		                ram,
+		                NULL};
+		int rc = run(argv, out, sizeof(out), 300 * SECOND);
+		print_message("%s", out);
+		assert_int_equal(rc, 0);
+		/* The rendezvous writes reached the handler, which turned them
+		 * down itself. */
+		assert_non_null(strstr(out, "3 rendezvous: 3 refused"));
+		attacked++;
+	}
+	free(log);
+	assert_int_equal(attacked, 2);
+	log = read_log();
+	assert_non_null(strstr(log, "without this session's token"));
+	free(log);
+	assert_untouched(&d);
+	assert_migrated(&d, &src, s);
+}
+
+/* ---- Main ----------------------------------------------------------------- */
+
+int main(void)
+{
+	snprintf(key_path, sizeof(key_path), "/tmp/lmt-security-key.XXXXXX");
+	int fd = mkstemp(key_path);
+	if (fd < 0 || write(fd, "a key for the security tests\n", 29) != 29)
+		return 1;
+	close(fd);
+	snprintf(log_path, sizeof(log_path), "/tmp/lmt-security-log.XXXXXX");
+	fd = mkstemp(log_path);
+	if (fd < 0)
+		return 1;
+	close(fd);
+	const struct CMUnitTest ofi[] = {
+	        cmocka_unit_test(test_ofi_attacker_lands_on_a_guessable_key),
+	        cmocka_unit_test(test_ofi_outsider_cannot_write_guest_ram),
+	};
+	const struct CMUnitTest ucx[] = {
+	        cmocka_unit_test(test_ucx_outsider_cannot_write_guest_ram),
+	};
+	const char *which = env_or("LMT_TEST_SECURITY", "ofi");
+	int rc = strcmp(which, "ucx") == 0 ? cmocka_run_group_tests(ucx, NULL, NULL)
+	                                   : cmocka_run_group_tests(ofi, NULL, NULL);
+	unlink(key_path);
+	unlink(log_path);
+	return rc;
+}
