@@ -65,6 +65,12 @@ bool lmt__peer_gone(struct lmt_session *s)
 {
 	if (atomic_load(&s->peer_gone))
 		return !lmt__ctrl_queued(s);
+	/* While the service thread runs, only it says so (ctrl_failed), once it
+	 * has read up to the hang-up and queued every message before it. A
+	 * hang-up seen on the socket here may still have messages in front of
+	 * it, unread or in the thread's hands. */
+	if (s->ctrl)
+		return false;
 	uint64_t now = lmt__now(), last = atomic_load(&s->peer_checked_ns);
 	int fd = s->ctrl_fd;
 	if (fd < 0 || now - last < PEER_CHECK_NS ||

@@ -10,7 +10,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +22,7 @@
 #include <lmt/lmt.h>
 
 #include "net.h"
+#include "plugin_harness.h"
 #include "proto.h"
 
 #define PAGE 4096u
@@ -312,58 +312,30 @@ static void test_wrong_channel_count(void **state)
 
 /* ---- past the handshake: a real tcp source endpoint through the ABI ---- */
 
+/* tcp.so loaded as lmt loads it, with the plugin test harness's host. */
 struct abi_source {
-	void *dl;
+	struct ph_config cfg;
+	struct ph_run run;
+	struct ph_side side;
 	const struct lmt_plugin *p;
 	lmt_instance *inst;
 	lmt_endpoint *ep;
 };
 
-static void h_log(void *c, enum lmt_log_level l, const char *fmt, ...)
+static void abi_source_open(struct abi_source *src)
 {
+	struct lmt_error err = {0};
+	const char *path = getenv("LMT_TEST_TCP_PLUGIN");
+	assert_non_null(path);
+	if (ph_load(&src->cfg, path, "", &err))
+		fail_msg("cannot load %s: %s", path, err.message);
+	src->run = (struct ph_run){.cfg = &src->cfg};
+	ph_host_init(&src->side.host, &src->cfg, "source");
+	if (!ph_instance_open(&src->run, &src->side, LMT_ROLE_SOURCE, 1, 5 * PH_SECOND))
+		fail_msg("%s", src->run.why);
+	src->p = src->cfg.plugin;
+	src->inst = src->side.inst;
 }
-
-static int h_error(void *c, int code, const char *fmt, ...)
-{
-	return code > 0 ? -code : code;
-}
-
-static uint64_t h_now(void *c)
-{
-	return lmt__now_ns();
-}
-
-static int h_option(void *c, const char *name, struct lmt_option_value *out)
-{
-	memset(out, 0, sizeof(*out));
-	if (strcmp(name, "tcp.nodelay") == 0) {
-		out->type = LMT_OPT_BOOL;
-		out->boolean = 1;
-		return 0;
-	}
-	if (strcmp(name, "tcp.address") == 0) {
-		out->type = LMT_OPT_STRING;
-		out->text = "";
-		return 0;
-	}
-	out->type = LMT_OPT_SIZE;
-	return strcmp(name, "tcp.buffer-size") == 0 ? 0 : -LMT_ENOTFOUND;
-}
-
-static int h_cancelled(void *c)
-{
-	return 0;
-}
-
-static const struct lmt_host host = {
-        .abi_version = LMT_PLUGIN_ABI_VERSION,
-        .struct_size = sizeof(struct lmt_host),
-        .log = h_log,
-        .error = h_error,
-        .now_ns = h_now,
-        .option = h_option,
-        .cancelled = h_cancelled,
-};
 
 /* Handshake with blocks and one connected channel; the destination then
  * waits for REG_REQ and friends. */
@@ -373,19 +345,7 @@ static struct fake *fake_connected(struct abi_source *src)
 	hello_ok(f->fd, &f->out, f->in);
 	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
 
-	src->dl = dlopen(getenv("LMT_TEST_TCP_PLUGIN"), RTLD_NOW | RTLD_LOCAL);
-	assert_non_null(src->dl);
-	lmt_plugin_entry_fn entry;
-	void *sym = dlsym(src->dl, LMT_PLUGIN_ENTRY_SYMBOL);
-	memcpy(&entry, &sym, sizeof(entry));
-	assert_int_equal(entry(LMT_PLUGIN_ABI_VERSION, &src->p), 0);
-	struct lmt_instance_params params = {.struct_size = sizeof(params),
-	                                     .role = LMT_ROLE_SOURCE,
-	                                     .channels = 1,
-	                                     .timeout_ns = 5000000000ull,
-	                                     .local_host = "127.0.0.1",
-	                                     .peer_host = "127.0.0.1"};
-	assert_int_equal(src->p->ops.instance_open(&host, NULL, &params, &src->inst), 0);
+	abi_source_open(src);
 	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
 	a->count = 1;
 	assert_int_equal(src->p->ops.ep_open(src->inst, 0, &src->ep, &a->addrs[0]), 0);
@@ -405,7 +365,8 @@ static void abi_source_close(struct abi_source *src)
 	if (src->ep)
 		src->p->ops.ep_close(src->ep);
 	src->p->ops.instance_close(src->inst);
-	dlclose(src->dl);
+	ph_host_fini(&src->side.host);
+	ph_unload(&src->cfg);
 }
 
 static void send_reg_req(struct fake *f, uint32_t block, uint64_t offset, uint64_t length)

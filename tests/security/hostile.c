@@ -8,7 +8,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
@@ -222,53 +221,7 @@ int hostile_handshake(int fd, const char *key, bool good, char *text, size_t siz
 
 /* ---- a tcp source endpoint through the ABI ---- */
 
-static void h_log(void *c, enum lmt_log_level l, const char *fmt, ...)
-{
-}
-
-static int h_error(void *c, int code, const char *fmt, ...)
-{
-	return code > 0 ? -code : code;
-}
-
-static uint64_t h_now(void *c)
-{
-	return lmt__now_ns();
-}
-
-static int h_option(void *c, const char *name, struct lmt_option_value *out)
-{
-	memset(out, 0, sizeof(*out));
-	if (strcmp(name, "tcp.nodelay") == 0) {
-		out->type = LMT_OPT_BOOL;
-		out->boolean = 1;
-		return 0;
-	}
-	if (strcmp(name, "tcp.address") == 0) {
-		out->type = LMT_OPT_STRING;
-		out->text = "";
-		return 0;
-	}
-	out->type = LMT_OPT_SIZE;
-	return strcmp(name, "tcp.buffer-size") == 0 ? 0 : -LMT_ENOTFOUND;
-}
-
-static int h_cancelled(void *c)
-{
-	return 0;
-}
-
-static const struct lmt_host host = {
-        .abi_version = LMT_PLUGIN_ABI_VERSION,
-        .struct_size = sizeof(struct lmt_host),
-        .log = h_log,
-        .error = h_error,
-        .now_ns = h_now,
-        .option = h_option,
-        .cancelled = h_cancelled,
-};
-
-#define PLUGIN(h) ((const struct lmt_plugin *)(h)->plugin)
+#define PLUGIN(h) ((h)->cfg.plugin)
 
 static struct lmt_msg_addrs peer_addrs;
 
@@ -291,33 +244,22 @@ void hostile_source_open(struct hostile_source *h, uint16_t port, const char *ke
 	free(bl);
 	hostile_send_buf(h->fd, &h->out);
 
-	h->dl = dlopen(getenv("LMT_TEST_TCP_PLUGIN"), RTLD_NOW | RTLD_LOCAL);
-	assert_non_null(h->dl);
-	lmt_plugin_entry_fn entry;
-	void *sym = dlsym(h->dl, LMT_PLUGIN_ENTRY_SYMBOL);
-	memcpy(&entry, &sym, sizeof(entry));
-	const struct lmt_plugin *p = NULL;
-	assert_int_equal(entry(LMT_PLUGIN_ABI_VERSION, &p), 0);
-	h->plugin = p;
-	struct lmt_instance_params params = {.struct_size = sizeof(params),
-	                                     .role = LMT_ROLE_SOURCE,
-	                                     .channels = 1,
-	                                     .timeout_ns = 5000000000ull,
-	                                     .local_host = "127.0.0.1",
-	                                     .peer_host = "127.0.0.1"};
-	lmt_instance *inst = NULL;
-	assert_int_equal(p->ops.instance_open(&host, NULL, &params, &inst), 0);
-	h->inst = inst;
+	const char *path = getenv("LMT_TEST_TCP_PLUGIN");
+	assert_non_null(path);
+	struct lmt_error err = {0};
+	if (ph_load(&h->cfg, path, "", &err))
+		fail_msg("cannot load %s: %s", path, err.message);
+	struct ph_run run = {.cfg = &h->cfg};
+	ph_host_init(&h->side.host, &h->cfg, "source");
+	if (!ph_instance_open(&run, &h->side, LMT_ROLE_SOURCE, 1, 5 * PH_SECOND))
+		fail_msg("%s", run.why);
 	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
 	a->count = 1;
-	lmt_endpoint *ep = NULL;
-	assert_int_equal(p->ops.ep_open(inst, 0, &ep, &a->addrs[0]), 0);
-	h->ep = ep;
+	assert_int_equal(PLUGIN(h)->ops.ep_open(h->side.inst, 0, &h->side.ep[0], &a->addrs[0]), 0);
 	assert_int_equal(lmt__enc_addrs(&h->out, a), 0);
 	free(a);
 	hostile_send_buf(h->fd, &h->out);
 	assert_int_equal(hostile_recv(h->fd, h->in, &h->in_len, 5000), LMT_MSG_EP_ADDRS);
-	struct lmt_error err = {0};
 	assert_int_equal(lmt__dec_addrs(h->in, h->in_len, &peer_addrs, &err), 0);
 	struct tcp_dst_addr da;
 	assert_null(tcp_dst_addr_decode(&peer_addrs.addrs[0], &da));
@@ -326,7 +268,7 @@ void hostile_source_open(struct hostile_source *h, uint16_t port, const char *ke
 
 int hostile_source_connect(struct hostile_source *h)
 {
-	if (PLUGIN(h)->ops.ep_connect(h->ep, &peer_addrs.addrs[0]))
+	if (PLUGIN(h)->ops.ep_connect(h->side.ep[0], &peer_addrs.addrs[0]))
 		return -1;
 	return hostile_recv(h->fd, h->in, &h->in_len, 10000) == LMT_MSG_READY ? 0 : -1;
 }
@@ -354,20 +296,20 @@ int hostile_source_write_all(struct hostile_source *h, const struct guest_ram *r
 			assert_int_equal(lmt__dec_regs(h->in, h->in_len, LMT_MSG_REG_REPLY, r, &err),
 			                 0);
 			assert_true(nkeys < 64);
-			assert_int_equal(p->ops.rkey_import(h->inst, &r->regs[0].key, &keys[nkeys]),
+			assert_int_equal(p->ops.rkey_import(h->side.inst, &r->regs[0].key, &keys[nkeys]),
 			                 0);
-			assert_int_equal(p->ops.write(h->ep, ram->blocks[b].host + off, len, NULL,
+			assert_int_equal(p->ops.write(h->side.ep[0], ram->blocks[b].host + off, len, NULL,
 			                              keys[nkeys], 0, cookie++),
 			                 0);
 			nkeys++;
 		}
 	}
 	free(r);
-	if (p->ops.flush(h->inst, 10000000000ull))
+	if (p->ops.flush(h->side.inst, 10000000000ull))
 		return -1;
 	struct lmt_completion c[16];
 	while (done < cookie) {
-		int n = p->ops.progress(h->inst, c, 16, 1000000000ull);
+		int n = p->ops.progress(h->side.inst, c, 16, 1000000000ull);
 		if (n <= 0)
 			return -1;
 		for (int i = 0; i < n; i++)
@@ -376,7 +318,7 @@ int hostile_source_write_all(struct hostile_source *h, const struct guest_ram *r
 		done += (uint64_t)n;
 	}
 	for (unsigned i = 0; i < nkeys; i++)
-		p->ops.rkey_release(h->inst, keys[i]);
+		p->ops.rkey_release(h->side.inst, keys[i]);
 	return 0;
 }
 
@@ -384,10 +326,12 @@ void hostile_source_close(struct hostile_source *h)
 {
 	const struct lmt_plugin *p = PLUGIN(h);
 	if (p) {
-		if (h->ep)
-			p->ops.ep_close(h->ep);
-		p->ops.instance_close(h->inst);
-		dlclose(h->dl);
+		if (h->side.ep[0])
+			p->ops.ep_close(h->side.ep[0]);
+		if (h->side.inst)
+			p->ops.instance_close(h->side.inst);
+		ph_host_fini(&h->side.host);
+		ph_unload(&h->cfg);
 	}
 	close(h->fd);
 	lmt__buf_free(&h->out);

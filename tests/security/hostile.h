@@ -1,7 +1,7 @@
 /* A hostile peer for the security suite: raw connections to a destination's
  * control port that speak as much of the protocol as an attack needs, and
- * a tcp source endpoint driven through the plugin ABI for attacks that go
- * past the handshake. Nothing here uses the library's own source engine,
+ * a tcp source endpoint driven through the plugin ABI (on the plugin test
+ * harness's host) for attacks that go past the handshake. Nothing here uses the library's own source engine,
  * so the destination is checked against the wire as docs/protocol.md
  * describes it (the proofs are computed here from the documented inputs). */
 #ifndef LMT_TESTS_HOSTILE_H
@@ -14,6 +14,7 @@
 #include <lmt/lmt.h>
 
 #include "guest.h"
+#include "plugin_harness.h"
 #include "proto.h"
 
 /* A destination loading in a thread of this process, on guest RAM that
@@ -66,10 +67,9 @@ int hostile_handshake(int fd, const char *key, bool good, char *text, size_t siz
 /* ---- past the handshake: a tcp source endpoint through the ABI ---- */
 
 struct hostile_source {
-	int fd; /* control connection */
-	void *dl;
-	const void *plugin; /* const struct lmt_plugin * */
-	void *inst, *ep;
+	int fd;               /* control connection */
+	struct ph_config cfg; /* tcp.so, loaded as lmt loads it */
+	struct ph_side side;  /* its source instance and endpoint, on a ph_ host */
 	struct lmt_buf out;
 	uint8_t *in;
 	uint32_t in_len;

@@ -17,7 +17,7 @@
 
 #include <lmt/lmt.h>
 
-static const char *test_plugins; /* build dir of tests/plugins */
+static const char *test_plugins; /* build dir of tests/unit/fake-plugins */
 static const char *tcp_plugin;   /* path of the built tcp.so */
 
 static void plugin_path(char *buf, size_t size, const char *name)

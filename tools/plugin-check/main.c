@@ -38,7 +38,7 @@ struct args {
  * reachable for LeakSanitizer until then: unloading is the "unload" check's
  * job, in a process of its own, so that what a transport library leaves
  * behind is reported there and not as this run's leak. */
-static lmt_plugin_handle *plugin_handle, *inner_handle;
+static struct ph_config under_test;
 
 struct outcome {
 	bool passed;
@@ -79,7 +79,7 @@ static void usage(FILE *f)
 	        "\n"
 	        "Exit status: 0 when every check passed, 1 when one failed, 2 for bad\n"
 	        "arguments.\n",
-	        PC_MAX_CHANNELS, DEFAULT_CYCLES, DEFAULT_CYCLE_TIME_S, DEFAULT_LIMIT_S);
+	        PH_MAX_CHANNELS, DEFAULT_CYCLES, DEFAULT_CYCLE_TIME_S, DEFAULT_LIMIT_S);
 }
 
 static void bad_arg(const char *flag, const char *expected, const char *got)
@@ -159,7 +159,7 @@ static void parse_args(int argc, char **argv, struct args *a)
 			add_options(a, optarg);
 			break;
 		case 'c':
-			a->channels = arg_number("--channels", optarg, 1, PC_MAX_CHANNELS);
+			a->channels = arg_number("--channels", optarg, 1, PH_MAX_CHANNELS);
 			break;
 		case OPT_CYCLES:
 			a->cycles = arg_number("--cycles", optarg, 1, 1000000);
@@ -216,10 +216,10 @@ static void report(const char *name, const struct outcome *o)
 	fflush(stdout);
 }
 
-static void run_inline(const struct pc_config *cfg, const struct pc_check *check,
+static void run_inline(const struct ph_config *cfg, const struct pc_check *check,
                        struct outcome *out)
 {
-	struct pc_run run = {.cfg = cfg};
+	struct ph_run run = {.cfg = cfg};
 	check->fn(&run);
 	out->passed = !run.failed;
 	snprintf(out->text, sizeof(out->text), "%s", run.failed ? run.why : run.note);
@@ -227,14 +227,14 @@ static void run_inline(const struct pc_config *cfg, const struct pc_check *check
 
 /* In the child: run the check with stdout caught, since a plugin must never
  * print there, and send the outcome up the pipe. */
-static void run_child(const struct pc_config *cfg, const struct pc_check *check, int fd)
+static void run_child(const struct ph_config *cfg, const struct pc_check *check, int fd)
 {
 	int caught = memfd_create("plugin-stdout", MFD_CLOEXEC);
 	if (caught >= 0 && caught != STDOUT_FILENO) {
 		dup2(caught, STDOUT_FILENO);
 		close(caught);
 	}
-	struct pc_run run = {.cfg = cfg};
+	struct ph_run run = {.cfg = cfg};
 	check->fn(&run);
 	fflush(stdout);
 	off_t printed = caught >= 0 ? lseek(STDOUT_FILENO, 0, SEEK_END) : 0;
@@ -243,7 +243,7 @@ static void run_child(const struct pc_config *cfg, const struct pc_check *check,
 		ssize_t n = pread(STDOUT_FILENO, first, sizeof(first) - 1, 0);
 		first[n > 0 ? n : 0] = 0;
 		first[strcspn(first, "\n")] = 0;
-		pc_fail(&run,
+		ph_fail(&run,
 		        "the plugin printed %lld bytes to stdout, which a plugin never "
 		        "does: \"%s\"",
 		        (long long)printed, first);
@@ -267,11 +267,11 @@ static void run_child(const struct pc_config *cfg, const struct pc_check *check,
 /* Read the child's outcome until it closes the pipe or the limit passes. */
 static size_t read_outcome(int fd, char *buf, size_t size, uint64_t limit_ns, bool *late)
 {
-	uint64_t deadline = pc_now() + limit_ns;
+	uint64_t deadline = ph_now() + limit_ns;
 	size_t have = 0;
 	*late = false;
 	for (;;) {
-		uint64_t now = pc_now();
+		uint64_t now = ph_now();
 		if (now >= deadline) {
 			*late = true;
 			return have;
@@ -288,7 +288,7 @@ static size_t read_outcome(int fd, char *buf, size_t size, uint64_t limit_ns, bo
 	}
 }
 
-static void run_forked(const struct pc_config *cfg, const struct pc_check *check, unsigned limit_s,
+static void run_forked(const struct ph_config *cfg, const struct pc_check *check, unsigned limit_s,
                        struct outcome *out)
 {
 	int p[2];
@@ -308,7 +308,7 @@ static void run_forked(const struct pc_config *cfg, const struct pc_check *check
 	char buf[sizeof(out->text) + 1];
 	bool late = false;
 	size_t have =
-	        pid > 0 ? read_outcome(p[0], buf, sizeof(buf), limit_s * PC_SECOND, &late) : 0;
+	        pid > 0 ? read_outcome(p[0], buf, sizeof(buf), limit_s * PH_SECOND, &late) : 0;
 	close(p[0]);
 	buf[have] = 0;
 	int status = 0;
@@ -345,19 +345,19 @@ static void run_forked(const struct pc_config *cfg, const struct pc_check *check
 
 /* The option values the plugin reads: defaults and LMT_* variables, writes
  * of up to 8M unless -o says otherwise, then -o. 0, or 2 for a bad -o. */
-static int set_options(struct pc_config *cfg, const struct args *a)
+static int set_options(struct ph_config *cfg, const struct args *a)
 {
 	struct lmt_error err = {0};
-	if (pc_options_set(cfg->options, a->options, &err) != 0) {
+	if (ph_options_set(cfg->options, a->options, &err) != 0) {
 		fprintf(stderr, "lmt-plugin-check: -o: %s\n", err.message);
 		return 2;
 	}
 	struct lmt_option_value v;
 	cfg->chunk_size = 8u << 20;
-	if (pc_option_get(cfg->options, "chunk-size", &v) == 0 && v.integer >= PC_PAGE)
+	if (ph_option_get(cfg->options, "chunk-size", &v) == 0 && v.integer >= PH_PAGE)
 		cfg->chunk_size = (uint64_t)v.integer;
-	cfg->op_timeout_ns = 10 * PC_SECOND;
-	if (pc_option_get(cfg->options, "connect-timeout", &v) == 0 && v.integer > 0)
+	cfg->op_timeout_ns = 10 * PH_SECOND;
+	if (ph_option_get(cfg->options, "connect-timeout", &v) == 0 && v.integer > 0)
 		cfg->op_timeout_ns = (uint64_t)v.integer;
 	return 0;
 }
@@ -371,31 +371,31 @@ int main(int argc, char **argv)
 		free(a.options);
 		return rc;
 	}
-	struct pc_config cfg = {.option_text = a.options,
-	                        .cycles = a.cycles,
-	                        .verbose = a.verbose,
-	                        .cycle_budget_ns = a.cycle_time_s * PC_SECOND};
+	under_test = (struct ph_config){.option_text = a.options, .verbose = a.verbose};
 	struct outcome load = {.passed = false};
 	struct lmt_error err = {0};
 	unsigned passed = 0, failed = 0;
 
-	if (pc_load(&cfg, a.target, "chunk-size=8M", &plugin_handle, &inner_handle, &err) != 0) {
+	if (ph_load(&under_test, a.target, "chunk-size=8M", &err) != 0) {
 		snprintf(load.text, sizeof(load.text), "%s", err.message);
 	} else {
-		if (set_options(&cfg, &a))
+		if (set_options(&under_test, &a))
 			return 2;
+		under_test.cycles = a.cycles;
+		under_test.cycle_budget_ns = a.cycle_time_s * PH_SECOND;
 		load.passed = true;
-		snprintf(load.text, sizeof(load.text), "%s%s%s", cfg.path,
-		         cfg.inner ? " around " : "", cfg.inner ? cfg.inner->name : "");
+		snprintf(load.text, sizeof(load.text), "%s%s%s", under_test.path,
+		         under_test.inner ? " around " : "",
+		         under_test.inner ? under_test.inner->name : "");
 	}
 	if (load.passed) {
-		bool multi = cfg.caps & LMT_CAP_MULTI_CHANNEL;
-		cfg.channels = a.channels ? a.channels : multi ? 2 : 1;
-		if (cfg.channels > 1 && !multi) {
+		bool multi = under_test.caps & LMT_CAP_MULTI_CHANNEL;
+		under_test.channels = a.channels ? a.channels : multi ? 2 : 1;
+		if (under_test.channels > 1 && !multi) {
 			fprintf(stderr,
 			        "lmt-plugin-check: --channels: %s has no "
 			        "LMT_CAP_MULTI_CHANNEL, so 1 channel only\n",
-			        cfg.plugin->name);
+			        under_test.plugin->name);
 			return 2;
 		}
 	}
@@ -407,14 +407,15 @@ int main(int argc, char **argv)
 			continue;
 		struct outcome o = {.passed = false};
 		if (a.fork)
-			run_forked(&cfg, &pc_checks[i], a.limit_s, &o);
+			run_forked(&under_test, &pc_checks[i], a.limit_s, &o);
 		else
-			run_inline(&cfg, &pc_checks[i], &o);
+			run_inline(&under_test, &pc_checks[i], &o);
 		report(pc_checks[i].name, &o);
 		o.passed ? passed++ : failed++;
 	}
 	printf("%u passed, %u failed\n", passed, failed);
-	pc_options_free(cfg.options);
+	ph_options_free(under_test.options);
+	under_test.options = NULL;
 	free(a.options);
 	return failed ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # /init of the rxe suite's guest: loads rdma_rxe, puts rxe0 on eth0, runs
-# migrations over the verbs plugin and ib_write_bw, reports on the console.
+# lmt-plugin-check, migrations over the verbs plugin and ib_write_bw, reports
+# on the console.
 /bin/busybox mkdir -p /bin /usr/bin /sbin
 /bin/busybox --install -s /bin
 export PATH=/bin:/usr/bin:/sbin:/usr/sbin
@@ -78,6 +79,11 @@ done
 "$RDMA" link show
 "$PROBE" || setup_fail "no active rxe port"
 say "rxe0 up after $(cut -d' ' -f1 /proc/uptime) s"
+
+# The contract suite on verbs, as check-<variant> runs it on the transports
+# that need no RDMA device (tests/conformance); under TCG with a tenth of
+# its open/close cycles, each leak check stopping after 10 s.
+run plugin-check "$CHECK" --cycles 100 --cycle-time 10 verbs
 
 migrate ch1-pin-on "channels=1,pin-all=on"
 migrate ch1-pin-off "channels=1,pin-all=off"

@@ -1,10 +1,10 @@
-/* lmt-plugin-check's option values: what the host's option service hands the
- * plugin under test, for the core's options and the plugin's (and, around a
- * decorator, the wrapped plugin's), each parsed by the core's own parser
- * from its default, its LMT_* variable and -o, in that order, as a session
- * takes them. */
+/* The plugin test harness's option values: what the host's option service
+ * hands the plugin under test, for the core's options and the plugin's (and,
+ * around a decorator, the wrapped plugin's), each parsed by the core's own
+ * parser from its default, its LMT_* variable and the list given, in that
+ * order, as a session takes them. */
 #define _GNU_SOURCE
-#include "plugin-check.h"
+#include "plugin_harness.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct pc_option {
+struct ph_option {
 	char *name;     /* qualified: "chunk-size", "tcp.nodelay" */
 	char *env_name; /* "LMT_CHUNK_SIZE", "LMT_TCP_NODELAY" */
 	/* The schema's descriptor under its qualified name, which the
@@ -22,8 +22,8 @@ struct pc_option {
 	char *text; /* the text parsed, which value.text may borrow */
 };
 
-struct pc_options {
-	struct pc_option *items;
+struct ph_options {
+	struct ph_option *items;
 	size_t count;
 };
 
@@ -40,7 +40,7 @@ static int fail(struct lmt_error *err, int code, const char *fmt, ...)
 	return -code;
 }
 
-void pc_options_free(struct pc_options *options)
+void ph_options_free(struct ph_options *options)
 {
 	if (!options)
 		return;
@@ -53,7 +53,7 @@ void pc_options_free(struct pc_options *options)
 	free(options);
 }
 
-static struct pc_option *find(const struct pc_options *options, const char *name)
+static struct ph_option *find(const struct ph_options *options, const char *name)
 {
 	for (size_t i = 0; i < options->count; i++)
 		if (strcmp(options->items[i].name, name) == 0)
@@ -61,9 +61,37 @@ static struct pc_option *find(const struct pc_options *options, const char *name
 	return NULL;
 }
 
-int pc_option_get(const struct pc_options *options, const char *name, struct lmt_option_value *out)
+struct ph_options *ph_options_copy(const struct ph_options *options)
 {
-	const struct pc_option *o = find(options, name);
+	struct ph_options *copy = calloc(1, sizeof(*copy));
+	if (!copy || !(copy->items = calloc(options->count, sizeof(*copy->items)))) {
+		free(copy);
+		return NULL;
+	}
+	for (size_t i = 0; i < options->count; i++, copy->count++) {
+		const struct ph_option *o = &options->items[i];
+		struct ph_option *c = &copy->items[i];
+		*c = *o;
+		c->name = strdup(o->name);
+		c->env_name = strdup(o->env_name);
+		c->text = o->text ? strdup(o->text) : NULL;
+		if (!c->name || !c->env_name || (o->text && !c->text)) {
+			copy->count++;
+			ph_options_free(copy);
+			return NULL;
+		}
+		c->desc.name = c->name;
+		/* A value that borrows the text it was parsed from borrows the copy's. */
+		if (o->text && o->value.text >= o->text &&
+		    o->value.text <= o->text + strlen(o->text))
+			c->value.text = c->text + (o->value.text - o->text);
+	}
+	return copy;
+}
+
+int ph_option_get(const struct ph_options *options, const char *name, struct lmt_option_value *out)
+{
+	const struct ph_option *o = find(options, name);
 	if (!o)
 		return -LMT_ENOTFOUND;
 	*out = o->value;
@@ -71,7 +99,7 @@ int pc_option_get(const struct pc_options *options, const char *name, struct lmt
 }
 
 /* Parse `text` for `o`, keeping a copy for the value to borrow. */
-static int set(struct pc_option *o, const char *text, struct lmt_error *err)
+static int set(struct ph_option *o, const char *text, struct lmt_error *err)
 {
 	struct lmt_option_value value;
 	char *copy = strdup(text);
@@ -98,11 +126,11 @@ static char *env_name_of(const char *name)
 	return env;
 }
 
-static int add(struct pc_options *options, const char *ns, const struct lmt_option_desc *desc,
+static int add(struct ph_options *options, const char *ns, const struct lmt_option_desc *desc,
                struct lmt_error *err)
 {
-	struct pc_option *o = &options->items[options->count];
-	*o = (struct pc_option){.desc = *desc};
+	struct ph_option *o = &options->items[options->count];
+	*o = (struct ph_option){.desc = *desc};
 	if (asprintf(&o->name, "%s%s%s", ns ? ns : "", ns ? "." : "", desc->name) < 0)
 		return fail(err, LMT_ENOMEM, "out of memory");
 	options->count++;
@@ -110,7 +138,7 @@ static int add(struct pc_options *options, const char *ns, const struct lmt_opti
 	if (!(o->env_name = env_name_of(o->name)))
 		return fail(err, LMT_ENOMEM, "out of memory");
 	for (size_t i = 0; i + 1 < options->count; i++) {
-		const struct pc_option *other = &options->items[i];
+		const struct ph_option *other = &options->items[i];
 		if (strcmp(other->name, o->name) == 0)
 			return fail(err, LMT_EINVAL, "%s is declared twice", o->name);
 		if (strcmp(other->env_name, o->env_name) == 0)
@@ -122,10 +150,10 @@ static int add(struct pc_options *options, const char *ns, const struct lmt_opti
 	return rc ? fail(err, -rc, "bad default: %s", why.message) : 0;
 }
 
-static int add_schema(struct pc_options *options, const char *ns,
+static int add_schema(struct ph_options *options, const char *ns,
                       const struct lmt_option_desc *descs, uint32_t count, struct lmt_error *err)
 {
-	struct pc_option *items =
+	struct ph_option *items =
 	        realloc(options->items, (options->count + count) * sizeof(*options->items));
 	if (!items)
 		return fail(err, LMT_ENOMEM, "out of memory");
@@ -142,10 +170,10 @@ static int add_schema(struct pc_options *options, const char *ns,
 	return 0;
 }
 
-static int load_env(struct pc_options *options, struct lmt_error *err)
+static int load_env(struct ph_options *options, struct lmt_error *err)
 {
 	for (size_t i = 0; i < options->count; i++) {
-		struct pc_option *o = &options->items[i];
+		struct ph_option *o = &options->items[i];
 		const char *text = getenv(o->env_name);
 		struct lmt_error why = {0};
 		if (text && set(o, text, &why) != 0)
@@ -154,20 +182,20 @@ static int load_env(struct pc_options *options, struct lmt_error *err)
 	return 0;
 }
 
-static int set_item(struct pc_options *options, char *item, struct lmt_error *err)
+static int set_item(struct ph_options *options, char *item, struct lmt_error *err)
 {
 	char *equals = strchr(item, '=');
 	if (!equals || equals == item)
 		return fail(err, LMT_EINVAL, "expected key=value, got '%s'", item);
 	*equals = '\0';
-	struct pc_option *o = find(options, item);
+	struct ph_option *o = find(options, item);
 	if (!o)
 		return fail(err, LMT_ENOTFOUND, "%s: unknown option (lmt-info lists them all)",
 		            item);
 	return set(o, equals + 1, err);
 }
 
-int pc_options_set(struct pc_options *options, const char *list, struct lmt_error *err)
+int ph_options_set(struct ph_options *options, const char *list, struct lmt_error *err)
 {
 	if (!list || !*list)
 		return 0;
@@ -185,12 +213,12 @@ int pc_options_set(struct pc_options *options, const char *list, struct lmt_erro
 	return rc;
 }
 
-int pc_options_load(struct pc_options **out, const struct pc_config *cfg, const char *list,
+int ph_options_load(struct ph_options **out, const struct ph_config *cfg, const char *list,
                     struct lmt_error *err)
 {
 	uint32_t ncore = 0;
 	const struct lmt_option_desc *core = lmt_core_options(&ncore);
-	struct pc_options *options = calloc(1, sizeof(*options));
+	struct ph_options *options = calloc(1, sizeof(*options));
 	int rc = options ? 0 : fail(err, LMT_ENOMEM, "out of memory");
 	if (!rc)
 		rc = add_schema(options, NULL, core, ncore, err);
@@ -203,9 +231,9 @@ int pc_options_load(struct pc_options **out, const struct pc_config *cfg, const 
 	if (!rc)
 		rc = load_env(options, err);
 	if (!rc)
-		rc = pc_options_set(options, list, err);
+		rc = ph_options_set(options, list, err);
 	if (rc) {
-		pc_options_free(options);
+		ph_options_free(options);
 		options = NULL;
 	}
 	*out = options;

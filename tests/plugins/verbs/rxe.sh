@@ -141,14 +141,15 @@ add_elf() {
 }
 
 bench="$build/tools/lmt-bench"
+check="$build/tools/plugin-check/lmt-plugin-check"
 faults="$build/tests/integration/test_faults"
 plugin="$build/plugins/verbs/verbs.so"
-for f in "$bench" "$plugin" "$build/tests/verbs/verbs-probe"; do
+for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe"; do
 	[ -x "$f" ] || [ -f "$f" ] || die "$f not built (meson compile first)"
 done
 cp "$busybox" "$stage/bin/busybox"
-for f in "$bench" "$plugin" "$build/tests/verbs/verbs-probe" "$(command -v rdma)" \
-         "$(command -v ip)" "$(command -v ib_write_bw)"; do
+for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe" \
+         "$(command -v rdma)" "$(command -v ip)" "$(command -v ib_write_bw)"; do
 	add_elf "$f"
 done
 [ -x "$faults" ] && add_elf "$faults"
@@ -162,8 +163,9 @@ cp "$here/rxe-init.sh" "$stage/init"
 chmod +x "$stage/init"
 cat >"$stage/lmt/env" <<ENV
 BENCH='$bench'
+CHECK='$check'
 FAULTS='$faults'
-PROBE='$build/tests/verbs/verbs-probe'
+PROBE='$build/tests/plugins/verbs/verbs-probe'
 PLUGIN_DIR='$(dirname "$plugin")'
 RDMA='$(command -v rdma)'
 IP='$(command -v ip)'
@@ -191,7 +193,7 @@ log="$build/rxe-console.log"
 echo "rxe: booting $kernel under TCG; console in $log"
 boot=$(date +%s)
 set +e
-timeout "${LMT_RXE_TIMEOUT:-270}" "$qemu" -accel tcg -M pc -cpu max -smp 2 -m 1536 \
+timeout "${LMT_RXE_TIMEOUT:-330}" "$qemu" -accel tcg -M pc -cpu max -smp 2 -m 1536 \
 	-nodefaults -no-reboot -display none -monitor none -serial stdio \
 	-kernel "$kernel" -initrd "$initrd" \
 	-append "console=ttyS0 panic=-1 quiet mitigations=off nokaslr" \
@@ -201,7 +203,7 @@ qrc=$?
 set -e
 end=$(date +%s)
 tr -d '\r' <"$log" | grep '^lmt-rxe:' || true
-[ $qrc -eq 124 ] && die "qemu timed out after ${LMT_RXE_TIMEOUT:-270} s; see $log"
+[ $qrc -eq 124 ] && die "qemu timed out after ${LMT_RXE_TIMEOUT:-330} s; see $log"
 [ $qrc -eq 0 ] || { tail -40 "$log"; die "qemu exited with $qrc"; }
 
 result=$(tr -d '\r' <"$log" | sed -n 's/^lmt-rxe: RESULT //p' | tail -1)
