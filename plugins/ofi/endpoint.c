@@ -175,6 +175,29 @@ static void destroy(lmt_endpoint *ep)
 	free(ep);
 }
 
+/* The shm provider names its region after the process id and a counter
+ * ("<pid>:<uid>:<n>" in /dev/shm) and refuses to enable an endpoint whose
+ * name is taken. A process that died without closing leaves its region
+ * behind, and once pids wrap a fresh process meets it: fi_enable fails
+ * with EBUSY. A random name per endpoint cannot meet a stale one. */
+static int name_shm_endpoint(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (inst->info->addr_format != FI_ADDR_STR ||
+	    !strstr(inst->info->fabric_attr->prov_name, "shm"))
+		return 0;
+	uint64_t r;
+	int rc = putil_random(&inst->base, &r, sizeof(r));
+	if (rc)
+		return rc;
+	char name[48];
+	snprintf(name, sizeof(name), "fi_shm://lmt-%016llx", (unsigned long long)r);
+	if ((rc = fi_setname(&ep->ep->fid, name, strlen(name) + 1)))
+		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_setname: %s",
+		                   ep->channel, fi_strerror(-rc));
+	return 0;
+}
+
 static int open_fids(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
@@ -191,11 +214,14 @@ static int open_fids(lmt_endpoint *ep)
 		call = "fi_ep_bind (address vector)";
 	else if ((rc = fi_ep_bind(ep->ep, &ep->cq->fid, FI_TRANSMIT | FI_RECV)))
 		call = "fi_ep_bind (completion queue)";
-	else if ((rc = fi_enable(ep->ep)))
-		call = "fi_enable";
 	if (rc)
 		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: %s: %s",
 		                   ep->channel, call, fi_strerror(-rc));
+	if ((rc = name_shm_endpoint(ep)))
+		return rc;
+	if ((rc = fi_enable(ep->ep)))
+		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_enable: %s",
+		                   ep->channel, fi_strerror(-rc));
 	return 0;
 }
 

@@ -20,7 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <lmt/plugin.h>
 #include <rdma/fabric.h>
@@ -816,6 +819,58 @@ static void test_teardown_from_every_state_under_every_mode_leaves_nothing(void 
 		         after.threads, before.fds, before.threads);
 }
 
+/* ---- Stale shared memory ------------------------------------------------------ */
+
+#define STALE_REGIONS 1024
+
+/* Plant what a process that died with this process's id would have left in
+ * /dev/shm: the regions libfabric's shm names "<pid>:<uid>:<n>" by default. */
+static void plant_stale_regions(bool plant)
+{
+	char path[96];
+	for (int n = 0; n < STALE_REGIONS; n++) {
+		snprintf(path, sizeof(path), "/dev/shm/%d:%u:%d", (int)getpid(), (unsigned)getuid(),
+		         n);
+		if (!plant) {
+			unlink(path);
+			continue;
+		}
+		int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+		if (fd < 0)
+			fail_msg("planting %s: %s", path, strerror(errno));
+		close(fd);
+	}
+}
+
+/* A dead process's regions under this process's id (pids wrap) do not stop
+ * a pair from opening, connecting and carrying writes over shm. A region
+ * already there under this id is stale too: no live process shares it. */
+static void test_stale_shm_regions_under_our_pid_are_no_obstacle(void **state)
+{
+	(void)state;
+	struct ph_run run;
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	plant_stale_regions(true);
+	pair_up(&run, &p, &shm, 2);
+	PH_REQUIRE(&run, ph_region_open(&run, &p, &region, 1 << 20) &&
+	                         ph_source_open(&run, &p, &source, 1 << 20, 2) &&
+	                         ph_tally_init(&run, &tally, 2));
+	PH_REQUIRE(&run, ph_post(&run, &p, &tally, 0, &source, source.mem, &region, 0, 4096) &&
+	                         ph_post(&run, &p, &tally, 1, &source, source.mem + 4096, &region,
+	                                 4096, 4096) &&
+	                         ph_harvest_all(&run, &p, &tally) &&
+	                         ph_same(&run, "after the writes", region.mem, source.mem, 8192, 0) &&
+	                         ph_pair_stop_progress(&run, &p) && ph_pair_quiet(&run, &p));
+	ph_tally_fini(&tally);
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
+	plant_stale_regions(false);
+}
+
 /* ---- Main ---------------------------------------------------------------- */
 
 #define ON(test, variant) cmocka_unit_test_prestate(test, (void *)&(variant))
@@ -890,6 +945,7 @@ int main(int argc, char **argv)
 	        ON(test_address_blob_with_a_bad_field_is_refused, shm),
 	        ON(test_address_blob_with_a_bad_field_is_refused, fake_all),
 	        cmocka_unit_test(test_another_provider_on_the_peer_is_a_mismatch),
+	        cmocka_unit_test(test_stale_shm_regions_under_our_pid_are_no_obstacle),
 
 	        cmocka_unit_test(test_remote_error_carries_the_provider_text),
 	        cmocka_unit_test(test_failure_reports_every_outstanding_write),
