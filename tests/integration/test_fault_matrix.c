@@ -99,6 +99,9 @@ static const struct cell cells[] = {
          ACT_CANCEL_AFTER, 0, 1},
 };
 
+/* The workload of the guest open in this process, if any. */
+static struct guest_workload *running_workload;
+
 /* The source guest: lmt sees a read-only view; the workload writes
  * through a second, writable mapping of the same memory. */
 struct guest {
@@ -124,11 +127,13 @@ static void guest_open(struct guest *g, bool dirtying)
 	if (dirtying)
 		assert_int_equal(guest_workload_start(&g->workload, &g->rw, 4u << 20, 16u << 20, 5),
 		                 0);
+	running_workload = g->workload;
 }
 
 static void guest_close(struct guest *g)
 {
 	guest_workload_stop(g->workload);
+	running_workload = NULL;
 	guest_ram_free_dirty(&g->rw);
 	munmap(g->rw.base, RAM_BYTES);
 	munmap(g->ro.base, RAM_BYTES);
@@ -283,9 +288,10 @@ static void *act(void *arg)
 }
 
 /* The child side: a destination (reports its port first) or a source. */
-static void child_main(const struct cell *c, int out, uint16_t port)
+#define CHILD_FLAG "--child"
+
+static _Noreturn void child_main(const struct cell *c, int out, uint16_t port)
 {
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct run r = {.cell = c, .port = port};
 	char child_error[600] = "";
 	int rc;
@@ -323,16 +329,29 @@ static void child_main(const struct cell *c, int out, uint16_t port)
 	exit(rc == 0 ? 0 : 1);
 }
 
+/* The child is this program run afresh (see main): a process forked from
+ * this one, whose workload, lmt and transport threads hold locks at any
+ * moment, may inherit a lock held forever (the sanitizers' allocator lock
+ * hung children that way). Between fork and exec only async-signal-safe
+ * calls. */
 static pid_t spawn(const struct cell *c, uint16_t *port)
 {
 	int fds[2];
 	assert_int_equal(pipe(fds), 0);
+	char cell_arg[16], out_arg[16], port_arg[16];
+	snprintf(cell_arg, sizeof(cell_arg), "%zu", (size_t)(c - cells));
+	snprintf(out_arg, sizeof(out_arg), "%d", fds[1]);
+	snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)*port);
+	char *argv[] = {(char *)"test_fault_matrix", (char *)CHILD_FLAG, cell_arg, out_arg, port_arg,
+	                NULL};
 	fflush(NULL);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		close(fds[0]);
-		child_main(c, fds[1], *port);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execv("/proc/self/exe", argv);
+		_exit(127);
 	}
 	close(fds[1]);
 	if (c->child == DESTINATION)
@@ -479,8 +498,15 @@ static void test_every_cell_fails_cleanly_and_a_fresh_migration_follows(void **s
 	assert_true(ran > 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	/* The other side of a cell, started by spawn: CHILD_FLAG cell fd port. */
+	if (argc == 5 && strcmp(argv[1], CHILD_FLAG) == 0) {
+		size_t cell = strtoul(argv[2], NULL, 10);
+		if (cell >= sizeof(cells) / sizeof(cells[0]))
+			return 2;
+		child_main(&cells[cell], atoi(argv[3]), (uint16_t)atoi(argv[4]));
+	}
 	const char *skip = getenv("LMT_TEST_SKIP_MATRIX");
 	if (skip && *skip) {
 		printf("SKIP: %s\n", skip);
@@ -489,5 +515,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_every_cell_fails_cleanly_and_a_fresh_migration_follows),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int failed = cmocka_run_group_tests(tests, NULL, NULL);
+	/* A failed cell leaves its guest's workload running: stop it before
+	 * exit, where a sanitized build's leak check stops every thread. */
+	if (running_workload)
+		guest_workload_stop(running_workload);
+	return failed;
 }
