@@ -264,18 +264,10 @@ static int check_write(lmt_endpoint *ep, const void *local, size_t len, lmt_rkey
                        uint64_t offset)
 {
 	struct lmt_instance *inst = ep->inst;
-	if (inst->base.role != LMT_ROLE_SOURCE)
-		return putil_error(&inst->base, LMT_ESTATE,
-		                   "ofi channel %u: write on a destination", ep->channel);
-	if (!rkey || (!local && len))
-		return putil_error(&inst->base, LMT_EINVAL, "ofi channel %u: write without %s",
-		                   ep->channel, rkey ? "a source buffer" : "a key");
-	if ((uint64_t)len > rkey->len || offset > rkey->len - len)
-		return putil_error(&inst->base, LMT_EINVAL,
-		                   "ofi channel %u: write of %zu bytes at offset %llu past the end "
-		                   "of a %llu-byte region",
-		                   ep->channel, len, (unsigned long long)offset,
-		                   (unsigned long long)rkey->len);
+	int rc = putil_write_check(&inst->base, ep->channel, local, len, rkey != NULL,
+	                           rkey ? rkey->len : 0, offset);
+	if (rc)
+		return rc;
 	if ((uint64_t)len > inst->max_msg)
 		return putil_error(
 		        &inst->base, LMT_EINVAL,

@@ -359,19 +359,11 @@ static int ucx_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *lo
 	if (!ep)
 		return -LMT_EINVAL;
 	struct lmt_instance *inst = ep->inst;
-	if (inst->base.role != LMT_ROLE_SOURCE)
-		return putil_error(&inst->base, LMT_ESTATE,
-		                   "ucx channel %u: write on a destination", ep->channel);
-	if (!rkey || (!local && len))
-		return putil_error(&inst->base, LMT_EINVAL, "ucx channel %u: write without %s",
-		                   ep->channel, rkey ? "a source buffer" : "a key");
-	if ((uint64_t)len > rkey->key.len || offset > rkey->key.len - len)
-		return putil_error(&inst->base, LMT_EINVAL,
-		                   "ucx channel %u: write of %zu bytes at offset %llu past the end "
-		                   "of a %llu-byte region",
-		                   ep->channel, len, (unsigned long long)offset,
-		                   (unsigned long long)rkey->key.len);
-	int rc = putil_channels_admit(&inst->channels, ep->channel);
+	int rc = putil_write_check(&inst->base, ep->channel, local, len, rkey != NULL,
+	                           rkey ? rkey->key.len : 0, offset);
+	if (rc)
+		return rc;
+	rc = putil_channels_admit(&inst->channels, ep->channel);
 	if (!rc && !(rc = ucx_source_write(ep, local, len, rkey, offset, cookie)))
 		putil_channels_posted(&inst->channels, ep->channel);
 	return rc;

@@ -24,6 +24,24 @@ int putil_mr_check(const struct putil_instance *base, const void *addr, size_t l
 	                   base->name, len, addr, access, why);
 }
 
+int putil_write_check(const struct putil_instance *base, uint32_t channel, const void *local,
+                      size_t len, bool keyed, uint64_t key_len, uint64_t offset)
+{
+	if (base->role != LMT_ROLE_SOURCE)
+		return putil_error(base, LMT_ESTATE, "%s channel %u: write on a destination",
+		                   base->name, channel);
+	if (!keyed || (!local && len))
+		return putil_error(base, LMT_EINVAL, "%s channel %u: write without %s", base->name,
+		                   channel, keyed ? "a source buffer" : "a key");
+	if ((uint64_t)len > key_len || offset > key_len - len)
+		return putil_error(base, LMT_EINVAL,
+		                   "%s channel %u: write of %zu bytes at offset %llu past the end "
+		                   "of a %llu-byte region",
+		                   base->name, channel, len, (unsigned long long)offset,
+		                   (unsigned long long)key_len);
+	return 0;
+}
+
 static void list_init(struct putil_link *head)
 {
 	head->prev = head->next = head;

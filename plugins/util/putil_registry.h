@@ -63,6 +63,13 @@ struct putil_link *putil_registry_first_rkey(struct putil_registry *r);
 int putil_mr_check(const struct putil_instance *base, const void *addr, size_t len,
                    uint32_t access, uint32_t supported, const struct lmt_blob *key);
 
+/* write's arguments on `channel`: this is a source, the key and the source
+ * buffer are there (`keyed`: the key handle is not NULL; `key_len`: the
+ * length of its region) and the write lies within the region. 0, or the
+ * error recorded with what was wrong. */
+int putil_write_check(const struct putil_instance *base, uint32_t channel, const void *local,
+                      size_t len, bool keyed, uint64_t key_len, uint64_t offset);
+
 /* Give `mr` a fresh random id in the table: 0, or -LMT_ENOMEM,
  * -LMT_EOVERFLOW (no id left) or -LMT_EIO (no randomness) recorded. Takes
  * the lock. */

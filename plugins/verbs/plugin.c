@@ -235,10 +235,9 @@ static int verbs_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *
 {
 	if (!ep)
 		return -LMT_EINVAL;
-	if (ep->inst->base.role != LMT_ROLE_SOURCE)
-		return putil_error(&ep->inst->base, LMT_ESTATE,
-		                   "verbs channel %u: write on a destination", ep->channel);
-	return verbs_source_write(ep, local, len, local_mr, rkey, offset, cookie);
+	int rc = putil_write_check(&ep->inst->base, ep->channel, local, len, rkey != NULL,
+	                           rkey ? rkey->len : 0, offset);
+	return rc ? rc : verbs_source_write(ep, local, len, local_mr, rkey, offset, cookie);
 }
 
 static int verbs_progress(lmt_instance *inst, struct lmt_completion *out, uint32_t max,

@@ -56,19 +56,12 @@ int verbs_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *
 		                   ep->channel);
 	if (ep->broken)
 		return ep->broken;
-	if (!rkey || !local_mr || (!local && len))
-		return putil_error(base, LMT_EINVAL, "verbs channel %u: write without %s",
-		                   ep->channel,
-		                   !rkey       ? "a key"
-		                   : !local_mr ? "a local registration"
-		                               : "a source buffer");
-	if ((uint64_t)len > rkey->len || offset > rkey->len - len)
-		return putil_error(
-		        base, LMT_EINVAL,
-		        "verbs channel %u: write of %zu bytes at offset %llu past the end "
-		        "of a region of %llu bytes",
-		        ep->channel, len, (unsigned long long)offset,
-		        (unsigned long long)rkey->len);
+	/* The key, the buffer and the range are checked (putil_write_check);
+	 * verbs also needs the buffer's registration. */
+	if (!local_mr)
+		return putil_error(base, LMT_EINVAL,
+		                   "verbs channel %u: write without a local registration",
+		                   ep->channel);
 	uintptr_t at = (uintptr_t)local, start = (uintptr_t)local_mr->addr;
 	if (at < start || (uint64_t)len > local_mr->len || at - start > local_mr->len - len)
 		return putil_error(base, LMT_EINVAL,
