@@ -93,6 +93,23 @@ lmt_session *session_with_blocks(enum lmt_role role, struct guest_ram *ram, cons
 	return session_on(role, ram, test_plugin(), opts);
 }
 
+lmt_session *source_set_up(struct guest_ram *ram, const char *opts, uint16_t port)
+{
+	return source_set_up_on(ram, test_plugin(), opts, port);
+}
+
+lmt_session *source_set_up_on(struct guest_ram *ram, const char *plugin, const char *opts,
+                              uint16_t port)
+{
+	lmt_session *s = session_on(LMT_ROLE_SOURCE, ram, plugin, opts);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, ram), 0);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	if (lmt_save_setup(s, uri))
+		fail_msg("setup: %s", lmt_session_error(s)->message);
+	return s;
+}
+
 lmt_session *session_on(enum lmt_role role, struct guest_ram *ram, const char *plugin,
                         const char *opts)
 {
@@ -206,5 +223,18 @@ struct source_run source_migrate_view(struct guest_ram *view, struct guest_ram *
 	lmt_session_stats(s, &r.stats);
 	r.npasses = lmt_session_passes(s, r.passes, 16);
 	lmt_session_free(s);
+	return r;
+}
+
+struct source_run migrate_to_child(struct guest_ram *ram, const char *opts)
+{
+	struct dest_spec spec = {.ram_bytes = ram->bytes, .options = opts};
+	uint16_t port;
+	pid_t pid = dest_spawn(&spec, &port);
+	uint64_t none = 0;
+	struct source_run r = source_migrate(ram, opts, port, NULL, 0, 0, 0, &none);
+	if (r.rc)
+		fail_msg("migration with '%s': %s", opts, r.error);
+	assert_int_equal(dest_wait(pid), 0);
 	return r;
 }

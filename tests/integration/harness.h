@@ -32,6 +32,13 @@ lmt_session *session_with_blocks(enum lmt_role role, struct guest_ram *ram, cons
 lmt_session *session_on(enum lmt_role role, struct guest_ram *ram, const char *plugin,
                         const char *opts);
 
+/* A source session on `ram` (its dirty bitmaps as the dirty sync) whose
+ * setup to 127.0.0.1:port succeeded; fails the test otherwise. */
+lmt_session *source_set_up(struct guest_ram *ram, const char *opts, uint16_t port);
+/* The same over `plugin`. */
+lmt_session *source_set_up_on(struct guest_ram *ram, const char *plugin, const char *opts,
+                              uint16_t port);
+
 /* What a destination child does besides loading. */
 struct dest_spec {
 	uint64_t ram_bytes;
@@ -66,7 +73,11 @@ struct source_run source_migrate(struct guest_ram *ram, const char *opts, uint16
                                  const void *state, size_t state_len, pid_t kill_pid,
                                  uint64_t kill_after_ns, uint64_t *killed_at);
 
-/* The same, with lmt given `view` (e.g. a read-only mapping) while the
+/* A migration of `ram` to a destination child, both sides with `opts`,
+ * that must succeed on both sides. */
+struct source_run migrate_to_child(struct guest_ram *ram, const char *opts);
+
+/* The same as source_migrate, with lmt given `view` (e.g. a read-only mapping) while the
  * dirty bitmaps live in `tracking`. */
 struct source_run source_migrate_view(struct guest_ram *view, struct guest_ram *tracking,
                                       const char *opts, uint16_t port, const void *state,

@@ -36,17 +36,6 @@ static void sleep_ms(uint64_t ms)
 		;
 }
 
-static lmt_session *source_to(struct guest_ram *ram, const char *opts, uint16_t port)
-{
-	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, ram, opts);
-	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, ram), 0);
-	char uri[64];
-	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
-	if (lmt_save_setup(s, uri))
-		fail_msg("setup: %s", lmt_session_error(s)->message);
-	return s;
-}
-
 static void iterate_until_ready(lmt_session *s)
 {
 	struct lmt_iterate_result it = {0};
@@ -71,7 +60,7 @@ static void test_a_vmm_away_between_calls_within_idle_timeout_loses_nothing(void
 	uint16_t port;
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = QUICK};
 	pid_t pid = dest_spawn(&spec, &port);
-	lmt_session *s = source_to(&ram, QUICK, port);
+	lmt_session *s = source_set_up(&ram, QUICK, port);
 	sleep_ms(700); /* after setup, before the first pass */
 	iterate_until_ready(s);
 	sleep_ms(700); /* ready, while the VMM quiesces its devices */
@@ -89,7 +78,7 @@ static void test_source_events_come_in_order_and_the_descriptor_follows_the_queu
 	uint16_t port;
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = ""};
 	pid_t pid = dest_spawn(&spec, &port);
-	lmt_session *s = source_to(&ram, "", port);
+	lmt_session *s = source_set_up(&ram, "", port);
 	int fd = lmt_session_event_fd(s);
 	assert_true(fd >= 0);
 	assert_true(readable(fd, 0)); /* setup done is waiting */
@@ -185,7 +174,7 @@ static void test_a_peer_dying_between_calls_is_an_event_without_any_call(void **
 	uint16_t port;
 	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = QUICK};
 	pid_t pid = dest_spawn(&spec, &port);
-	lmt_session *s = source_to(&ram, QUICK, port);
+	lmt_session *s = source_set_up(&ram, QUICK, port);
 	struct lmt_event ev;
 	while (lmt_session_next_event(s, &ev) == 1)
 		;
@@ -256,13 +245,7 @@ static void test_the_callback_sees_what_the_queue_holds(void **state)
 /* A source over chaos:tcp, with the chaos options given. */
 static lmt_session *chaotic_source(struct guest_ram *ram, const char *opts, uint16_t port)
 {
-	lmt_session *s = session_on(LMT_ROLE_SOURCE, ram, "chaos:tcp", opts);
-	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, ram), 0);
-	char uri[64];
-	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
-	if (lmt_save_setup(s, uri))
-		fail_msg("setup: %s", lmt_session_error(s)->message);
-	return s;
+	return source_set_up_on(ram, "chaos:tcp", opts, port);
 }
 
 static void test_a_channel_stalled_mid_pass_fails_iterate_within_idle_timeout(void **state)

@@ -24,13 +24,7 @@ static void test_iterate_returns_within_its_budget(void **state)
 	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 1);
 	const char *opts = "max-bandwidth=64M,max-iterate-ms=20ms";
-	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = opts};
-	uint16_t port;
-	pid_t pid = dest_spawn(&spec, &port);
-	uint64_t none = 0;
-	struct source_run r = source_migrate(&ram, opts, port, NULL, 0, 0, 0, &none);
-	assert_int_equal(r.rc, 0);
-	assert_int_equal(dest_wait(pid), 0);
+	struct source_run r = migrate_to_child(&ram, opts);
 	/* 32M at 64M/s is about 500 ms: many calls, each near 20 ms. */
 	assert_true(r.iterations >= 10);
 	if (r.median_iterate_ns > 40 * MS || r.max_iterate_ns > 500 * MS)
@@ -45,13 +39,7 @@ static void test_bandwidth_limit_is_honoured(void **state)
 	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 2);
 	const char *opts = "max-bandwidth=64M";
-	struct dest_spec spec = {.ram_bytes = RAM_BYTES, .options = opts};
-	uint16_t port;
-	pid_t pid = dest_spawn(&spec, &port);
-	uint64_t none = 0;
-	struct source_run r = source_migrate(&ram, opts, port, NULL, 0, 0, 0, &none);
-	assert_int_equal(r.rc, 0);
-	assert_int_equal(dest_wait(pid), 0);
+	struct source_run r = migrate_to_child(&ram, opts);
 	/* Everything but the stop-and-copy pass is under the limit. */
 	double floor_ns = (double)r.stats.bytes_sent / (64.0 * 1048576.0) * 1e9 * 0.9;
 	if ((double)r.stats.total_ns < floor_ns)

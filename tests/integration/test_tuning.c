@@ -52,30 +52,13 @@ static void test_bandwidth_holds_across_short_iterate_calls(void **state)
 	guest_ram_fill(&ram, 0.0, 21); /* whole 1M chunks: one takes 20 ms at the limit */
 	assert_int_equal(guest_ram_alloc_dirty(&ram), 0);
 	const char *opts = "max-bandwidth=50M,max-iterate-ms=5ms";
-	struct dest_spec spec = {.ram_bytes = ram_bytes, .options = opts};
-	uint16_t port;
-	pid_t pid = dest_spawn(&spec, &port);
-	uint64_t none = 0;
-	struct source_run r = source_migrate(&ram, opts, port, NULL, 0, 0, 0, &none);
-	assert_int_equal(r.rc, 0);
-	assert_int_equal(dest_wait(pid), 0);
+	struct source_run r = migrate_to_child(&ram, opts);
 	double rate = pass_rate(&r);
 	print_message("    %.2f MiB/s over %d passes for a 50M limit, %u calls\n", rate / MIB,
 	              r.npasses, r.iterations);
 	if (rate > 50.0 * MIB * 1.05)
 		fail_msg("%.2f MiB/s: over the 50M limit by more than 5%%", rate / MIB);
 	ram_release(&ram);
-}
-
-static lmt_session *source_to(struct guest_ram *ram, const char *opts, uint16_t port)
-{
-	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, ram, opts);
-	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, ram), 0);
-	char uri[64];
-	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
-	if (lmt_save_setup(s, uri))
-		fail_msg("setup: %s", lmt_session_error(s)->message);
-	return s;
 }
 
 static void expect_refused(lmt_session *s, int rc, int code, const char *message)
@@ -102,7 +85,7 @@ static void test_only_runtime_options_change_once_set_up(void **state)
 	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &ram, "");
 	assert_int_equal(lmt_session_set_option(s, "queue-depth", "32"), 0);
 	lmt_session_free(s);
-	s = source_to(&ram, "max-bandwidth=8M", port);
+	s = source_set_up(&ram, "max-bandwidth=8M", port);
 	expect_refused(s, lmt_session_set_option(s, "queue-depth", "16"), -LMT_ESTATE,
 	               "queue-depth: fixed once the migration has begun; only downtime-limit "
 	               "and max-bandwidth can change during a migration");
@@ -198,7 +181,7 @@ static void test_max_bandwidth_changed_from_another_thread(void **state)
 	struct dest_spec spec = {.ram_bytes = ram_bytes, .options = ""};
 	uint16_t port;
 	pid_t pid = dest_spawn(&spec, &port);
-	lmt_session *s = source_to(&ram, "max-bandwidth=1", port);
+	lmt_session *s = source_set_up(&ram, "max-bandwidth=1", port);
 	struct tuner t;
 	tuner_start(&t, s, "max-bandwidth", "0");
 	struct lmt_iterate_result it = {0};
@@ -230,7 +213,7 @@ static void test_downtime_limit_changed_from_another_thread(void **state)
 	struct dest_spec spec = {.ram_bytes = ram_bytes, .options = ""};
 	uint16_t port;
 	pid_t pid = dest_spawn(&spec, &port);
-	lmt_session *s = source_to(&ram, "downtime-limit=1ms", port);
+	lmt_session *s = source_set_up(&ram, "downtime-limit=1ms", port);
 	assert_int_equal(lmt_save_set_device_state_size(s, 1ull << 30), 0);
 	assert_int_equal(lmt_save_set_device_state_size(s, (1ull << 30) + 1), -LMT_EOVERFLOW);
 	struct tuner t;
@@ -293,7 +276,7 @@ static void test_options_hammered_from_another_thread_while_migrating(void **sta
 	struct dest_spec spec = {.ram_bytes = ram_bytes, .options = "verify=on"};
 	uint16_t port;
 	pid_t pid = dest_spawn(&spec, &port);
-	lmt_session *s = source_to(&ram, "verify=on", port);
+	lmt_session *s = source_set_up(&ram, "verify=on", port);
 	struct hammer h = {.s = s};
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, hammer_main, &h), 0);
