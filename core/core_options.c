@@ -55,6 +55,40 @@ static const struct lmt_option_desc core_options[] = {
                        "next iterate call",
         },
         {
+                .name = "auto-converge",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .doc = "source: when passes do not converge, ask the VMM (its throttle "
+                       "callback, lmt_session_set_throttle) to hold the guest's vCPUs for a "
+                       "share of the time, more with each pass that still does not",
+        },
+        {
+                .name = "throttle-initial",
+                .type = LMT_OPT_INT,
+                .default_value = "20",
+                .min = 1,
+                .max = 99,
+                .doc = "auto-converge: the percentage of the time vCPUs are held once "
+                       "throttling begins",
+        },
+        {
+                .name = "throttle-increment",
+                .type = LMT_OPT_INT,
+                .default_value = "10",
+                .min = 1,
+                .max = 99,
+                .doc = "auto-converge: percentage points added after each further pass that "
+                       "does not converge",
+        },
+        {
+                .name = "throttle-max",
+                .type = LMT_OPT_INT,
+                .default_value = "99",
+                .min = 1,
+                .max = 99,
+                .doc = "auto-converge: the most the throttle reaches",
+        },
+        {
                 .name = "max-iterate-ms",
                 .type = LMT_OPT_DURATION,
                 .default_value = "50ms",

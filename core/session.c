@@ -216,6 +216,8 @@ void lmt_cancel(lmt_session *s)
 /* The FAILED event, once per session. */
 static void post_failure(struct lmt_session *s, int code)
 {
+	if (s->source)
+		lmt__source_release_throttle(s);
 	if (!atomic_exchange(&s->failure_posted, 1))
 		lmt__event_simple(s, LMT_EVENT_FAILED, code);
 }

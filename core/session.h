@@ -289,6 +289,8 @@ int lmt__save_check(struct lmt_session *s, const char *uri, const char *what);
 
 int lmt__source_new(struct lmt_source_engine **out);
 void lmt__source_free(struct lmt_source_engine *engine);
+/* auto-converge: the VMM's vCPUs run freely again (once; see converge.h). */
+void lmt__source_release_throttle(struct lmt_session *s);
 int lmt__destination_new(struct lmt_destination_engine **out);
 void lmt__destination_free(struct lmt_destination_engine *engine);
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bitmap.h"
+#include "converge.h"
 #include "error.h"
 #include "net.h"
 #include "session.h"
@@ -100,6 +101,8 @@ struct lmt_source_engine {
 	uint64_t bw_refill_ns; /* when it was last topped up; 0: unlimited */
 	uint64_t bandwidth_bps;
 
+	struct lmt_converge converge;
+
 	/* lmt_save_set_device_state_size, counted in the expected downtime */
 	_Atomic uint64_t device_state_bytes;
 
@@ -129,6 +132,8 @@ int lmt__source_new(struct lmt_source_engine **out)
 
 void lmt__source_free(struct lmt_source_engine *e)
 {
+	if (e)
+		lmt__converge_release(&e->converge);
 	if (!e)
 		return;
 	free(e->slots);
@@ -151,6 +156,30 @@ int lmt_session_set_dirty_sync(lmt_session *s, lmt_dirty_sync_fn fn, void *opaqu
 	s->source->dirty_fn = fn;
 	s->source->dirty_opaque = opaque;
 	return 0;
+}
+
+int lmt_session_set_throttle(lmt_session *s, lmt_throttle_fn fn, void *opaque)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (s->role != LMT_ROLE_SOURCE)
+		return lmt__usage(s, LMT_ESTATE, "throttle: only a source throttles its guest");
+	if (!fn)
+		return lmt__usage(s, LMT_EINVAL, "throttle: the callback is NULL");
+	const char *fixed = lmt__config_fixed(s);
+	if (fixed)
+		return lmt__usage(s, LMT_ESTATE, "throttle: the callback is fixed %s", fixed);
+	s->source->converge.fn = fn;
+	s->source->converge.opaque = opaque;
+	return 0;
+}
+
+void lmt__source_release_throttle(struct lmt_session *s)
+{
+	lmt__converge_release(&s->source->converge);
+	pthread_mutex_lock(&s->lock);
+	s->stats.throttle_percent = 0;
+	pthread_mutex_unlock(&s->lock);
 }
 
 static int report_landed(struct lmt_session *s, bool always);
@@ -439,6 +468,7 @@ static void read_options(struct lmt_session *s)
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
 	e->switchover_timeout_ns = (uint64_t)lmt__opt_int(o, "switchover-timeout");
+	lmt__converge_configure(&e->converge, o);
 	pthread_mutex_unlock(&s->opts_lock);
 	e->switchover_deadline = NO_DEADLINE;
 }
@@ -512,6 +542,12 @@ int lmt__save_check(struct lmt_session *s, const char *uri, const char *what)
 	if (!s->source->dirty_fn)
 		return lmt__usage(s, LMT_EINVAL, "%s: no dirty-sync callback: set it before setup",
 		                  what);
+	char why[160];
+	pthread_mutex_lock(&s->opts_lock);
+	const char *bad = lmt__converge_check(&s->source->converge, s->opts, why, sizeof(why));
+	pthread_mutex_unlock(&s->opts_lock);
+	if (bad)
+		return lmt__usage(s, LMT_EINVAL, "%s: %s", what, bad);
 	return 0;
 }
 
@@ -1264,8 +1300,20 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	        .expected_downtime_ns = expected,
 	        .interrupted = interrupted,
 	        .expected_downtime_known = known,
+	        .throttle_percent = atomic_load(&e->converge.percent),
 	};
 	lmt__pass_record(s, &p);
+}
+
+/* A pass ended short of ready: auto-converge may ask for more throttle
+ * before the next one. */
+static void converge(struct lmt_session *s, uint64_t dirtied)
+{
+	struct lmt_source_engine *e = s->source;
+	uint32_t percent = lmt__converge_pass(&e->converge, e->pass_bytes, dirtied);
+	pthread_mutex_lock(&s->lock);
+	s->stats.throttle_percent = percent;
+	pthread_mutex_unlock(&s->lock);
 }
 
 static void start_pass(struct lmt_session *s)
@@ -1300,6 +1348,7 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
 		    e->bandwidth_bps) {
 			measure_pass(s, dirtied, false, false);
+			converge(s, dirtied);
 			start_pass(s);
 			return 0;
 		}
@@ -1319,8 +1368,10 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		/* Not ready with nothing dirty: the device state or the
 		 * hashing is what is left, and a pass at once would not
 		 * shorten it. The next call starts the next pass. */
+		converge(s, e->pass_dirtied + more);
 		e->need_pass = true;
 	} else {
+		converge(s, e->pass_dirtied + more);
 		start_pass(s);
 	}
 	return 0;
@@ -1542,6 +1593,7 @@ static int save_complete(lmt_session *s, const void *device_state, size_t length
 	s->stats.expected_downtime_known = 1;
 	lmt__stats_end(s, LMT_STATUS_COMPLETED);
 	pthread_mutex_unlock(&s->lock);
+	lmt__source_release_throttle(s);
 	atomic_store(&s->state, LMT_STATE_DONE);
 	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
 	return 0;

@@ -106,7 +106,8 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 "\"remaining_bytes\":%llu,"
 	                 "\"zero_pages\":%llu,\"normal_pages\":%llu,\"writes\":%llu,"
 	                 "\"passes\":%llu,\"dirty_rate_bps\":%llu,\"throughput_bps\":%llu,"
-	                 "\"bandwidth_bps\":%llu,\"channels\":%u,\"channel_bytes\":[%s]}",
+	                 "\"bandwidth_bps\":%llu,\"throttle_percent\":%u,\"channels\":%u,"
+	                 "\"channel_bytes\":[%s]}",
 	                 lmt_status_name(st->status), ms(st->setup_ns), ms(st->total_ns),
 	                 ms(st->downtime_ns), expected, (unsigned long long)st->ram_bytes,
 	                 (unsigned long long)st->bytes_sent, (unsigned long long)st->bytes_received,
@@ -115,6 +116,7 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 (unsigned long long)st->writes, (unsigned long long)st->passes,
 	                 (unsigned long long)st->dirty_rate_bps,
 	                 (unsigned long long)st->throughput_bps,
-	                 (unsigned long long)st->bandwidth_bps, st->channels, channels);
+	                 (unsigned long long)st->bandwidth_bps, st->throttle_percent, st->channels,
+	                 channels);
 	return n < 0 ? -LMT_EIO : n;
 }

@@ -3,6 +3,7 @@
  * callback. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -146,6 +147,7 @@ struct guest_workload {
 	bool pause;
 	bool paused;
 	bool stop;
+	_Atomic uint32_t throttle; /* percent of the time the "vCPU" is held */
 };
 
 /* Rewrite the next page of the working set, then say so: a sync that
@@ -197,7 +199,10 @@ static void *workload_main(void *arg)
 
 	while (workload_gate(w, &last)) {
 		uint64_t now = guest_now_ns();
-		unsigned __int128 earned = (unsigned __int128)(now - last) * w->rate / 1000000000u;
+		/* A vCPU held `throttle` percent of the time dirties that much
+		 * less. */
+		unsigned __int128 earned = (unsigned __int128)(now - last) * w->rate *
+		                           (100u - atomic_load(&w->throttle)) / 100u / 1000000000u;
 
 		last = now;
 		credit += earned > burst ? burst : (uint64_t)earned;
@@ -234,6 +239,12 @@ int guest_workload_start(struct guest_workload **out, struct guest_ram *ram, uin
 	}
 	*out = w;
 	return 0;
+}
+
+void guest_workload_throttle(struct guest_workload *w, uint32_t percent)
+{
+	if (w)
+		atomic_store(&w->throttle, percent > 100 ? 100 : percent);
 }
 
 void guest_workload_pause(struct guest_workload *w)

@@ -58,6 +58,9 @@ int guest_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t np
 struct guest_workload;
 int guest_workload_start(struct guest_workload **out, struct guest_ram *ram, uint64_t working_set,
                          uint64_t rate, uint64_t seed);
+/* Hold the "vCPU" for `percent` percent of the time (auto-converge's
+ * throttle): the thread dirties that much less. NULL is fine. */
+void guest_workload_throttle(struct guest_workload *w, uint32_t percent);
 /* Returns once the thread is stopped between pages. */
 void guest_workload_pause(struct guest_workload *w);
 /* Ends and frees the thread; returns the bytes it wrote. NULL is fine. */

@@ -32,6 +32,7 @@ static const struct {
         [BENCH_PASS_COUNT] = {"pass_count", "passes", "(count)", 7, 0, 1, true},
         [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
         [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
+        [BENCH_THROTTLE_PERCENT] = {"throttle_percent", "throttle", "(%)", 8, 0, 1, true},
 };
 
 static const char *const suffixes[3] = {"", "_min", "_max"};
@@ -105,6 +106,12 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_PASS_COUNT] = (double)s->passes;
 	v[BENCH_PREFAULT_MS] = r->prefaulted ? (double)r->prefault_ns / 1e6 : NAN;
 	v[BENCH_MAX_ITERATE_MS] = r->max_iterate_ns ? (double)r->max_iterate_ns / 1e6 : NAN;
+	/* auto-converge's last throttle: it only grows until the end. */
+	uint32_t throttle = 0;
+	for (uint32_t i = 0; i < r->npasses; i++)
+		if (r->passes[i].throttle_percent > throttle)
+			throttle = r->passes[i].throttle_percent;
+	v[BENCH_THROTTLE_PERCENT] = throttle;
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,
@@ -332,7 +339,8 @@ static void json_passes(FILE *f, const struct bench_result *r)
 		json_value(f,
 		           p->expected_downtime_known ? (double)p->expected_downtime_ns / 1e6 : NAN,
 		           false);
-		fprintf(f, ",\"interrupted\":%s", p->interrupted ? "true" : "false");
+		fprintf(f, ",\"interrupted\":%s,\"throttle_percent\":%u",
+		        p->interrupted ? "true" : "false", (unsigned)p->throttle_percent);
 		fprintf(f, "}");
 	}
 	fprintf(f, "]");

@@ -55,7 +55,27 @@ struct run {
 	bool have_report;
 	struct child_msg report;
 	uint8_t device_state[BENCH_DEVICE_STATE_SIZE];
+	/* auto-converge: the workload the throttle callback holds back, while
+	 * it runs (an lmt thread may call it when the migration fails) */
+	pthread_mutex_t workload_lock;
+	struct guest_workload *workload;
 };
+
+/* lmt_throttle_fn: the synthetic guest's "vCPU" held that share of the time. */
+static void throttle_guest(void *opaque, uint32_t percent)
+{
+	struct run *run = opaque;
+	pthread_mutex_lock(&run->workload_lock);
+	guest_workload_throttle(run->workload, percent);
+	pthread_mutex_unlock(&run->workload_lock);
+}
+
+static void workload_set(struct run *run, struct guest_workload *w)
+{
+	pthread_mutex_lock(&run->workload_lock);
+	run->workload = w;
+	pthread_mutex_unlock(&run->workload_lock);
+}
 
 static void note(struct bench_result *out, const char *fmt, ...) LMT_PRINTF(2, 3);
 
@@ -375,12 +395,14 @@ static int source_drive(struct run *run, lmt_session *session, uint16_t port, bo
 			rc = -LMT_ENOMEM;
 		}
 	}
+	workload_set(run, workload);
 	if (rc == 0)
 		rc = source_pre_copy(run, session, port);
 	/* The guest pauses: nothing may write its RAM during complete. */
 	guest_workload_pause(workload);
 	if (rc == 0)
 		rc = lmt_save_complete(session, run->device_state, sizeof(run->device_state));
+	workload_set(run, NULL);
 	run->out->dirtied_bytes = guest_workload_stop(workload);
 	*fired = watchdog_stop(&wd);
 	return rc;
@@ -463,6 +485,8 @@ static int source_migrate(struct run *run, uint16_t port)
 	rc = add_blocks(session, &run->src);
 	if (rc == 0)
 		rc = lmt_session_set_dirty_sync(session, guest_dirty_sync, &run->src);
+	if (rc == 0)
+		rc = lmt_session_set_throttle(session, throttle_guest, run);
 	if (rc == 0)
 		rc = source_drive(run, session, port, &fired);
 	if (rc < 0)
@@ -707,6 +731,7 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 	        .memfd = -1,
 	        .pipe_fd = -1,
 	        .child = -1,
+	        .workload_lock = PTHREAD_MUTEX_INITIALIZER,
 	};
 	uint16_t port = 0;
 	bool source_ok = false;

@@ -130,6 +130,10 @@ static void usage(FILE *f)
 	        "                       migrated, e.g. 100M or 100M/s (default 0: idle)\n"
 	        "  --working-set SIZE   how much RAM, from its start, the guest rewrites\n"
 	        "                       (default: all of it)\n"
+	        "  --auto-converge      -o auto-converge=on: lmt throttles the guest, which\n"
+	        "                       then dirties that share less, when passes do not\n"
+	        "                       converge; the throttle column is the last asked for\n"
+	        "                       (default: off)\n"
 	        "  --zero-fraction F    fraction of the 4 KiB pages left all-zero, 0 to 1\n"
 	        "                       (default 0)\n"
 	        "  --seed N             seed of the guest's pseudo-random data (default 1)\n"
@@ -336,6 +340,9 @@ static void apply_flag(struct args *args, int flag, const char *value)
 	case 'o':
 		append_options(args, value);
 		break;
+	case 'A':
+		append_options(args, "auto-converge=on");
+		break;
 	case 'n':
 		args->repeat = (unsigned)arg_number(&repeat_flag, value);
 		break;
@@ -419,6 +426,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"dry-run", no_argument, NULL, 'D'},
 	        {"yardsticks", no_argument, NULL, 'Y'},
 	        {"test-corrupt", no_argument, NULL, 'X'},
+	        {"auto-converge", no_argument, NULL, 'A'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -437,6 +445,8 @@ static void parse_args(int argc, char **argv, struct args *args)
 			exit(0);
 		} else if (c == '?') {
 			usage_error("see --help for the flags");
+		} else if (c == 'A') {
+			apply_flag(args, c, NULL);
 		} else if (strchr("FHjcDXY", c)) {
 			apply_switch(args, c);
 		} else {

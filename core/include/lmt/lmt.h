@@ -216,6 +216,18 @@ int lmt_session_add_block(lmt_session *session, const char *name, void *host, ui
 /* Source: the dirty-page callback (required before lmt_save_setup). */
 int lmt_session_set_dirty_sync(lmt_session *session, lmt_dirty_sync_fn fn, void *opaque);
 
+/* Source, with auto-converge=on: lmt asks the VMM to hold the guest's vCPUs
+ * for `percent` percent of the time (1-99), and with 0 to let them run
+ * freely. Raised from the thread in lmt_save_iterate as passes end; 0 is
+ * sent once when the migration ends (completed, failed, cancelled, or the
+ * session freed), from the thread that ends it, which is an lmt thread
+ * when the peer fails the migration between calls. The callback must not
+ * call into the session. Required before lmt_save_setup when
+ * auto-converge=on; when throttling begins and how it grows:
+ * docs/engine.md, "Auto-converge". */
+typedef void (*lmt_throttle_fn)(void *opaque, uint32_t percent);
+int lmt_session_set_throttle(lmt_session *session, lmt_throttle_fn fn, void *opaque);
+
 /* Cancel whatever the session is doing, from any thread (also from a
  * signal-free context of another thread). The blocked call returns
  * -LMT_ECANCELED promptly. NULL: nothing. */
@@ -322,6 +334,9 @@ struct lmt_stats {
 	 * bandwidth measured yet), and on a destination: expected_downtime_ns
 	 * is then 0, and null in JSON. */
 	int expected_downtime_known;
+	/* auto-converge: the share of the time the VMM is asked to hold the
+	 * vCPUs now, in percent; 0 when not throttling. */
+	uint32_t throttle_percent;
 };
 
 /* A snapshot; callable from any thread, while running and after. */
@@ -342,6 +357,7 @@ struct lmt_pass_stats {
 	 * as it stood, and the final pass follows. */
 	int interrupted;
 	int expected_downtime_known; /* as in struct lmt_stats */
+	uint32_t throttle_percent;   /* auto-converge's throttle during the pass */
 };
 
 /* The passes so far: copies up to `max` into `out` (may be NULL with max
