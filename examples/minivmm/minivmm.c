@@ -436,10 +436,13 @@ static void print_stats(lmt_session *session, const char *plugin)
 			continue;
 		}
 		printf("minivmm:   pass %u%s: %.1f ms, %.1f MiB sent at %.0f MiB/s, "
-		       "%.1f MiB dirtied at %.0f MiB/s\n",
+		       "%.1f MiB dirtied at %.0f MiB/s",
 		       p->pass, p->final ? " (stop-and-copy)" : "", ms(p->duration_ns),
 		       mib(p->bytes), mib(p->bandwidth_bps), mib(p->dirtied_bytes),
 		       mib(p->dirty_rate_bps));
+		if (p->throttle_percent)
+			printf(", vCPU throttled %u%%", (unsigned)p->throttle_percent);
+		putchar('\n');
 	}
 	free(passes);
 }
@@ -453,6 +456,15 @@ static bool run_guest(struct vm *vm, uint32_t run_ms, struct vm_reports *r)
 	while (r->state == VCPU_RUNNING && !r->bad && vm_now_ns() < deadline)
 		vm_wait(vm, r->events, deadline, r);
 	return r->state == VCPU_RUNNING && !r->bad;
+}
+
+/* lmt_throttle_fn (auto-converge=on): the vCPU is held that share of the
+ * time. */
+static void throttle_vcpu(void *opaque, uint32_t percent)
+{
+	struct migration *m = opaque;
+
+	vm_throttle(m->vm, percent);
 }
 
 static int source_migrate(const struct config *cfg, struct vm *vm)
@@ -471,6 +483,8 @@ static int source_migrate(const struct config *cfg, struct vm *vm)
 	rc = session_open(&m, LMT_ROLE_SOURCE);
 	if (rc == 0)
 		rc = lmt_session_set_dirty_sync(m.session, dirty_sync, &m);
+	if (rc == 0)
+		rc = lmt_session_set_throttle(m.session, throttle_vcpu, &m);
 	if (rc == 0)
 		rc = migration_run(&m, source_main);
 	print_lmt_error(&m, rc);

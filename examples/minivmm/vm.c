@@ -351,7 +351,7 @@ static bool park(struct vm *vm)
 	bool go_on;
 
 	pthread_mutex_lock(&vm->lock);
-	while (vm->pause_requested && !vm->stop_requested) {
+	while ((vm->pause_requested || vm->throttle_hold) && !vm->stop_requested) {
 		if (vm->reports.state != VCPU_PARKED) {
 			vm->reports.state = VCPU_PARKED;
 			vm->reports.events++;
@@ -445,8 +445,82 @@ void vm_resume(struct vm *vm)
 	pthread_mutex_unlock(&vm->lock);
 }
 
+#define THROTTLE_SLICE_NS 10000000ull
+
+/* Wait on the VM's condition until `ns` from now or until the throttle
+ * changes or ends; with the lock held. */
+static void throttle_wait(struct vm *vm, uint64_t ns, uint32_t percent)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)(ns / 1000000000ull);
+	until.tv_nsec += (long)(ns % 1000000000ull);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (!vm->throttle_quit && vm->throttle == percent &&
+	       pthread_cond_timedwait(&vm->cond, &vm->lock, &until) == 0)
+		;
+}
+
+/* Park the vCPU for its share of each slice, let it run for the rest. */
+static void *throttle_main(void *arg)
+{
+	struct vm *vm = arg;
+
+	pthread_mutex_lock(&vm->lock);
+	while (!vm->throttle_quit) {
+		uint32_t percent = vm->throttle;
+		if (!percent) {
+			pthread_cond_wait(&vm->cond, &vm->lock);
+			continue;
+		}
+		uint64_t hold = THROTTLE_SLICE_NS * percent / 100;
+		vm->throttle_hold = true;
+		if (vm->thread_started)
+			kick(vm);
+		throttle_wait(vm, hold, percent);
+		vm->throttle_hold = false;
+		pthread_cond_broadcast(&vm->cond);
+		throttle_wait(vm, THROTTLE_SLICE_NS - hold, percent);
+	}
+	vm->throttle_hold = false;
+	pthread_cond_broadcast(&vm->cond);
+	pthread_mutex_unlock(&vm->lock);
+	return NULL;
+}
+
+void vm_throttle(struct vm *vm, uint32_t percent)
+{
+	pthread_mutex_lock(&vm->lock);
+	vm->throttle = percent > 99 ? 99 : percent;
+	if (percent && !vm->throttle_started) {
+		int rc = pthread_create(&vm->throttle_thread, NULL, throttle_main, vm);
+		if (rc)
+			fprintf(stderr, "minivmm: %s: throttle thread: %s\n", vm->name,
+			        strerror(rc));
+		vm->throttle_started = rc == 0;
+	}
+	pthread_cond_broadcast(&vm->cond);
+	pthread_mutex_unlock(&vm->lock);
+}
+
+static void throttle_end(struct vm *vm)
+{
+	if (!vm->throttle_started)
+		return;
+	pthread_mutex_lock(&vm->lock);
+	vm->throttle_quit = true;
+	pthread_cond_broadcast(&vm->cond);
+	pthread_mutex_unlock(&vm->lock);
+	pthread_join(vm->throttle_thread, NULL);
+	vm->throttle_started = false;
+}
+
 void vm_stop(struct vm *vm)
 {
+	throttle_end(vm);
 	if (!vm->thread_started)
 		return;
 	pthread_mutex_lock(&vm->lock);

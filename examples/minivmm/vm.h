@@ -54,6 +54,14 @@ struct vm {
 	bool pause_requested;
 	bool stop_requested;
 	struct vm_reports reports;
+
+	/* auto-converge's throttle: a thread holds the vCPU parked for
+	 * `throttle` percent of every slice while it is not 0 */
+	uint32_t throttle;
+	bool throttle_hold;
+	bool throttle_quit;
+	bool throttle_started;
+	pthread_t throttle_thread;
 };
 
 /* The device state sent at the end of a migration: the vCPU, and what the
@@ -92,6 +100,10 @@ int vm_start(struct vm *vm);
 /* Kick the vCPU out of KVM_RUN and wait until it is parked with every I/O
  * completed. Returns 0 when parked, -1 when the vCPU had already stopped. */
 int vm_pause(struct vm *vm);
+/* Hold the vCPU for `percent` percent of every 10 ms (lmt's throttle
+ * callback; 0 lets it run freely). Independent of vm_pause: a paused vCPU
+ * stays paused whatever the throttle. */
+void vm_throttle(struct vm *vm, uint32_t percent);
 void vm_resume(struct vm *vm);
 /* Stop and join the vCPU thread (parked or running). */
 void vm_stop(struct vm *vm);
