@@ -102,8 +102,8 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		       ntohs(in->sin_port) == data_port;
 	} else if (sa && sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-		static const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff,
-		                                   127, 0, 0, 1};
+		static const uint8_t mapped[16] = {0, 0, 0,    0,    0,   0, 0, 0,
+		                                   0, 0, 0xff, 0xff, 127, 0, 0, 1};
 		ours = !memcmp(&in6->sin6_addr, mapped, 16) && ntohs(in6->sin6_port) == data_port;
 	} else if (sa && sa->sa_family != AF_INET && sa->sa_family != AF_INET6) {
 		ours = true; /* not an IP address */
@@ -117,8 +117,8 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	real_connect = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT,
-	                                                                       "connect");
+	real_connect =
+	        (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
 	if (!real_connect)
 		abort();
 	/* Each block read-only between guard pages, with some pages zero. */
@@ -362,7 +362,8 @@ static bool pump(struct world *w, struct data_conn *c)
 					fail("channel %u: a header with magic 0x%08x", c->channel,
 					     c->h.magic);
 				if (c->h.seq != w->received[c->channel])
-					fail("channel %u: write %llu out of sequence, expected %llu",
+					fail("channel %u: write %llu out of sequence, expected "
+					     "%llu",
 					     c->channel, (unsigned long long)c->h.seq,
 					     (unsigned long long)w->received[c->channel]);
 				if (c->h.len > (64u << 10))
@@ -373,14 +374,16 @@ static bool pump(struct world *w, struct data_conn *c)
 		} else {
 			c->payload_got += (uint64_t)n;
 		}
-		if (c->hello_done && c->header_got == TCP_HEADER_LEN && c->payload_got == c->h.len) {
+		if (c->hello_done && c->header_got == TCP_HEADER_LEN &&
+		    c->payload_got == c->h.len) {
 			check_write(w, c);
 			c->header_got = 0;
 			uint64_t count = ++w->received[c->channel];
 			if (w->auto_ack) {
 				uint8_t rec[TCP_ACK_LEN];
-				tcp_ack_encode(&(struct tcp_ack){.magic = TCP_MAGIC_ACK, .count = count},
-				               rec);
+				tcp_ack_encode(
+				        &(struct tcp_ack){.magic = TCP_MAGIC_ACK, .count = count},
+				        rec);
 				send_record(c, rec);
 				if (count > w->acked_max[c->channel])
 					w->acked_max[c->channel] = count;
@@ -424,8 +427,8 @@ static void *play_data(void *arg)
 			if (fd >= 0)
 				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
 			if (fd >= 0 && w->nconn < 4) {
-				w->conn[w->nconn++] = (struct data_conn){.fd = fd,
-				                                         .payload = malloc(64u << 10)};
+				w->conn[w->nconn++] =
+				        (struct data_conn){.fd = fd, .payload = malloc(64u << 10)};
 			} else if (fd >= 0) {
 				close(fd); /* the channels that connected twice are caught */
 			}
@@ -509,7 +512,8 @@ static uint16_t fake_recv(struct fake *f, uint64_t deadline)
 			send_out(f);
 			continue;
 		}
-		if (h.type == LMT_MSG_HELLO && !lmt__dec_hello(f->payload, h.length, f->hello, &err)) {
+		if (h.type == LMT_MSG_HELLO &&
+		    !lmt__dec_hello(f->payload, h.length, f->hello, &err)) {
 			memcpy(f->source_nonce, f->hello->nonce, LMT_PROTO_NONCE);
 			f->have_hello = true;
 		}
@@ -622,7 +626,8 @@ static void op_keys(struct fake *f)
 		f->last_req->count = 0;
 	} else {
 		for (uint32_t b = 0; b < NBLOCKS; b++)
-			r->regs[r->count++] = (struct lmt_msg_reg){.block = b, .length = block_len[b]};
+			r->regs[r->count++] =
+			        (struct lmt_msg_reg){.block = b, .length = block_len[b]};
 	}
 	for (uint32_t i = 0; i < r->count; i++) {
 		struct lmt_msg_reg *g = &r->regs[i];
@@ -704,7 +709,8 @@ static void op_ack(struct fake *f)
 			                : (uint64_t)((int64_t)w->received[channel] + delta);
 		}
 		uint8_t rec[TCP_ACK_LEN];
-		tcp_ack_encode(&(struct tcp_ack){.magic = magic, .code = code, .count = count}, rec);
+		tcp_ack_encode(&(struct tcp_ack){.magic = magic, .code = code, .count = count},
+		               rec);
 		send_record(&w->conn[i], rec);
 		if ((magic == TCP_MAGIC_ACK || magic == TCP_MAGIC_BYE) &&
 		    count > w->acked_max[channel])
@@ -886,7 +892,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fail("the migration completed without a COMPLETE_ACK");
 		for (unsigned c = 0; c < w->channels; c++)
 			if (w->received[c] > w->acked_max[c])
-				fail("the migration completed with channel %u's writes %llu acknowledged "
+				fail("the migration completed with channel %u's writes %llu "
+				     "acknowledged "
 				     "up to %llu",
 				     c, (unsigned long long)w->received[c],
 				     (unsigned long long)w->acked_max[c]);

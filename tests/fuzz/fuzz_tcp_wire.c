@@ -177,8 +177,8 @@ struct peer {
 	const struct stream *stream;
 	uint8_t *back; /* what came back */
 	size_t back_len;
-	bool eof;       /* the plugin closed (or reset) the connection */
-	bool send_only; /* another thread reads */
+	bool eof;                 /* the plugin closed (or reset) the connection */
+	bool send_only;           /* another thread reads */
 	_Atomic uint64_t done_ns; /* when it was done */
 };
 
@@ -454,7 +454,8 @@ static void fuzz_receiver(struct cursor *in)
 			changed += arena[i] != expected[i];
 		ph_host_last_error(&side.host, why, sizeof(why));
 		fprintf(stderr,
-		        "fuzz_tcp_wire: receiver: ep_connect %d, %llu headers sent, %zu records back, "
+		        "fuzz_tcp_wire: receiver: ep_connect %d, %llu headers sent, %zu records "
+		        "back, "
 		        "%s, progress %d, %zu bytes changed; %s\n",
 		        crc, (unsigned long long)x.headers, p.back_len / TCP_ACK_LEN,
 		        p.eof ? "closed" : "left open", prc, changed, why);
@@ -497,7 +498,8 @@ static void tx_build(struct cursor *in, struct stream *s, struct tx_script *x)
 		case WIRE_TX_MAGIC:
 			a.magic = (uint32_t)take(in, 4);
 			a.count = take(in, 8);
-			if ((a.magic == TCP_MAGIC_ACK || a.magic == TCP_MAGIC_BYE) && a.count > x->acked)
+			if ((a.magic == TCP_MAGIC_ACK || a.magic == TCP_MAGIC_BYE) &&
+			    a.count > x->acked)
 				x->acked = a.count;
 			break;
 		case WIRE_TX_RAW: {
@@ -578,7 +580,8 @@ static void fuzz_acks(struct cursor *in)
 		fail("importing a valid key failed");
 	for (unsigned i = 0; i < x.writes; i++) {
 		size_t len = 1 + take(in, 2) % PAGE;
-		int rc = pl->ops.write(ep, source_mem + i * PAGE, len, NULL, rkey, i * PAGE, 100 + i);
+		int rc = pl->ops.write(ep, source_mem + i * PAGE, len, NULL, rkey, i * PAGE,
+		                       100 + i);
 		if (rc)
 			fail("posting write %u failed (%d)", i, rc);
 	}
@@ -615,8 +618,8 @@ static void fuzz_acks(struct cursor *in)
 			done++;
 			if (comps[i].status == 0) {
 				if (k != ok)
-					fail("write %llu completed before write %u", (unsigned long long)k,
-					     ok);
+					fail("write %llu completed before write %u",
+					     (unsigned long long)k, ok);
 				ok++;
 			}
 		}

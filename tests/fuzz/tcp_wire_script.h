@@ -21,7 +21,7 @@ enum wire_rx_op {
 	WIRE_RX_WRITE,
 	/* sequence (u8: 0 the next, else a u64 follows): a BYE header */
 	WIRE_RX_BYE,
-	WIRE_RX_RAW, /* length (u8), bytes */
+	WIRE_RX_RAW,   /* length (u8), bytes */
 	WIRE_RX_SPLIT, /* what came before goes in its own send, then 1 ms */
 	WIRE_RX_COUNT,
 };
