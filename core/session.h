@@ -297,5 +297,8 @@ void lmt__destination_free(struct lmt_destination_engine *engine);
 /* Destination: take a migration in over an already connected control
  * socket (the session owns fd from now on). For the fuzzer. */
 int lmt__load_connected(struct lmt_session *s, int fd);
+/* Source: lmt_save_setup over an already connected control socket (the
+ * session owns fd from now on, even when it refuses). For the fuzzer. */
+int lmt__save_connected(struct lmt_session *s, int fd);
 
 #endif

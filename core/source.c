@@ -516,12 +516,25 @@ static int connect_control(struct lmt_session *s, const char *uri, uint64_t dead
 	return lmt__ctrl_start(s);
 }
 
-static int setup(struct lmt_session *s, const char *uri)
+/* Take over a control socket already connected to the destination. */
+static int adopt_control(struct lmt_session *s, int fd)
+{
+	s->ctrl_fd = fd;
+	lmt__net_tune(s->ctrl_fd, 1, 0);
+	return lmt__ctrl_start(s);
+}
+
+/* Connect to `uri`, or with fd >= 0 use that socket (the session owns it
+ * from here, whatever happens). */
+static int setup(struct lmt_session *s, const char *uri, int fd)
 {
 	int rc = prepare(s);
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
-	if (rc || (rc = connect_control(s, uri, deadline)) || (rc = handshake(s, deadline)) ||
-	    (rc = open_channels(s, deadline)))
+	if (rc && fd >= 0)
+		close(fd);
+	if (!rc)
+		rc = fd >= 0 ? adopt_control(s, fd) : connect_control(s, uri, deadline);
+	if (rc || (rc = handshake(s, deadline)) || (rc = open_channels(s, deadline)))
 		return rc;
 	if (s->pin_all && (s->caps & LMT_CAP_LOCAL_MR))
 		for (uint32_t i = 0; i < s->nblocks && !rc; i++)
@@ -551,19 +564,22 @@ int lmt__save_check(struct lmt_session *s, const char *uri, const char *what)
 	return 0;
 }
 
-static int save_setup(lmt_session *s, const char *uri)
+static int save_setup(lmt_session *s, const char *uri, int fd)
 {
 	int rc = lmt__save_check(s, uri, "save setup");
-	if (rc)
-		return rc;
 	int expected = LMT_STATE_NEW;
-	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
-		return lmt__usage(s, LMT_ESTATE, "save setup: called twice");
+	if (!rc && !atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
+		rc = lmt__usage(s, LMT_ESTATE, "save setup: called twice");
+	if (rc) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
 	pthread_mutex_lock(&s->lock);
 	s->start_ns = lmt__now();
 	s->stats.status = LMT_STATUS_SETUP;
 	pthread_mutex_unlock(&s->lock);
-	rc = setup(s, uri);
+	rc = setup(s, uri, fd);
 	if (rc)
 		return lmt__abort(s, rc);
 	atomic_store(&s->state, LMT_STATE_ACTIVE);
@@ -584,7 +600,15 @@ int lmt_save_setup(lmt_session *s, const char *uri)
 		        s, LMT_ESTATE,
 		        "save setup: a job started with lmt_save_start runs this session");
 	lmt__call_enter(s);
-	int rc = save_setup(s, uri);
+	int rc = save_setup(s, uri, -1);
+	lmt__call_leave(s);
+	return rc;
+}
+
+int lmt__save_connected(struct lmt_session *s, int fd)
+{
+	lmt__call_enter(s);
+	int rc = save_setup(s, "a connected socket", fd);
 	lmt__call_leave(s);
 	return rc;
 }

@@ -2,6 +2,7 @@
  * control message, blob and option string, so the fuzzers start from inputs
  * that reach deep. The output is committed under tests/fuzz/corpus/.
  *   make-seeds OUTPUT_DIR */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,8 @@
 #include "../../plugins/tcp/wire.h"
 #include "../../plugins/verbs/wire.h"
 #include "proto.h"
+#include "source_script.h"
+#include "tcp_wire_script.h"
 
 static const char *out_dir;
 
@@ -183,6 +186,117 @@ static void options(void)
 	}
 }
 
+/* A script: its bytes, as fuzz_source and fuzz_tcp_wire read them. */
+struct script {
+	uint8_t b[512];
+	size_t n;
+};
+
+static void op(struct script *s, int count, ...)
+{
+	va_list ap;
+	va_start(ap, count);
+	for (int i = 0; i < count; i++)
+		s->b[s->n++] = (uint8_t)va_arg(ap, int);
+	va_end(ap);
+}
+
+static void op64(struct script *s, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		s->b[s->n++] = (uint8_t)(v >> (8 * i));
+}
+
+/* fuzz_source: a destination that plays its part right, in each mode. */
+static void source_session(const char *name, unsigned flags)
+{
+	struct script s = {0};
+	unsigned channels = flags & SRC_F_CHANNELS ? 2 : 1;
+	op(&s, 2, SRC_OP_HELLO_REPLY, 0);
+	op(&s, 2, SRC_OP_ADDRS, 0);
+	for (unsigned c = 0; c < channels; c++) {
+		op(&s, 1, 0);
+		op64(&s, 0x1122334455667788ull + c);
+	}
+	if (flags & SRC_F_PIN_ALL) {
+		op(&s, 2, SRC_OP_KEYS, 0);
+		op(&s, 1, SRC_OP_READY);
+	} else {
+		op(&s, 1, SRC_OP_READY);
+		for (int block = 0; block < 2; block++)
+			op(&s, 4, SRC_OP_EXPECT, LMT_MSG_REG_REQ, SRC_OP_KEYS, 0);
+	}
+	if (flags & SRC_F_NO_ACK)
+		for (unsigned i = 0; i < 6; i++)
+			op(&s, 7, SRC_OP_PAUSE, 5, SRC_OP_ACK, i % channels, 0, 2, 0);
+	op(&s, 4, SRC_OP_EXPECT, LMT_MSG_COMPLETE, SRC_OP_COMPLETE_ACK, 0);
+	save("source", name, (uint8_t)flags, s.b, s.n);
+}
+
+static void source(void)
+{
+	unsigned four = 2u << SRC_F_ITERATE_SHIFT;
+	source_session("session", four);
+	source_session("session-verify", four | SRC_F_VERIFY);
+	source_session("pin-all", four | SRC_F_PIN_ALL);
+	source_session("auth", four | SRC_F_AUTH | SRC_F_VERIFY);
+	source_session("two-channels", four | SRC_F_CHANNELS);
+	source_session("pin-all-two-channels-verify",
+	               four | SRC_F_CHANNELS | SRC_F_PIN_ALL | SRC_F_VERIFY);
+	source_session("scripted-acks", four | SRC_F_NO_ACK);
+	source_session("no-iterate", SRC_F_PIN_ALL);
+	/* A destination that refuses, and one that fails mid-session. */
+	struct script s = {0};
+	op(&s, 4, SRC_OP_HELLO_REPLY, 2, LMT_EMISMATCH, SRC_OP_EXPECT);
+	save("source", "refused", four, s.b, s.n);
+	s.n = 0;
+	op(&s, 2, SRC_OP_HELLO_REPLY, 0);
+	op(&s, 4, SRC_OP_ADDRS, 0, 0, 0);
+	op64(&s, 7);
+	op(&s, 4, SRC_OP_READY, SRC_OP_EXPECT, LMT_MSG_REG_REQ, SRC_OP_ERROR);
+	op(&s, 5, LMT_EIO, 3, 'b', 'a', 'd');
+	save("source", "error-mid-session", four, s.b, s.n);
+}
+
+/* fuzz_tcp_wire: a source's stream that the receiver takes whole, and a
+ * destination's acknowledgements of every write. */
+static void tcp_wire(void)
+{
+	struct script s = {0};
+	op(&s, 1, WIRE_RX_HELLO);
+	/* region 0 at 0, 4 KiB; region 1 at 100, 12245 bytes (to its end) */
+	op(&s, 8, WIRE_RX_WRITE, 0, 0, 0, 0, 0x00, 0x10, 1);
+	op(&s, 8, WIRE_RX_WRITE, 0, 1, 100, 0, 0xd5, 0x2f, 2);
+	op(&s, 1, WIRE_RX_SPLIT);
+	op(&s, 8, WIRE_RX_WRITE, 0, 0, 0, 0x3c, 0x00, 0x04, 3);
+	op(&s, 2, WIRE_RX_BYE, 0);
+	save("tcp_wire", "receiver-session", 0, s.b, s.n);
+	s.n = 0;
+	op(&s, 1, WIRE_RX_HELLO);
+	op(&s, 8, WIRE_RX_WRITE, 0, 2, 0, 0, 0x00, 0x01, 1); /* the deregistered region */
+	save("tcp_wire", "receiver-stale-region", 0, s.b, s.n);
+	s.n = 0;
+	op(&s, 3, WIRE_RX_BAD_HELLO, 0, 1);
+	save("tcp_wire", "receiver-wrong-token", 0, s.b, s.n);
+	s.n = 0;
+	/* token tweak (u16), writes less one (u8), 4 writes of 1000 bytes, then
+	 * acknowledgements */
+	op(&s, 3, 0, 0, 3);
+	for (int i = 0; i < 4; i++)
+		op(&s, 2, 0xe8, 0x03);
+	op(&s, 2, WIRE_TX_ACK, 2);
+	op(&s, 1, WIRE_TX_SPLIT);
+	op(&s, 2, WIRE_TX_ACK, 4);
+	op(&s, 2, WIRE_TX_BYE, 4);
+	save("tcp_wire", "acks-session", 1, s.b, s.n);
+	s.n = 0;
+	op(&s, 3, 0, 0, 1);
+	op(&s, 4, 0x10, 0, 0x10, 0);
+	op(&s, 2, WIRE_TX_ACK, 1);
+	op(&s, 5, WIRE_TX_ERROR, LMT_EPROTO, 0, 0, 0);
+	save("tcp_wire", "acks-error", 1, s.b, s.n);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -194,5 +308,7 @@ int main(int argc, char **argv)
 	proto_and_destination();
 	blobs();
 	options();
+	source();
+	tcp_wire();
 	return 0;
 }
