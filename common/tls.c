@@ -1,0 +1,471 @@
+/* TLS 1.3 with OpenSSL for the control connection and tcp channels (see
+ * tls.h). Sockets are non-blocking under TLS; a mutex serialises every
+ * call on one SSL object, since a sender and a reader thread share it. */
+#define _GNU_SOURCE
+#include "tls.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/kdf.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+/* Records up to 16 KiB go out per SSL_write step; reads take many at once. */
+#define READ_BUFFER_LEN (256u << 10)
+#define CIPHERSUITES "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+
+struct lmt__tls_ctx {
+	SSL_CTX *ssl_ctx;
+	bool server, psk_mode;
+	uint8_t psk[LMT_TLS_PSK_LEN];
+	char identity[64];
+};
+
+struct lmt__tls {
+	SSL *ssl;
+	int fd;
+	bool server;
+	pthread_mutex_t lock;
+};
+
+static int fail(struct lmt__net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+
+static int fail(struct lmt__net_error *e, int code, const char *fmt, ...)
+{
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+		va_end(ap);
+	}
+	return -code;
+}
+
+/* OpenSSL's reasons for the last failure on this thread, oldest first
+ * ("error:0A000086:SSL routines::certificate verify failed"); drains the
+ * queue. */
+static void ssl_reasons(char *buf, size_t size)
+{
+	size_t used = 0;
+	unsigned long code;
+	buf[0] = '\0';
+	while ((code = ERR_get_error()) != 0) {
+		if (used + 8 >= size)
+			continue;
+		if (used)
+			used += (size_t)snprintf(buf + used, size - used, "; ");
+		ERR_error_string_n(code, buf + used, size - used);
+		used += strlen(buf + used);
+	}
+}
+
+static int ssl_fail(struct lmt__net_error *e, int code, const char *what)
+{
+	char why[200];
+	ssl_reasons(why, sizeof(why));
+	return fail(e, code, "%s: %s", what, why[0] ? why : "unknown OpenSSL error");
+}
+
+int lmt__tls_hkdf(const void *ikm, size_t ikm_len, const char *salt, const void *info,
+                  size_t info_len, uint8_t *out, size_t len, struct lmt__net_error *e)
+{
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, OSSL_KDF_NAME_HKDF, NULL);
+	EVP_KDF_CTX *kctx = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+	EVP_KDF_free(kdf);
+	if (!kctx)
+		return ssl_fail(e, LMT_EIO, "HKDF is not available");
+	OSSL_PARAM params[] = {
+	        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, "SHA256", 0),
+	        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)ikm, ikm_len),
+	        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)salt, strlen(salt)),
+	        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (void *)info, info_len),
+	        OSSL_PARAM_construct_end(),
+	};
+	int ok = EVP_KDF_derive(kctx, out, len, params);
+	EVP_KDF_CTX_free(kctx);
+	return ok == 1 ? 0 : ssl_fail(e, LMT_EIO, "HKDF");
+}
+
+static SSL_CTX *new_ssl_ctx(bool server, struct lmt__net_error *e)
+{
+	SSL_CTX *c = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+	if (!c) {
+		ssl_fail(e, LMT_ENOMEM, "SSL_CTX_new");
+		return NULL;
+	}
+	if (!SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION) ||
+	    !SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION) ||
+	    !SSL_CTX_set_ciphersuites(c, CIPHERSUITES)) {
+		ssl_fail(e, LMT_EIO, "configuring TLS 1.3");
+		SSL_CTX_free(c);
+		return NULL;
+	}
+	/* The kernel's tls ULP where it exists; user-space AES-GCM otherwise. */
+	SSL_CTX_set_options(c, SSL_OP_ENABLE_KTLS);
+	SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_read_ahead(c, 1);
+	SSL_CTX_set_default_read_buffer_len(c, READ_BUFFER_LEN);
+	if (server)
+		SSL_CTX_set_num_tickets(c, 0); /* nothing is resumed */
+	return c;
+}
+
+static lmt__tls_ctx *wrap_ctx(SSL_CTX *ssl_ctx, bool server, struct lmt__net_error *e)
+{
+	lmt__tls_ctx *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		SSL_CTX_free(ssl_ctx);
+		fail(e, LMT_ENOMEM, "out of memory");
+		return NULL;
+	}
+	ctx->ssl_ctx = ssl_ctx;
+	ctx->server = server;
+	SSL_CTX_set_app_data(ssl_ctx, ctx);
+	return ctx;
+}
+
+int lmt__tls_ctx_cert(bool server, const char *cert, const char *key, const char *ca,
+                      lmt__tls_ctx **out, struct lmt__net_error *e)
+{
+	*out = NULL;
+	ERR_clear_error();
+	SSL_CTX *c = new_ssl_ctx(server, e);
+	if (!c)
+		return -LMT_EIO;
+	char what[300];
+	int rc = 0;
+	if (SSL_CTX_use_certificate_chain_file(c, cert) != 1) {
+		snprintf(what, sizeof(what), "tls-cert '%s'", cert);
+		rc = ssl_fail(e, LMT_EINVAL, what);
+	} else if (SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM) != 1) {
+		snprintf(what, sizeof(what), "tls-key '%s'", key);
+		rc = ssl_fail(e, LMT_EINVAL, what);
+	} else if (SSL_CTX_check_private_key(c) != 1) {
+		snprintf(what, sizeof(what), "tls-key '%s' does not belong to tls-cert '%s'", key,
+		         cert);
+		rc = ssl_fail(e, LMT_EINVAL, what);
+	} else if (SSL_CTX_load_verify_locations(c, ca, NULL) != 1) {
+		snprintf(what, sizeof(what), "tls-ca '%s'", ca);
+		rc = ssl_fail(e, LMT_EINVAL, what);
+	}
+	if (rc) {
+		SSL_CTX_free(c);
+		return rc;
+	}
+	/* Mutual: each side requires the other's certificate, from tls-ca. */
+	SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+	*out = wrap_ctx(c, server, e);
+	return *out ? 0 : -LMT_ENOMEM;
+}
+
+static const unsigned char AES128GCM_SHA256[2] = {0x13, 0x01};
+
+static SSL_SESSION *psk_session(SSL *ssl, const lmt__tls_ctx *ctx)
+{
+	const SSL_CIPHER *cipher = SSL_CIPHER_find(ssl, AES128GCM_SHA256);
+	SSL_SESSION *sess = cipher ? SSL_SESSION_new() : NULL;
+	if (!sess)
+		return NULL;
+	if (!SSL_SESSION_set1_master_key(sess, ctx->psk, sizeof(ctx->psk)) ||
+	    !SSL_SESSION_set_cipher(sess, cipher) ||
+	    !SSL_SESSION_set_protocol_version(sess, TLS1_3_VERSION)) {
+		SSL_SESSION_free(sess);
+		return NULL;
+	}
+	return sess;
+}
+
+static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t *idlen,
+                   SSL_SESSION **sess)
+{
+	const lmt__tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+	const SSL_CIPHER *cipher = SSL_CIPHER_find(ssl, AES128GCM_SHA256);
+	*sess = NULL;
+	*id = NULL;
+	*idlen = 0;
+	if (!cipher)
+		return 0;
+	/* A second call after a HelloRetryRequest names the hash the server
+	 * chose; the PSK is bound to SHA-256. */
+	if (md && EVP_MD_get_type(md) != EVP_MD_get_type(SSL_CIPHER_get_handshake_digest(cipher)))
+		return 1;
+	*sess = psk_session(ssl, ctx);
+	if (!*sess)
+		return 0;
+	*id = (const unsigned char *)ctx->identity;
+	*idlen = strlen(ctx->identity);
+	return 1;
+}
+
+static int psk_find(SSL *ssl, const unsigned char *identity, size_t len, SSL_SESSION **sess)
+{
+	const lmt__tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+	*sess = NULL;
+	if (len != strlen(ctx->identity) || memcmp(identity, ctx->identity, len) != 0)
+		return 1; /* not ours: the handshake fails without a PSK */
+	*sess = psk_session(ssl, ctx);
+	return *sess ? 1 : 0;
+}
+
+int lmt__tls_ctx_psk(bool server, const uint8_t psk[LMT_TLS_PSK_LEN], const char *identity,
+                     lmt__tls_ctx **out, struct lmt__net_error *e)
+{
+	*out = NULL;
+	ERR_clear_error();
+	if (strlen(identity) >= sizeof((*out)->identity))
+		return fail(e, LMT_EINVAL, "PSK identity too long");
+	SSL_CTX *c = new_ssl_ctx(server, e);
+	if (!c)
+		return -LMT_EIO;
+	if (server)
+		SSL_CTX_set_psk_find_session_callback(c, psk_find);
+	else
+		SSL_CTX_set_psk_use_session_callback(c, psk_use);
+	lmt__tls_ctx *ctx = wrap_ctx(c, server, e);
+	if (!ctx)
+		return -LMT_ENOMEM;
+	ctx->psk_mode = true;
+	memcpy(ctx->psk, psk, LMT_TLS_PSK_LEN);
+	snprintf(ctx->identity, sizeof(ctx->identity), "%s", identity);
+	*out = ctx;
+	return 0;
+}
+
+void lmt__tls_ctx_free(lmt__tls_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	SSL_CTX_free(ctx->ssl_ctx);
+	OPENSSL_cleanse(ctx->psk, sizeof(ctx->psk));
+	free(ctx);
+}
+
+int lmt__tls_new(lmt__tls_ctx *ctx, int fd, lmt__tls **out, struct lmt__net_error *e)
+{
+	*out = NULL;
+	ERR_clear_error();
+	lmt__tls *t = calloc(1, sizeof(*t));
+	if (!t)
+		return fail(e, LMT_ENOMEM, "out of memory");
+	if (pthread_mutex_init(&t->lock, NULL) != 0) {
+		free(t);
+		return fail(e, LMT_ENOMEM, "cannot create a lock");
+	}
+	t->fd = fd;
+	t->server = ctx->server;
+	t->ssl = SSL_new(ctx->ssl_ctx);
+	if (!t->ssl || SSL_set_fd(t->ssl, fd) != 1) {
+		int rc = ssl_fail(e, LMT_ENOMEM, "SSL_new");
+		lmt__tls_free(t);
+		return rc;
+	}
+	if (ctx->server)
+		SSL_set_accept_state(t->ssl);
+	else
+		SSL_set_connect_state(t->ssl);
+	lmt__net_set_nonblock(fd, 1);
+	*out = t;
+	return 0;
+}
+
+void lmt__tls_free(lmt__tls *t)
+{
+	if (!t)
+		return;
+	SSL_free(t->ssl);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+/* What a failed call means: -LMT_EAGAIN with the poll events to wait for,
+ * or an error. Called with t->lock held, right after the call. */
+static int classify(lmt__tls *t, int ret, short *events, const char *what,
+                    struct lmt__net_error *e)
+{
+	int err = SSL_get_error(t->ssl, ret);
+	int saved = errno;
+	switch (err) {
+	case SSL_ERROR_WANT_READ:
+		*events = POLLIN;
+		return -LMT_EAGAIN;
+	case SSL_ERROR_WANT_WRITE:
+		*events = POLLOUT;
+		return -LMT_EAGAIN;
+	case SSL_ERROR_ZERO_RETURN:
+		return fail(e, LMT_ECONN, "connection closed by peer");
+	case SSL_ERROR_SYSCALL:
+		if (ERR_peek_error())
+			return ssl_fail(e, LMT_ECONN, what);
+		if (saved == EAGAIN || saved == EWOULDBLOCK || saved == EINTR) {
+			*events = POLLIN;
+			return -LMT_EAGAIN;
+		}
+		return fail(e, LMT_ECONN, "%s: %s", what,
+		            saved ? strerror(saved) : "connection closed by peer");
+	default:
+		break;
+	}
+	long verify = SSL_get_verify_result(t->ssl);
+	if (verify != X509_V_OK) {
+		char reason[200];
+		ssl_reasons(reason, sizeof(reason));
+		return fail(e, LMT_EAUTH, "%s: the peer's certificate: %s (%s)", what,
+		            X509_verify_cert_error_string(verify), reason);
+	}
+	return ssl_fail(e, LMT_EIO, what);
+}
+
+/* Before the server has sent anything, its first byte says whether it
+ * speaks TLS at all: an lmt message starts with a type from 1 to 15. */
+static int first_byte_is_tls(lmt__tls *t, struct lmt__net_error *e)
+{
+	if (t->server || BIO_number_read(SSL_get_rbio(t->ssl)) != 0)
+		return 0;
+	uint8_t b;
+	ssize_t n;
+	do
+		n = recv(t->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n == 1 && b != LMT_TLS_RECORD_HANDSHAKE && b != 0x15 /* alert */)
+		return fail(e, LMT_EMISMATCH, "the peer answered without TLS");
+	return 0;
+}
+
+int lmt__tls_handshake_step(lmt__tls *t, short *events, struct lmt__net_error *e)
+{
+	int rc = first_byte_is_tls(t, e);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&t->lock);
+	ERR_clear_error();
+	int ret = SSL_do_handshake(t->ssl);
+	rc = ret == 1 ? 0 : classify(t, ret, events, "TLS handshake", e);
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+int lmt__tls_handshake(lmt__tls *t, const struct lmt__wait *w, struct lmt__net_error *e)
+{
+	for (;;) {
+		short events = 0;
+		int rc = lmt__tls_handshake_step(t, &events, e);
+		if (rc != -LMT_EAGAIN)
+			return rc;
+		rc = lmt__net_wait(t->fd, events, w, e);
+		if (rc == -LMT_ETIMEDOUT)
+			return fail(e, LMT_ETIMEDOUT, "TLS handshake: timed out");
+		if (rc == -LMT_ECONN)
+			continue; /* the next step reads why */
+		if (rc)
+			return rc;
+	}
+}
+
+int lmt__tls_send_all(lmt__tls *t, const void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		size_t done = 0;
+		short events = 0;
+		pthread_mutex_lock(&t->lock);
+		ERR_clear_error();
+		int ret = SSL_write_ex(t->ssl, p, len, &done);
+		int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS send", e);
+		pthread_mutex_unlock(&t->lock);
+		if (!rc) {
+			p += done;
+			len -= done;
+			continue;
+		}
+		if (rc != -LMT_EAGAIN)
+			return rc;
+		rc = lmt__net_wait(t->fd, events, w, e);
+		if (rc && rc != -LMT_ECONN)
+			return rc;
+	}
+	return 0;
+}
+
+ssize_t lmt__tls_recv_some(lmt__tls *t, void *buf, size_t len, struct lmt__net_error *e)
+{
+	size_t got = 0;
+	short events = 0;
+	pthread_mutex_lock(&t->lock);
+	ERR_clear_error();
+	int ret = SSL_read_ex(t->ssl, buf, len, &got);
+	int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS receive", e);
+	pthread_mutex_unlock(&t->lock);
+	if (!rc)
+		return (ssize_t)got;
+	if (rc == -LMT_EAGAIN && events == POLLOUT)
+		fail(e, LMT_EAGAIN, "waiting to send");
+	return rc;
+}
+
+int lmt__tls_recv_all(lmt__tls *t, void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e)
+{
+	uint8_t *p = buf;
+	while (len) {
+		short events = 0;
+		size_t got = 0;
+		pthread_mutex_lock(&t->lock);
+		ERR_clear_error();
+		int ret = SSL_read_ex(t->ssl, p, len, &got);
+		int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS receive", e);
+		pthread_mutex_unlock(&t->lock);
+		if (!rc) {
+			p += got;
+			len -= got;
+			continue;
+		}
+		if (rc != -LMT_EAGAIN)
+			return rc;
+		rc = lmt__net_wait(t->fd, events, w, e);
+		if (rc && rc != -LMT_ECONN)
+			return rc;
+	}
+	return 0;
+}
+
+bool lmt__tls_pending(lmt__tls *t)
+{
+	pthread_mutex_lock(&t->lock);
+	bool pending = SSL_has_pending(t->ssl) == 1;
+	pthread_mutex_unlock(&t->lock);
+	return pending;
+}
+
+int lmt__tls_export(lmt__tls *t, const char *label, uint8_t *out, size_t len,
+                    struct lmt__net_error *e)
+{
+	pthread_mutex_lock(&t->lock);
+	ERR_clear_error();
+	int ok = SSL_export_keying_material(t->ssl, out, len, label, strlen(label), NULL, 0, 0);
+	int rc = ok == 1 ? 0 : ssl_fail(e, LMT_EIO, "TLS exporter");
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+void lmt__tls_describe(lmt__tls *t, char *buf, size_t size)
+{
+	pthread_mutex_lock(&t->lock);
+	const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
+	int ksend = BIO_get_ktls_send(SSL_get_wbio(t->ssl));
+	int krecv = BIO_get_ktls_recv(SSL_get_rbio(t->ssl));
+	snprintf(buf, size, "%s %s, kTLS send %s, receive %s", SSL_get_version(t->ssl),
+	         c ? SSL_CIPHER_get_name(c) : "?", ksend ? "on" : "off (user-space crypto)",
+	         krecv ? "on" : "off (user-space crypto)");
+	pthread_mutex_unlock(&t->lock);
+}
