@@ -439,6 +439,19 @@ int lmt__tls_recv_all(lmt__tls *t, void *buf, size_t len, const struct lmt__wait
 	return 0;
 }
 
+ssize_t lmt__tls_recv_wait(lmt__tls *t, void *buf, size_t len, const struct lmt__wait *w,
+                           struct lmt__net_error *e)
+{
+	for (;;) {
+		ssize_t n = lmt__tls_recv_some(t, buf, len, e);
+		if (n != -LMT_EAGAIN)
+			return n;
+		int rc = lmt__net_wait(t->fd, POLLIN, w, e);
+		if (rc && rc != -LMT_ECONN)
+			return rc;
+	}
+}
+
 bool lmt__tls_pending(lmt__tls *t)
 {
 	pthread_mutex_lock(&t->lock);

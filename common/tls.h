@@ -60,6 +60,10 @@ int lmt__tls_recv_all(lmt__tls *t, void *buf, size_t len, const struct lmt__wait
 /* Without waiting: bytes received (> 0), -LMT_EAGAIN when none is ready,
  * -LMT_ECONN when the peer closed, or another error. */
 ssize_t lmt__tls_recv_some(lmt__tls *t, void *buf, size_t len, struct lmt__net_error *e);
+/* Waiting as `w` allows for at least one byte: bytes received, or an
+ * error (-LMT_ECONN when the peer closed). */
+ssize_t lmt__tls_recv_wait(lmt__tls *t, void *buf, size_t len, const struct lmt__wait *w,
+                           struct lmt__net_error *e);
 /* Decrypted bytes waiting inside OpenSSL, which poll(2) does not see. */
 bool lmt__tls_pending(lmt__tls *t);
 
