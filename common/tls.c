@@ -7,11 +7,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <openssl/core_names.h>
 #include <openssl/err.h>
@@ -30,14 +32,70 @@ struct lmt__tls_ctx {
 	char identity[64];
 };
 
+/* The first bytes a client receives, kept until its handshake ends: when
+ * they are not TLS, they are the server's plaintext answer. */
+#define HEAD_MAX 1024u
+
 struct lmt__tls {
 	SSL *ssl;
 	int fd;
 	bool server;
 	pthread_mutex_t lock;
+	uint8_t head[HEAD_MAX];
+	size_t head_len;
 };
 
 static int fail(struct lmt__net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+
+/* OpenSSL writes to the socket with write(2): a peer that has gone would
+ * raise SIGPIPE in the caller's thread, which may be the VMM's. Around
+ * every call, SIGPIPE is blocked and one it raised is taken back. */
+struct sigpipe_guard {
+	sigset_t old;
+	bool pending_before;
+};
+
+static void sigpipe_block(struct sigpipe_guard *g)
+{
+	sigset_t pipe, pending;
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	sigpending(&pending);
+	g->pending_before = sigismember(&pending, SIGPIPE) == 1;
+	pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+}
+
+static void sigpipe_restore(struct sigpipe_guard *g)
+{
+	if (!g->pending_before) {
+		sigset_t pipe, pending;
+		sigemptyset(&pipe);
+		sigaddset(&pipe, SIGPIPE);
+		sigpending(&pending);
+		if (sigismember(&pending, SIGPIPE) == 1) {
+			const struct timespec now = {0, 0};
+			int saved = errno;
+			while (sigtimedwait(&pipe, NULL, &now) < 0 && errno == EINTR) {
+			}
+			errno = saved;
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* Take the lock and guard against SIGPIPE; unlock undoes both. */
+static void ssl_lock(lmt__tls *t, struct sigpipe_guard *g)
+{
+	pthread_mutex_lock(&t->lock);
+	sigpipe_block(g);
+	ERR_clear_error();
+}
+
+static void ssl_unlock(lmt__tls *t, struct sigpipe_guard *g)
+{
+	sigpipe_restore(g);
+	pthread_mutex_unlock(&t->lock);
+}
 
 static int fail(struct lmt__net_error *e, int code, const char *fmt, ...)
 {
@@ -250,6 +308,19 @@ void lmt__tls_ctx_free(lmt__tls_ctx *ctx)
 	free(ctx);
 }
 
+/* Keeps what the socket BIO reads while the client's handshake runs. */
+static long capture_head(BIO *b, int oper, const char *argp, size_t len, int argi, long argl,
+                         int ret, size_t *processed)
+{
+	lmt__tls *t = (lmt__tls *)BIO_get_callback_arg(b);
+	if (oper == (BIO_CB_READ | BIO_CB_RETURN) && ret > 0 && processed && t->head_len < HEAD_MAX) {
+		size_t n = *processed < HEAD_MAX - t->head_len ? *processed : HEAD_MAX - t->head_len;
+		memcpy(t->head + t->head_len, argp, n);
+		t->head_len += n;
+	}
+	return ret;
+}
+
 int lmt__tls_new(lmt__tls_ctx *ctx, int fd, lmt__tls **out, struct lmt__net_error *e)
 {
 	*out = NULL;
@@ -269,10 +340,14 @@ int lmt__tls_new(lmt__tls_ctx *ctx, int fd, lmt__tls **out, struct lmt__net_erro
 		lmt__tls_free(t);
 		return rc;
 	}
-	if (ctx->server)
+	if (ctx->server) {
 		SSL_set_accept_state(t->ssl);
-	else
+	} else {
 		SSL_set_connect_state(t->ssl);
+		BIO *rbio = SSL_get_rbio(t->ssl);
+		BIO_set_callback_arg(rbio, (char *)t);
+		BIO_set_callback_ex(rbio, capture_head);
+	}
 	lmt__net_set_nonblock(fd, 1);
 	*out = t;
 	return 0;
@@ -325,33 +400,33 @@ static int classify(lmt__tls *t, int ret, short *events, const char *what,
 	return ssl_fail(e, LMT_EIO, what);
 }
 
-/* Before the server has sent anything, its first byte says whether it
- * speaks TLS at all: an lmt message starts with a type from 1 to 15. */
-static int first_byte_is_tls(lmt__tls *t, struct lmt__net_error *e)
+/* A server that does not speak TLS answers with something other than a
+ * handshake record or an alert: an lmt message starts with a type from 1
+ * to 15. */
+static bool answered_without_tls(const lmt__tls *t)
 {
-	if (t->server || BIO_number_read(SSL_get_rbio(t->ssl)) != 0)
-		return 0;
-	uint8_t b;
-	ssize_t n;
-	do
-		n = recv(t->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	if (n == 1 && b != LMT_TLS_RECORD_HANDSHAKE && b != 0x15 /* alert */)
-		return fail(e, LMT_EMISMATCH, "the peer answered without TLS");
-	return 0;
+	return !t->server && t->head_len && t->head[0] != LMT_TLS_RECORD_HANDSHAKE &&
+	       t->head[0] != 0x15;
 }
 
 int lmt__tls_handshake_step(lmt__tls *t, short *events, struct lmt__net_error *e)
 {
-	int rc = first_byte_is_tls(t, e);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&t->lock);
-	ERR_clear_error();
+	struct sigpipe_guard g;
+	ssl_lock(t, &g);
 	int ret = SSL_do_handshake(t->ssl);
-	rc = ret == 1 ? 0 : classify(t, ret, events, "TLS handshake", e);
-	pthread_mutex_unlock(&t->lock);
+	int rc = ret == 1 ? 0 : classify(t, ret, events, "TLS handshake", e);
+	if (!t->server && rc != -LMT_EAGAIN)
+		BIO_set_callback_ex(SSL_get_rbio(t->ssl), NULL);
+	ssl_unlock(t, &g);
+	if (rc && rc != -LMT_EAGAIN && answered_without_tls(t))
+		return fail(e, LMT_EMISMATCH, "the peer answered without TLS");
 	return rc;
+}
+
+size_t lmt__tls_first_bytes(lmt__tls *t, const uint8_t **bytes)
+{
+	*bytes = t->head;
+	return t->head_len;
 }
 
 int lmt__tls_handshake(lmt__tls *t, const struct lmt__wait *w, struct lmt__net_error *e)
@@ -378,11 +453,11 @@ int lmt__tls_send_all(lmt__tls *t, const void *buf, size_t len, const struct lmt
 	while (len) {
 		size_t done = 0;
 		short events = 0;
-		pthread_mutex_lock(&t->lock);
-		ERR_clear_error();
+		struct sigpipe_guard g;
+		ssl_lock(t, &g);
 		int ret = SSL_write_ex(t->ssl, p, len, &done);
 		int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS send", e);
-		pthread_mutex_unlock(&t->lock);
+		ssl_unlock(t, &g);
 		if (!rc) {
 			p += done;
 			len -= done;
@@ -401,11 +476,11 @@ ssize_t lmt__tls_recv_some(lmt__tls *t, void *buf, size_t len, struct lmt__net_e
 {
 	size_t got = 0;
 	short events = 0;
-	pthread_mutex_lock(&t->lock);
-	ERR_clear_error();
+	struct sigpipe_guard g;
+	ssl_lock(t, &g);
 	int ret = SSL_read_ex(t->ssl, buf, len, &got);
 	int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS receive", e);
-	pthread_mutex_unlock(&t->lock);
+	ssl_unlock(t, &g);
 	if (!rc)
 		return (ssize_t)got;
 	if (rc == -LMT_EAGAIN && events == POLLOUT)
@@ -420,11 +495,11 @@ int lmt__tls_recv_all(lmt__tls *t, void *buf, size_t len, const struct lmt__wait
 	while (len) {
 		short events = 0;
 		size_t got = 0;
-		pthread_mutex_lock(&t->lock);
-		ERR_clear_error();
+		struct sigpipe_guard g;
+		ssl_lock(t, &g);
 		int ret = SSL_read_ex(t->ssl, p, len, &got);
 		int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS receive", e);
-		pthread_mutex_unlock(&t->lock);
+		ssl_unlock(t, &g);
 		if (!rc) {
 			p += got;
 			len -= got;

@@ -48,6 +48,8 @@ void lmt__tls_free(lmt__tls *t);
  * with OpenSSL's reason in e. -LMT_EMISMATCH: the client got something
  * that is not TLS as the server's first bytes. */
 int lmt__tls_handshake_step(lmt__tls *t, short *events, struct lmt__net_error *e);
+/* After -LMT_EMISMATCH: the first bytes the server sent (at most 1 KiB). */
+size_t lmt__tls_first_bytes(lmt__tls *t, const uint8_t **bytes);
 /* The whole handshake, waiting as `w` allows. */
 int lmt__tls_handshake(lmt__tls *t, const struct lmt__wait *w, struct lmt__net_error *e);
 

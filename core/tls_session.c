@@ -96,21 +96,20 @@ static int established(struct lmt_session *s)
 	return 0;
 }
 
-/* The destination answered without TLS: read its plaintext HELLO_REPLY for
- * its reason, if it sent one. */
-static int plaintext_answer(struct lmt_session *s, uint64_t deadline)
+/* The destination answered without TLS: its reason, when its first bytes
+ * are a whole plaintext HELLO_REPLY. */
+static int plaintext_answer(struct lmt_session *s)
 {
-	uint8_t hdr[LMT_PROTO_HEADER_SIZE];
-	struct lmt__wait w = lmt__wait_until(s, deadline);
-	struct lmt__net_error e;
+	const uint8_t *head;
+	size_t len = lmt__tls_first_bytes(s->ctrl_tls, &head);
 	struct lmt_msg_header h;
 	struct lmt_msg_status st;
 	struct lmt_error err = {0};
-	bool said = lmt__net_recv_all(s->ctrl_fd, hdr, sizeof(hdr), &w, &e) == 0 &&
-	            lmt__dec_header(hdr, sizeof(hdr), &h, &err) == 0 &&
-	            h.type == LMT_MSG_HELLO_REPLY && h.length <= LMT_PROTO_MAX_PAYLOAD &&
-	            lmt__net_recv_all(s->ctrl_fd, s->in, h.length, &w, &e) == 0 &&
-	            lmt__dec_status(s->in, h.length, LMT_MSG_HELLO_REPLY, &st, &err) == 0;
+	bool said = len >= LMT_PROTO_HEADER_SIZE &&
+	            lmt__dec_header(head, LMT_PROTO_HEADER_SIZE, &h, &err) == 0 &&
+	            h.type == LMT_MSG_HELLO_REPLY && h.length <= len - LMT_PROTO_HEADER_SIZE &&
+	            lmt__dec_status(head + LMT_PROTO_HEADER_SIZE, h.length, LMT_MSG_HELLO_REPLY,
+	                            &st, &err) == 0;
 	return lmt__fail(s, LMT_EMISMATCH,
 	                 "tls: this source has tls=on and the destination answered without TLS "
 	                 "(tls=off there?): set tls the same on both sides%s%s%s",
@@ -129,7 +128,7 @@ int lmt__tls_session_connect(struct lmt_session *s, uint64_t deadline)
 	struct lmt__wait w = lmt__wait_until(s, deadline);
 	rc = lmt__tls_handshake(s->ctrl_tls, &w, &e);
 	if (rc == -LMT_EMISMATCH)
-		return plaintext_answer(s, deadline);
+		return plaintext_answer(s);
 	if (rc == -LMT_ETIMEDOUT)
 		return lmt__fail(s, LMT_ETIMEDOUT,
 		                 "tls: no TLS handshake with the destination within "
