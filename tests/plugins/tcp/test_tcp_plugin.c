@@ -174,12 +174,13 @@ static void one_write_over(const char *local_host, const char *address, int fami
 
 /* ---- Tests: what tcp claims ------------------------------------------------ */
 
-static void test_descriptor_claims_multi_channel_only_and_the_project_version(void **state)
+static void test_descriptor_claims_multi_channel_and_encryption_and_the_project_version(
+        void **state)
 {
 	(void)state;
 	assert_string_equal(cfg.plugin->name, "tcp");
 	assert_string_equal(cfg.plugin->version, LMT_VERSION);
-	assert_int_equal(cfg.plugin->caps, LMT_CAP_MULTI_CHANNEL);
+	assert_int_equal(cfg.plugin->caps, LMT_CAP_MULTI_CHANNEL | LMT_CAP_ENCRYPTS);
 }
 
 /* ---- Tests: blobs with a bad field (see check-tcp for malformed ones) ------ */
@@ -443,7 +444,8 @@ int main(int argc, char **argv)
 	if (ph_test_load(&cfg, "LMT_TEST_TCP_PLUGIN", argc, argv, NULL))
 		return 2;
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_descriptor_claims_multi_channel_only_and_the_project_version),
+	        cmocka_unit_test(
+	                test_descriptor_claims_multi_channel_and_encryption_and_the_project_version),
 	        cmocka_unit_test(test_key_blob_with_a_bad_field_is_refused),
 	        cmocka_unit_test(test_address_blob_with_a_bad_field_is_refused),
 	        cmocka_unit_test(test_unknown_token_connection_is_ignored),
