@@ -313,8 +313,10 @@ static long capture_head(BIO *b, int oper, const char *argp, size_t len, int arg
                          int ret, size_t *processed)
 {
 	lmt__tls *t = (lmt__tls *)BIO_get_callback_arg(b);
-	if (oper == (BIO_CB_READ | BIO_CB_RETURN) && ret > 0 && processed && t->head_len < HEAD_MAX) {
-		size_t n = *processed < HEAD_MAX - t->head_len ? *processed : HEAD_MAX - t->head_len;
+	if (oper == (BIO_CB_READ | BIO_CB_RETURN) && ret > 0 && processed &&
+	    t->head_len < HEAD_MAX) {
+		size_t n =
+		        *processed < HEAD_MAX - t->head_len ? *processed : HEAD_MAX - t->head_len;
 		memcpy(t->head + t->head_len, argp, n);
 		t->head_len += n;
 	}
@@ -364,8 +366,7 @@ void lmt__tls_free(lmt__tls *t)
 
 /* What a failed call means: -LMT_EAGAIN with the poll events to wait for,
  * or an error. Called with t->lock held, right after the call. */
-static int classify(lmt__tls *t, int ret, short *events, const char *what,
-                    struct lmt__net_error *e)
+static int classify(lmt__tls *t, int ret, short *events, const char *what, struct lmt__net_error *e)
 {
 	int err = SSL_get_error(t->ssl, ret);
 	int saved = errno;

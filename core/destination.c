@@ -480,8 +480,7 @@ static int lobby_tls(struct lobby *l, unsigned i)
 	if (rc) {
 		lobby_drop(l, i, rc == -LMT_EAUTH ? LMT_EAUTH : -rc,
 		           "tls (%s): handshake with the source failed: %s",
-		           l->s->tls_cert_mode ? "certificates" : "pre-shared key from the auth key",
-		           e.msg);
+		           lmt__tls_session_mode(l->s), e.msg);
 		return 0;
 	}
 	c->tls_done = true;

@@ -9,14 +9,12 @@
 #include "bytes.h"
 #include "session.h"
 
-static const char *mode_name(const struct lmt_session *s)
+const char *lmt__tls_session_mode(const struct lmt_session *s)
 {
-	return s->auth.bytes && !s->tls_cert_mode ? "pre-shared key from the auth key"
-	                                          : "certificates";
+	return s->tls_cert_mode ? "certificates" : "pre-shared key from the auth key";
 }
 
-static int make_context(struct lmt_session *s, const char *cert, const char *key,
-                        const char *ca)
+static int make_context(struct lmt_session *s, const char *cert, const char *key, const char *ca)
 {
 	bool server = s->role == LMT_ROLE_DESTINATION;
 	struct lmt__net_error e = {{0}};
@@ -27,8 +25,9 @@ static int make_context(struct lmt_session *s, const char *cert, const char *key
 		const char *values[] = {cert, key, ca};
 		for (int i = 0; i < 3; i++)
 			if (!*values[i])
-				snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
-				         "%s%s", *missing ? ", " : "", names[i]);
+				snprintf(missing + strlen(missing),
+				         sizeof(missing) - strlen(missing), "%s%s",
+				         *missing ? ", " : "", names[i]);
 		if (*missing)
 			return lmt__fail(s, LMT_EINVAL,
 			                 "tls=on with certificates needs tls-cert, tls-key and "
@@ -66,18 +65,19 @@ int lmt__tls_session_prepare(struct lmt_session *s)
 	if (!s->tls) {
 		const char *set = *cert ? "tls-cert" : *key ? "tls-key" : *ca ? "tls-ca" : NULL;
 		if (set)
-			return lmt__fail(s, LMT_EINVAL, "%s is set but tls=off: set tls=on to use it",
-			                 set);
+			return lmt__fail(s, LMT_EINVAL,
+			                 "%s is set but tls=off: set tls=on to use it", set);
 		return 0;
 	}
 	int rc = make_context(s, cert, key, ca);
 	if (rc)
 		return rc;
 	if (!(s->caps & LMT_CAP_ENCRYPTS))
-		lmt__session_log(s, LMT_LOG_WARN,
-		                 "tls: the %s plugin does not encrypt its data channels: guest memory "
-		                 "crosses them in clear; only the control connection is TLS",
-		                 s->wire_name);
+		lmt__session_log(
+		        s, LMT_LOG_WARN,
+		        "tls: the %s plugin does not encrypt its data channels: guest memory "
+		        "crosses them in clear; only the control connection is TLS",
+		        s->wire_name);
 	return 0;
 }
 
@@ -92,7 +92,8 @@ static int established(struct lmt_session *s)
 		return lmt__fail(s, -rc, "tls: %s", e.msg);
 	char how[160];
 	lmt__tls_describe(s->ctrl_tls, how, sizeof(how));
-	lmt__session_log(s, LMT_LOG_INFO, "control connection: %s (%s)", how, mode_name(s));
+	lmt__session_log(s, LMT_LOG_INFO, "control connection: %s (%s)", how,
+	                 lmt__tls_session_mode(s));
 	return 0;
 }
 
@@ -135,11 +136,12 @@ int lmt__tls_session_connect(struct lmt_session *s, uint64_t deadline)
 		                 "connect-timeout (%llu ms)",
 		                 (unsigned long long)(s->connect_timeout_ns / 1000000));
 	if (rc == -LMT_ECANCELED)
-		return lmt__fail(s, LMT_ECANCELED, "tls: handshake with the destination: cancelled");
+		return lmt__fail(s, LMT_ECANCELED,
+		                 "tls: handshake with the destination: cancelled");
 	if (rc)
 		return lmt__fail(s, rc == -LMT_EAUTH ? LMT_EAUTH : -rc,
-		                 "tls (%s): handshake with the destination failed: %s", mode_name(s),
-		                 e.msg);
+		                 "tls (%s): handshake with the destination failed: %s",
+		                 lmt__tls_session_mode(s), e.msg);
 	return established(s);
 }
 

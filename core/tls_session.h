@@ -25,6 +25,8 @@ int lmt__tls_session_connect(struct lmt_session *s, uint64_t deadline);
 /* Destination: take the lobby's finished connection as the control
  * connection's TLS. */
 int lmt__tls_session_adopt(struct lmt_session *s, lmt__tls *t);
+/* "certificates" or "pre-shared key from the auth key". */
+const char *lmt__tls_session_mode(const struct lmt_session *s);
 /* Free the context and wipe the secret; the connection is freed with the
  * control connection. */
 void lmt__tls_session_free(struct lmt_session *s);

@@ -341,7 +341,8 @@ static int handshake_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, u
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		if (r <= 0) {
-			drop_pending(ep, p, n, i, r == 0 ? "closed before its hello" : strerror(errno));
+			drop_pending(ep, p, n, i,
+			             r == 0 ? "closed before its hello" : strerror(errno));
 			return 0;
 		}
 		if (first != LMT_TLS_RECORD_HANDSHAKE) {

@@ -82,7 +82,7 @@ struct lmt_instance {
 	char bind_host[256]; /* what destination listeners bind */
 	struct putil_channels channels;
 	struct putil_registry registry; /* regions by id, peer keys */
-	bool tls;                        /* the core gave a channel secret */
+	bool tls;                       /* the core gave a channel secret */
 	uint8_t tls_secret[LMT_TLS_SECRET_LEN];
 };
 

@@ -97,7 +97,8 @@ static void make_cert(const char *name, X509 *issuer, EVP_PKEY *issuer_key, stru
 	X509_set_pubkey(cert, key);
 	X509 *signer = issuer ? issuer : cert;
 	X509_set_issuer_name(cert, X509_get_subject_name(signer));
-	add_ext(cert, signer, NID_basic_constraints, issuer ? "critical,CA:FALSE" : "critical,CA:TRUE");
+	add_ext(cert, signer, NID_basic_constraints,
+	        issuer ? "critical,CA:FALSE" : "critical,CA:TRUE");
 	add_ext(cert, signer, NID_key_usage,
 	        issuer ? "critical,digitalSignature" : "critical,keyCertSign,cRLSign");
 	assert_true(X509_sign(cert, issuer ? issuer_key : key, EVP_sha256()) > 0);
@@ -282,11 +283,11 @@ static void test_tls_on_the_source_only_fails_on_both_sides(void **state)
 	migrate("tls=on,auth-key=k", "auth-key=k,idle-timeout=1s", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EMISMATCH);
 	expect_contains(src.error, "tls: this source has tls=on and the destination "
-	                                  "answered without TLS");
+	                           "answered without TLS");
 	expect_contains(src.error, "this destination has tls=off");
 	assert_int_equal(dst.rc, -LMT_EMISMATCH);
 	expect_contains(dst.error, "tls: the source speaks TLS (tls=on) and this "
-	                                  "destination has tls=off");
+	                           "destination has tls=off");
 }
 
 static void test_tls_on_the_destination_only_fails_on_both_sides(void **state)
@@ -295,7 +296,7 @@ static void test_tls_on_the_destination_only_fails_on_both_sides(void **state)
 	migrate("auth-key=k", "tls=on,auth-key=k,idle-timeout=1s", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EMISMATCH);
 	expect_contains(src.error, "the destination refused: tls: this destination "
-	                                  "requires TLS (tls=on)");
+	                           "requires TLS (tls=on)");
 	assert_int_equal(dst.rc, -LMT_EMISMATCH);
 	expect_contains(dst.error, "the source sent a plaintext HELLO (tls=off)");
 }
@@ -306,10 +307,10 @@ static void test_a_different_psk_fails_the_handshake_on_both_sides(void **state)
 	migrate("tls=on,auth-key=one", "tls=on,auth-key=two,idle-timeout=1s", &src, &dst);
 	assert_true(src.rc < 0);
 	expect_contains(src.error, "tls (pre-shared key from the auth key): handshake "
-	                                  "with the destination failed");
+	                           "with the destination failed");
 	assert_true(dst.rc < 0);
 	expect_contains(dst.error, "tls (pre-shared key from the auth key): handshake "
-	                                  "with the source failed");
+	                           "with the source failed");
 }
 
 static void test_a_certificate_from_another_ca_fails_on_both_sides(void **state)
@@ -326,7 +327,7 @@ static void test_a_certificate_from_another_ca_fails_on_both_sides(void **state)
 	                           "unknown ca");
 	assert_int_equal(dst.rc, -LMT_EAUTH);
 	expect_contains(dst.error, "the peer's certificate: unable to get local issuer "
-	                                  "certificate");
+	                           "certificate");
 }
 
 static void test_the_source_refuses_a_destination_of_another_ca(void **state)
@@ -386,8 +387,10 @@ static void test_a_key_of_another_certificate_is_named(void **state)
 	char opts[512], want[512];
 	snprintf(opts, sizeof(opts), "tls=on,tls-cert=%s,tls-key=%s,tls-ca=%s", source_id.cert,
 	         destination_id.key, ca.cert);
-	snprintf(want, sizeof(want), "tls-key '%s': error:05800074:x509 certificate "
-	         "routines::key values mismatch", destination_id.key);
+	snprintf(want, sizeof(want),
+	         "tls-key '%s': error:05800074:x509 certificate "
+	         "routines::key values mismatch",
+	         destination_id.key);
 	struct guest_ram ram;
 	ram_fill(&ram, 1 << 20, 23);
 	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &ram, opts);

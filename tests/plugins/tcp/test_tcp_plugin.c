@@ -174,8 +174,8 @@ static void one_write_over(const char *local_host, const char *address, int fami
 
 /* ---- Tests: what tcp claims ------------------------------------------------ */
 
-static void test_descriptor_claims_multi_channel_and_encryption_and_the_project_version(
-        void **state)
+static void
+test_descriptor_claims_multi_channel_and_encryption_and_the_project_version(void **state)
 {
 	(void)state;
 	assert_string_equal(cfg.plugin->name, "tcp");
@@ -198,8 +198,8 @@ static bool writes_over_tls(struct ph_run *run, const uint8_t *src_secret,
 	p.src.channel_secret = src_secret;
 	p.dst.channel_secret = dst_secret;
 	const size_t len = 4 << 20;
-	bool ok = ph_pair_open_instances(run, &p, 2 * PH_SECOND) && ph_pair_open_endpoints(run, &p) &&
-	          ph_pair_connect(run, &p);
+	bool ok = ph_pair_open_instances(run, &p, 2 * PH_SECOND) &&
+	          ph_pair_open_endpoints(run, &p) && ph_pair_connect(run, &p);
 	if (ok) {
 		ph_pair_start_progress(&p);
 		ok = ph_region_open(run, &p, &region, len) &&
