@@ -254,9 +254,9 @@ struct candidate {
 	uint8_t source_nonce[LMT_PROTO_NONCE];
 	uint8_t nonce[LMT_PROTO_NONCE];
 	unsigned keepalives;
-	lmt__tls *tls;      /* tls=on: from the first byte, which must be TLS */
-	bool tls_done;      /* its handshake finished */
-	short tls_events;   /* what the handshake waits for */
+	lmt__tls *tls;    /* tls=on: from the first byte, which must be TLS */
+	bool tls_done;    /* its handshake finished */
+	short tls_events; /* what the handshake waits for */
 };
 
 struct lobby {
@@ -460,8 +460,9 @@ static int lobby_tls(struct lobby *l, unsigned i)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		if (n <= 0) {
-			lobby_drop(l, i, LMT_ECONN, "%s", n ? strerror(errno)
-			                                    : "connection closed by peer before a HELLO");
+			lobby_drop(l, i, LMT_ECONN, "%s",
+			           n ? strerror(errno)
+			             : "connection closed by peer before a HELLO");
 			return 0;
 		}
 		if (first != LMT_TLS_RECORD_HANDSHAKE) {
@@ -635,8 +636,8 @@ static int lobby_give_up(struct lobby *l, uint64_t waited_ns)
 /* Until a source is accepted (its descriptor in *fd) or the wait ends:
  * accept on listen_fd (when >= 0) until wait_deadline, and serve every
  * connection in its handshake until its own deadline. */
-static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
-                     lmt__tls **tls, uint64_t *accepted_ns)
+static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd, lmt__tls **tls,
+                     uint64_t *accepted_ns)
 {
 	struct lmt_session *s = l->s;
 	uint64_t wait_deadline = lmt__now() + wait_ns;

@@ -207,7 +207,7 @@ struct lmt_instance_params {
  * or carry none. */
 #define LMT_PARAMS_CHANNEL_SECRET(p)                                                               \
 	((p)->struct_size >= offsetof(struct lmt_instance_params, channel_secret_len) +            \
-	                             sizeof(uint32_t) &&                                          \
+	                                 sizeof(uint32_t) &&                                       \
 	                 (p)->channel_secret_len                                                   \
 	         ? (p)->channel_secret                                                             \
 	         : NULL)
