@@ -447,6 +447,20 @@ int lmt__tls_handshake(lmt__tls *t, const struct lmt__wait *w, struct lmt__net_e
 	}
 }
 
+/* A send failed because the peer closed: it may have said why in an
+ * alert that is still to be read (a refused certificate ends a TLS 1.3
+ * client's first write). Called with the lock held. */
+static int explain_with_alert(lmt__tls *t, int rc, struct lmt__net_error *e)
+{
+	uint8_t scratch[512];
+	size_t got = 0;
+	ERR_clear_error();
+	int ret = SSL_read_ex(t->ssl, scratch, sizeof(scratch), &got);
+	if (ret != 1 && SSL_get_error(t->ssl, ret) == SSL_ERROR_SSL && ERR_peek_error())
+		return ssl_fail(e, LMT_ECONN, "TLS send: the peer ended the connection");
+	return rc;
+}
+
 int lmt__tls_send_all(lmt__tls *t, const void *buf, size_t len, const struct lmt__wait *w,
                       struct lmt__net_error *e)
 {
@@ -458,6 +472,8 @@ int lmt__tls_send_all(lmt__tls *t, const void *buf, size_t len, const struct lmt
 		ssl_lock(t, &g);
 		int ret = SSL_write_ex(t->ssl, p, len, &done);
 		int rc = ret == 1 ? 0 : classify(t, ret, &events, "TLS send", e);
+		if (rc == -LMT_ECONN)
+			rc = explain_with_alert(t, rc, e);
 		ssl_unlock(t, &g);
 		if (!rc) {
 			p += done;

@@ -321,10 +321,10 @@ static void test_a_certificate_from_another_ca_fails_on_both_sides(void **state)
 	        cert_options(d, sizeof(d), &destination_id, &ca, "idle-timeout=1s"), &src, &dst);
 	/* In TLS 1.3 the client's handshake ends before the server checks its
 	 * certificate: the source learns of the refusal from the alert that
-	 * comes instead of HELLO_REPLY. */
+	 * comes instead of HELLO_REPLY (or, when its HELLO finds the
+	 * connection closed, that is still to be read). */
 	assert_true(src.rc < 0);
-	expect_contains(src.error, "TLS receive: error:0A000418:SSL routines::tlsv1 alert "
-	                           "unknown ca");
+	expect_contains(src.error, "error:0A000418:SSL routines::tlsv1 alert unknown ca");
 	assert_int_equal(dst.rc, -LMT_EAUTH);
 	expect_contains(dst.error, "the peer's certificate: unable to get local issuer "
 	                           "certificate");
