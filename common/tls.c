@@ -43,6 +43,7 @@ struct lmt__tls {
 	pthread_mutex_t lock;
 	uint8_t head[HEAD_MAX];
 	size_t head_len;
+	char fatal[256]; /* the first failure OpenSSL gave a reason for */
 };
 
 static int fail(struct lmt__net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -364,12 +365,13 @@ void lmt__tls_free(lmt__tls *t)
 	free(t);
 }
 
-/* What a failed call means: -LMT_EAGAIN with the poll events to wait for,
- * or an error. Called with t->lock held, right after the call. */
-static int classify(lmt__tls *t, int ret, short *events, const char *what, struct lmt__net_error *e)
+/* classify's first part: the error of a failed call, in its own words. */
+static int classify_error(lmt__tls *t, int ret, short *events, const char *what,
+                          struct lmt__net_error *e, bool *reasoned)
 {
 	int err = SSL_get_error(t->ssl, ret);
 	int saved = errno;
+	*reasoned = err == SSL_ERROR_SSL || (err == SSL_ERROR_SYSCALL && ERR_peek_error());
 	switch (err) {
 	case SSL_ERROR_WANT_READ:
 		*events = POLLIN;
@@ -399,6 +401,24 @@ static int classify(lmt__tls *t, int ret, short *events, const char *what, struc
 		            X509_verify_cert_error_string(verify), reason);
 	}
 	return ssl_fail(e, LMT_EIO, what);
+}
+
+/* What a failed call means: -LMT_EAGAIN with the poll events to wait for,
+ * or an error. The first failure with OpenSSL's reasons (an alert, a
+ * certificate refused) is kept: the other thread's call on the same
+ * connection, failing after it, reports it rather than a bare "closed".
+ * Called with t->lock held, right after the call. */
+static int classify(lmt__tls *t, int ret, short *events, const char *what, struct lmt__net_error *e)
+{
+	bool reasoned = false;
+	int rc = classify_error(t, ret, events, what, e, &reasoned);
+	if (rc == -LMT_EAGAIN || !e)
+		return rc;
+	if (reasoned && !t->fatal[0])
+		snprintf(t->fatal, sizeof(t->fatal), "%s", e->msg);
+	else if (!reasoned && t->fatal[0])
+		snprintf(e->msg, sizeof(e->msg), "%s", t->fatal);
+	return rc;
 }
 
 /* A server that does not speak TLS answers with something other than a
@@ -456,8 +476,11 @@ static int explain_with_alert(lmt__tls *t, int rc, struct lmt__net_error *e)
 	size_t got = 0;
 	ERR_clear_error();
 	int ret = SSL_read_ex(t->ssl, scratch, sizeof(scratch), &got);
-	if (ret != 1 && SSL_get_error(t->ssl, ret) == SSL_ERROR_SSL && ERR_peek_error())
-		return ssl_fail(e, LMT_ECONN, "TLS send: the peer ended the connection");
+	if (ret != 1 && SSL_get_error(t->ssl, ret) == SSL_ERROR_SSL && ERR_peek_error()) {
+		rc = ssl_fail(e, LMT_ECONN, "TLS send: the peer ended the connection");
+		if (e && !t->fatal[0])
+			snprintf(t->fatal, sizeof(t->fatal), "%s", e->msg);
+	}
 	return rc;
 }
 
