@@ -93,6 +93,23 @@ struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns)
 	        .deadline_ns = deadline_ns, .cancelled = wait_cancelled, .ctx = s};
 }
 
+/* The connection's bytes, through TLS with tls=on. */
+static int ctrl_write(struct lmt_session *s, const void *buf, size_t len, const struct lmt__wait *w,
+                      struct lmt__net_error *e)
+{
+	if (s->ctrl_tls)
+		return lmt__tls_send_all(s->ctrl_tls, buf, len, w, e);
+	return lmt__net_send_all(s->ctrl_fd, buf, len, w, e);
+}
+
+static int ctrl_read(struct lmt_session *s, void *buf, size_t len, const struct lmt__wait *w,
+                     struct lmt__net_error *e)
+{
+	if (s->ctrl_tls)
+		return lmt__tls_recv_all(s->ctrl_tls, buf, len, w, e);
+	return lmt__net_recv_all(s->ctrl_fd, buf, len, w, e);
+}
+
 /* ---- the service thread ---- */
 
 /* Record the connection's first failure (the thread's own wording). */
@@ -124,7 +141,7 @@ static int send_locked(struct lmt__ctrl *c, const uint8_t *data, size_t len, uin
 {
 	struct lmt__wait w = lmt__wait_until(c->s, deadline_ns);
 	pthread_mutex_lock(&c->send_lock);
-	int rc = lmt__net_send_all(c->s->ctrl_fd, data, len, &w, e);
+	int rc = ctrl_write(c->s, data, len, &w, e);
 	pthread_mutex_unlock(&c->send_lock);
 	if (!rc) {
 		pthread_mutex_lock(&c->lock);
@@ -176,7 +193,7 @@ static struct ctrl_msg *read_message(struct lmt__ctrl *c)
 	struct lmt__wait w = {.deadline_ns = lmt__now() + s->idle_timeout_ns,
 	                      .cancelled = thread_stopping,
 	                      .ctx = c};
-	int rc = lmt__net_recv_all(s->ctrl_fd, hdr, sizeof(hdr), &w, &e);
+	int rc = ctrl_read(s, hdr, sizeof(hdr), &w, &e);
 	struct lmt_msg_header h;
 	struct lmt_error err = {0};
 	if (!rc && (rc = lmt__dec_header(hdr, sizeof(hdr), &h, &err))) {
@@ -193,7 +210,7 @@ static struct ctrl_msg *read_message(struct lmt__ctrl *c)
 		m->next = NULL;
 		m->h = h;
 		w.deadline_ns = lmt__now() + s->idle_timeout_ns;
-		rc = lmt__net_recv_all(s->ctrl_fd, m->payload, h.length, &w, &e);
+		rc = ctrl_read(s, m->payload, h.length, &w, &e);
 	}
 	if (rc) {
 		free(m);
@@ -257,7 +274,12 @@ static void *service(void *arg)
 	while (!atomic_load(&c->stop)) {
 		struct pollfd p[2] = {{.fd = s->ctrl_fd, .events = POLLIN},
 		                      {.fd = c->wake_fd, .events = POLLIN}};
-		int n = poll(p, 2, poll_timeout_ms(c));
+		/* Records OpenSSL already decrypted or read ahead are not seen
+		 * by poll. */
+		bool buffered = s->ctrl_tls && lmt__tls_pending(s->ctrl_tls);
+		int n = buffered ? 1 : poll(p, 2, poll_timeout_ms(c));
+		if (buffered)
+			p[0].revents = POLLIN;
 		if (atomic_load(&c->stop))
 			break;
 		pthread_mutex_lock(&c->lock);
@@ -365,6 +387,8 @@ static void ctrl_stop(struct lmt_session *s)
 void lmt__ctrl_close(struct lmt_session *s)
 {
 	ctrl_stop(s);
+	lmt__tls_free(s->ctrl_tls);
+	s->ctrl_tls = NULL;
 	if (s->ctrl_fd >= 0) {
 		shutdown(s->ctrl_fd, SHUT_RDWR);
 		close(s->ctrl_fd);
@@ -406,7 +430,7 @@ int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline)
 		rc = send_locked(s->ctrl, s->out.data, s->out.len, deadline, &e);
 	} else {
 		struct lmt__wait w = lmt__wait_until(s, deadline);
-		rc = lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
+		rc = ctrl_write(s, s->out.data, s->out.len, &w, &e);
 	}
 	return rc ? net_fail(s, rc, lmt__msg_name(type), &e) : 0;
 }
@@ -428,7 +452,7 @@ void lmt__ctrl_send_error(struct lmt_session *s, const struct lmt_msg_status *st
 		send_locked(s->ctrl, s->out.data, s->out.len, deadline, &e);
 	} else {
 		struct lmt__wait w = {.deadline_ns = deadline};
-		lmt__net_send_all(s->ctrl_fd, s->out.data, s->out.len, &w, &e);
+		ctrl_write(s, s->out.data, s->out.len, &w, &e);
 	}
 }
 

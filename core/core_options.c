@@ -170,6 +170,35 @@ static const struct lmt_option_desc core_options[] = {
                 .doc = "file whose contents are the shared secret (a trailing newline "
                        "is ignored); instead of auth-key",
         },
+        {
+                .name = "tls",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .doc = "TLS 1.3 on the control connection and on the channels of plugins "
+                       "that encrypt (tcp); with tls-cert, tls-key and tls-ca it uses "
+                       "certificates, else a pre-shared key derived from auth-key; both "
+                       "sides must set it alike",
+        },
+        {
+                .name = "tls-cert",
+                .type = LMT_OPT_STRING,
+                .default_value = "",
+                .doc = "PEM file: this side's certificate (and chain) for tls=on, which the "
+                       "peer checks against its tls-ca",
+        },
+        {
+                .name = "tls-key",
+                .type = LMT_OPT_STRING,
+                .default_value = "",
+                .doc = "PEM file: the private key of tls-cert",
+        },
+        {
+                .name = "tls-ca",
+                .type = LMT_OPT_STRING,
+                .default_value = "",
+                .doc = "PEM file: the certificate authorities the peer's certificate must "
+                       "chain to (each side verifies the other)",
+        },
 };
 
 const struct lmt_option_desc *lmt_core_options(uint32_t *count)

@@ -254,6 +254,9 @@ struct candidate {
 	uint8_t source_nonce[LMT_PROTO_NONCE];
 	uint8_t nonce[LMT_PROTO_NONCE];
 	unsigned keepalives;
+	lmt__tls *tls;    /* tls=on: from the first byte, which must be TLS */
+	bool tls_done;    /* its handshake finished */
+	short tls_events; /* what the handshake waits for */
 };
 
 struct lobby {
@@ -271,6 +274,8 @@ struct lobby {
 
 static void lobby_close(struct candidate *c)
 {
+	lmt__tls_free(c->tls);
+	c->tls = NULL;
 	shutdown(c->fd, SHUT_RDWR);
 	close(c->fd);
 	free(c->payload);
@@ -307,6 +312,12 @@ static void lobby_drop(struct lobby *l, unsigned i, int code, const char *fmt, .
  * is not waited for. */
 static bool lobby_send(struct lobby *l, struct candidate *c)
 {
+	if (c->tls_done) {
+		/* A few hundred bytes: the socket takes them at once. */
+		struct lmt__wait w = {.deadline_ns = lmt__now() + 100000000ull};
+		struct lmt__net_error e;
+		return lmt__tls_send_all(c->tls, l->out.data, l->out.len, &w, &e) == 0;
+	}
 	ssize_t n;
 	do
 		n = send(c->fd, l->out.data, l->out.len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -434,24 +445,99 @@ static int lobby_message(struct lobby *l, unsigned i)
 /* Read what candidate i has sent, one message at a time and never past
  * one: what follows the handshake is the service thread's. 1 when it is
  * the source, else 0. */
+/* tls=on: the first byte must open a TLS handshake, which then goes on
+ * without blocking. 1 once it is done, 0 to wait (or when dropped). */
+static int lobby_tls(struct lobby *l, unsigned i)
+{
+	struct candidate *c = &l->c[i];
+	struct lmt__net_error e = {{0}};
+	if (!c->tls) {
+		uint8_t first;
+		ssize_t n;
+		do
+			n = recv(c->fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0) {
+			lobby_drop(l, i, LMT_ECONN, "%s",
+			           n ? strerror(errno)
+			             : "connection closed by peer before a HELLO");
+			return 0;
+		}
+		if (first != LMT_TLS_RECORD_HANDSHAKE) {
+			lobby_refuse(l, i, LMT_EMISMATCH, LMT_TLS_MISMATCH_DESTINATION_ON);
+			return 0;
+		}
+		int rc = lmt__tls_new(l->s->tls_ctx, c->fd, &c->tls, &e);
+		if (rc) {
+			lobby_drop(l, i, -rc, "tls: %s", e.msg);
+			return 0;
+		}
+	}
+	int rc = lmt__tls_handshake_step(c->tls, &c->tls_events, &e);
+	if (rc == -LMT_EAGAIN)
+		return 0;
+	if (rc) {
+		lobby_drop(l, i, rc == -LMT_EAUTH ? LMT_EAUTH : -rc,
+		           "tls (%s): handshake with the source failed: %s",
+		           lmt__tls_session_mode(l->s), e.msg);
+		return 0;
+	}
+	c->tls_done = true;
+	c->tls_events = POLLIN;
+	return 1;
+}
+
+/* Bytes from candidate i without waiting: > 0, 0 when none is ready, or -1
+ * after dropping it. */
+static ssize_t lobby_recv(struct lobby *l, unsigned i, void *to, size_t want)
+{
+	struct candidate *c = &l->c[i];
+	if (c->tls) {
+		struct lmt__net_error e = {{0}};
+		ssize_t n = lmt__tls_recv_some(c->tls, to, want, &e);
+		if (n > 0 || n == -LMT_EAGAIN)
+			return n > 0 ? n : 0;
+		if (n == -LMT_ECONN && strcmp(e.msg, "connection closed by peer") == 0)
+			lobby_drop(l, i, LMT_ECONN, "connection closed by peer before %s",
+			           c->hello_ok ? "authenticating" : "a HELLO");
+		else
+			lobby_drop(l, i, (int)-n, "tls: %s", e.msg);
+		return -1;
+	}
+	ssize_t n;
+	do
+		n = recv(c->fd, to, want, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n > 0)
+		return n;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n < 0)
+		lobby_drop(l, i, LMT_ECONN, "recv: %s", strerror(errno));
+	else
+		lobby_drop(l, i, LMT_ECONN, "connection closed by peer before %s",
+		           c->hello_ok ? "authenticating" : "a HELLO");
+	return -1;
+}
+
 static int lobby_read(struct lobby *l, unsigned i)
 {
 	struct candidate *c = &l->c[i];
+	if (l->s->tls && !c->tls_done && !lobby_tls(l, i))
+		return 0;
 	for (;;) {
 		uint8_t *to = c->have_header ? c->payload + c->got : c->header + c->got;
 		size_t want = (c->have_header ? c->h.length : sizeof(c->header)) - c->got;
-		ssize_t n = want ? recv(c->fd, to, want, MSG_DONTWAIT) : 0;
-		if (want && n < 0 && errno == EINTR)
-			continue;
-		if (want && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		ssize_t n = want ? lobby_recv(l, i, to, want) : 0;
+		if (n < 0)
 			return 0;
-		if (want && n < 0) {
-			lobby_drop(l, i, LMT_ECONN, "recv: %s", strerror(errno));
+		if (want && n == 0)
 			return 0;
-		}
-		if (want && n == 0) {
-			lobby_drop(l, i, LMT_ECONN, "connection closed by peer before %s",
-			           c->hello_ok ? "authenticating" : "a HELLO");
+		if (!l->s->tls && !c->have_header && c->got == 0 &&
+		    c->header[0] == LMT_TLS_RECORD_HANDSHAKE) {
+			lobby_refuse(l, i, LMT_EMISMATCH, LMT_TLS_MISMATCH_DESTINATION_OFF);
 			return 0;
 		}
 		c->got += (size_t)n;
@@ -550,7 +636,7 @@ static int lobby_give_up(struct lobby *l, uint64_t waited_ns)
 /* Until a source is accepted (its descriptor in *fd) or the wait ends:
  * accept on listen_fd (when >= 0) until wait_deadline, and serve every
  * connection in its handshake until its own deadline. */
-static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
+static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd, lmt__tls **tls,
                      uint64_t *accepted_ns)
 {
 	struct lmt_session *s = l->s;
@@ -574,7 +660,8 @@ static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
 		uint64_t next = listening ? wait_deadline : UINT64_MAX;
 		for (unsigned i = 0; i < nc; i++) {
 			fds[i] = l->c[i].fd;
-			p[np++] = (struct pollfd){.fd = l->c[i].fd, .events = POLLIN};
+			short ev = l->c[i].tls_events ? l->c[i].tls_events : POLLIN;
+			p[np++] = (struct pollfd){.fd = l->c[i].fd, .events = ev};
 			if (l->c[i].deadline_ns < next)
 				next = l->c[i].deadline_ns;
 		}
@@ -596,6 +683,7 @@ static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd,
 			if (lobby_read(l, i)) {
 				struct candidate *c = &l->c[i];
 				*fd = c->fd;
+				*tls = c->tls;
 				*accepted_ns = c->accepted_ns;
 				free(c->payload);
 				lobby_remove(l, i);
@@ -622,7 +710,7 @@ static void lobby_end(struct lobby *l)
 /* The source, authenticated: its descriptor becomes the control
  * connection. */
 static int find_source(struct lmt_session *s, int listen_fd, uint64_t wait_ns, int *fd,
-                       uint64_t *accepted_ns)
+                       lmt__tls **tls, uint64_t *accepted_ns)
 {
 	struct lobby *l = calloc(1, sizeof(*l));
 	if (!l)
@@ -637,10 +725,10 @@ static int find_source(struct lmt_session *s, int listen_fd, uint64_t wait_ns, i
 		lobby_add(l, *fd);
 		*fd = -1;
 	}
-	rc = lobby_run(l, listen_fd, wait_ns, fd, accepted_ns);
+	rc = lobby_run(l, listen_fd, wait_ns, fd, tls, accepted_ns);
 	lobby_end(l);
-	if (!rc)
-		lmt__net_set_nonblock(*fd, 0);
+	if (!rc && !*tls)
+		lmt__net_set_nonblock(*fd, 0); /* TLS stays non-blocking */
 	return rc;
 }
 
@@ -1075,7 +1163,8 @@ static int accept_source(struct lmt_session *s, int fd)
 	struct lmt_destination_engine *d = s->destination;
 	uint64_t accepted_ns = lmt__now();
 	d->state_max = (uint64_t)lmt__opt_int(s->opts, "max-device-state");
-	int rc = find_source(s, d->listen_fd, fd >= 0 ? 0 : s->idle_timeout_ns, &fd,
+	lmt__tls *tls = NULL;
+	int rc = find_source(s, d->listen_fd, fd >= 0 ? 0 : s->idle_timeout_ns, &fd, &tls,
 	                     &accepted_ns);
 	if (d->listen_fd >= 0)
 		close(d->listen_fd);
@@ -1087,6 +1176,8 @@ static int accept_source(struct lmt_session *s, int fd)
 	pthread_mutex_lock(&s->lock);
 	s->start_ns = accepted_ns;
 	pthread_mutex_unlock(&s->lock);
+	if (tls && (rc = lmt__tls_session_adopt(s, tls)))
+		return rc;
 	return lmt__ctrl_start(s);
 }
 

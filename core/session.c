@@ -194,6 +194,7 @@ void lmt_session_free(lmt_session *s)
 	blocks_free(s);
 	free(s->passes);
 	lmt__auth_key_free(&s->auth);
+	lmt__tls_session_free(s);
 	free(s->in);
 	lmt__buf_free(&s->out);
 	lmt__optset_free(s->opts);
@@ -492,6 +493,8 @@ int lmt__session_prepare(struct lmt_session *s)
 		                 s->channels, s->wire_name);
 	if (s->nblocks == 0)
 		return lmt__fail(s, LMT_EINVAL, "no RAM blocks: add them before setup");
+	if ((rc = lmt__tls_session_prepare(s)))
+		return rc;
 	rc = size_windows(s);
 	return rc ? rc : lmt__verify_prepare(s);
 }

@@ -13,6 +13,7 @@
 #include <lmt/lmt.h>
 
 #include "auth.h"
+#include "tls_session.h"
 #include "error.h"
 #include "net.h"
 #include "options.h"
@@ -133,6 +134,12 @@ struct lmt_session {
 	uint64_t connect_timeout_ns;
 	uint64_t idle_timeout_ns;
 	struct lmt_auth_key auth;
+	/* tls=on: the context (tls_session.c), the control connection's TLS
+	 * (freed with it) and the secret the plugin keys its channels from. */
+	bool tls, tls_cert_mode;
+	lmt__tls_ctx *tls_ctx;
+	lmt__tls *ctrl_tls;
+	uint8_t channel_secret[LMT_TLS_SECRET_LEN];
 };
 
 /* ---- session.c: lifecycle and failure ---- */

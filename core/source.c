@@ -513,7 +513,8 @@ static int connect_control(struct lmt_session *s, const char *uri, uint64_t dead
 	if (rc)
 		return lmt__fail(s, rc, "control connection: %s", ne.msg);
 	lmt__net_tune(s->ctrl_fd, 1, 0);
-	return lmt__ctrl_start(s);
+	rc = lmt__tls_session_connect(s, deadline);
+	return rc ? rc : lmt__ctrl_start(s);
 }
 
 /* Take over a control socket already connected to the destination. */

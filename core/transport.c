@@ -33,6 +33,8 @@ static int instance_open(struct lmt_session *s)
 	        .role = s->role,
 	        .channels = s->channels,
 	        .timeout_ns = s->connect_timeout_ns,
+	        .channel_secret = s->tls ? s->channel_secret : NULL,
+	        .channel_secret_len = s->tls ? (uint32_t)sizeof(s->channel_secret) : 0,
 	};
 	numeric_host(s->ctrl_fd, false, p.local_host, sizeof(p.local_host));
 	numeric_host(s->ctrl_fd, true, p.peer_host, sizeof(p.peer_host));

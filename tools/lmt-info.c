@@ -48,8 +48,20 @@ struct info_list {
 
 static const char *const capability_names[] = {
         "one-sided",       "local-mr",  "pin",         "multi-channel",
-        "target-progress", "decorator", "merges-runs",
+        "target-progress", "decorator", "merges-runs", "encrypts",
 };
+
+/* What tls=on does to a plugin's data channels (docs/security.md). */
+static const char *tls_channels(uint64_t caps)
+{
+	if (caps & LMT_CAP_DECORATOR)
+		return "as the plugin it wraps";
+	if (caps & LMT_CAP_ENCRYPTS)
+		return "encrypted and authenticated (TLS 1.3, a per-channel key from the session's "
+		       "TLS control connection)";
+	return "NOT encrypted: only the control connection is TLS; guest memory crosses the "
+	       "data channels in clear";
+}
 
 static void die(const char *fmt, ...) LMT_PRINTF(1, 2);
 
@@ -358,6 +370,7 @@ static void print_plugins(const struct info_list *list)
 		print_caps(p->caps);
 		print_wrapped("who may write: ",
 		              p->write_access ? p->write_access : "not declared by the plugin", 6);
+		print_wrapped("data channels with tls=on: ", tls_channels(p->caps), 6);
 	}
 	if (!found)
 		printf("  (none found)\n");
@@ -499,7 +512,23 @@ static void md_intro(void)
 	       "`downtime-limit` and `max-bandwidth`, from any thread, for its next\n"
 	       "`lmt_save_iterate` call, as QEMU's `migrate-set-parameters` does;\n"
 	       "any other option, and any option of a destination, is refused with\n"
-	       "`LMT_ESTATE` and a message naming it.\n");
+	       "`LMT_ESTATE` and a message naming it.\n\n");
+	printf("## Encryption (`tls`)\n\n"
+	       "With `tls=on` the control connection, and the data channels of a\n"
+	       "plugin that encrypts (see each plugin below), run over TLS 1.3. The\n"
+	       "mode follows from the other options:\n\n"
+	       "- `tls-cert`, `tls-key` and `tls-ca` all set: certificates. Each side\n"
+	       "  presents its certificate and requires the peer's to chain to its\n"
+	       "  `tls-ca`. An `auth-key` may be set as well: its challenge-response\n"
+	       "  then runs inside TLS.\n"
+	       "- none of the three set, and `auth-key` or `auth-key-file` set: a\n"
+	       "  pre-shared key derived from that key (HKDF-SHA-256).\n"
+	       "- only some of the three: refused, naming those not set; none of them\n"
+	       "  and no key: refused, naming both ways.\n\n"
+	       "`tls-cert`, `tls-key` or `tls-ca` with `tls=off` is refused. Both\n"
+	       "sides must set `tls` alike: a side with `tls=on` facing one with\n"
+	       "`tls=off` fails on both with a message naming `tls`. Details in\n"
+	       "[security.md](security.md) and [protocol.md](protocol.md#tls).\n");
 }
 
 static int compare_by_name(const void *a, const void *b)
@@ -529,6 +558,7 @@ static void print_markdown(const struct info_schema *core, const struct info_lis
 		printf("\n## Plugin `%s`\n\n%s\n\n", sorted[i]->name, sorted[i]->description);
 		if (sorted[i]->write_access)
 			printf("Who may write: %s\n\n", sorted[i]->write_access);
+		printf("Data channels with tls=on: %s.\n\n", tls_channels(sorted[i]->caps));
 		md_table(&sorted[i]->schema);
 	}
 	free(sorted);

@@ -155,6 +155,10 @@ enum lmt_plugin_caps {
 	LMT_CAP_MERGES_RUNS = 1u << 6,     /* merges writes that follow each other
 	                                      on one channel: the core then gives a
 	                                      channel runs of consecutive chunks */
+	LMT_CAP_ENCRYPTS = 1u << 7,        /* added within v1: given a channel
+	                                      secret (lmt_instance_params), the
+	                                      plugin encrypts and authenticates
+	                                      its channels with it */
 };
 
 /* Access wanted from a registration. */
@@ -189,7 +193,24 @@ struct lmt_instance_params {
 	 * transports that address peers by IP ("127.0.0.1", "::1"). */
 	char local_host[64];
 	char peer_host[64];
+	/* Added within v1, read only when struct_size covers them
+	 * (LMT_PARAMS_CHANNEL_SECRET). With tls=on: a secret of this session
+	 * that both sides derived from the control connection's TLS, for a
+	 * plugin with LMT_CAP_ENCRYPTS to key its channels from; NULL and 0
+	 * without TLS. Valid until instance_close returns. */
+	const uint8_t *channel_secret;
+	uint32_t channel_secret_len;
+	uint32_t reserved; /* 0 */
 };
+
+/* p->channel_secret, or NULL where the parameters are too short to hold it
+ * or carry none. */
+#define LMT_PARAMS_CHANNEL_SECRET(p)                                                               \
+	((p)->struct_size >= offsetof(struct lmt_instance_params, channel_secret_len) +            \
+	                                 sizeof(uint32_t) &&                                       \
+	                 (p)->channel_secret_len                                                   \
+	         ? (p)->channel_secret                                                             \
+	         : NULL)
 
 typedef struct lmt_instance lmt_instance; /* plugin-defined */
 typedef struct lmt_endpoint lmt_endpoint; /* plugin-defined */

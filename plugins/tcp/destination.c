@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "destination.h"
 
+#include "channel_tls.h"
 #include "region.h"
 
 #include <arpa/inet.h>
@@ -117,7 +118,8 @@ static int send_ack(struct rx *rx, uint32_t magic, int code)
 	tcp_ack_encode(&(struct tcp_ack){.magic = magic, .code = code, .count = rx->placed}, rec);
 	struct lmt__wait w = {.cancelled = rx_stopping, .ctx = rx->ep};
 	struct lmt__net_error e;
-	int rc = lmt__net_send_all(rx->ep->fd, rec, sizeof(rec), &w, &e);
+	int rc = rx->ep->tls ? lmt__tls_send_all(rx->ep->tls, rec, sizeof(rec), &w, &e)
+	                     : lmt__net_send_all(rx->ep->fd, rec, sizeof(rec), &w, &e);
 	if (rc) {
 		snprintf(rx->why, sizeof(rx->why), "sending acknowledgement: %s", e.msg);
 		return -rc;
@@ -127,9 +129,25 @@ static int send_ack(struct rx *rx, uint32_t magic, int code)
 	return 0;
 }
 
+/* Through TLS: records are decrypted straight into buf, a page of guest
+ * RAM or a header. A closing endpoint stops mid-message, as below. */
+static int recv_exact_tls(struct rx *rx, void *buf, uint64_t len)
+{
+	struct lmt__wait w = {.cancelled = rx_stopping, .ctx = rx->ep};
+	struct lmt__net_error e;
+	int rc = lmt__tls_recv_all(rx->ep->tls, buf, len, &w, &e);
+	if (!rc)
+		return 0;
+	snprintf(rx->why, sizeof(rx->why), "%s",
+	         rc == -LMT_ECANCELED ? "connection closed by peer" : e.msg);
+	return LMT_ECONN;
+}
+
 /* Receive exactly len bytes: 0, or LMT_ECONN with the reason in rx->why. */
 static int recv_exact(struct rx *rx, void *buf, uint64_t len)
 {
+	if (rx->ep->tls)
+		return recv_exact_tls(rx, buf, len);
 	uint8_t *p = buf;
 	while (len) {
 		size_t chunk = len < RECV_CHUNK ? (size_t)len : RECV_CHUNK;
@@ -162,9 +180,21 @@ static int recv_exact(struct rx *rx, void *buf, uint64_t len)
 static int recv_header(struct rx *rx, uint8_t *header)
 {
 	ssize_t n;
-	do
-		n = recv(rx->ep->fd, header, TCP_HEADER_LEN, MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
+	if (rx->ep->tls) {
+		struct lmt__net_error e;
+		n = lmt__tls_recv_some(rx->ep->tls, header, TCP_HEADER_LEN, &e);
+		if (n == -LMT_EAGAIN) {
+			n = -1;
+			errno = EAGAIN;
+		} else if (n < 0) {
+			snprintf(rx->why, sizeof(rx->why), "%s", e.msg);
+			return LMT_ECONN;
+		}
+	} else {
+		do
+			n = recv(rx->ep->fd, header, TCP_HEADER_LEN, MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+	}
 	if (n == TCP_HEADER_LEN) {
 		rx->boundary = false;
 		return 0;
@@ -283,22 +313,87 @@ struct pending {
 	uint64_t deadline_ns;
 	size_t got;
 	uint8_t hello[TCP_HELLO_LEN];
+	lmt__tls *tls; /* tls=on: the hello comes after the handshake */
+	bool tls_done;
+	short events;
 };
 
 static void drop_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i,
                          const char *why)
 {
+	lmt__tls_free(p[i].tls);
 	drop_connection(ep, p[i].fd, why);
 	p[i] = p[--*n];
+}
+
+/* tls=on: drive pending connection i's handshake. 1 once done, 0 to wait
+ * (or when it was dropped). */
+static int handshake_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i)
+{
+	char why[300];
+	struct lmt__net_error e = {{0}};
+	if (!p[i].tls) {
+		uint8_t first;
+		ssize_t r;
+		do
+			r = recv(p[i].fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+		while (r < 0 && errno == EINTR);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (r <= 0) {
+			drop_pending(ep, p, n, i,
+			             r == 0 ? "closed before its hello" : strerror(errno));
+			return 0;
+		}
+		if (first != LMT_TLS_RECORD_HANDSHAKE) {
+			drop_pending(ep, p, n, i,
+			             "it does not speak TLS, and this session has tls=on");
+			return 0;
+		}
+		int rc = lmt__tls_new(ep->tls_ctx, p[i].fd, &p[i].tls, &e);
+		if (rc) {
+			snprintf(why, sizeof(why), "tls: %s", e.msg);
+			drop_pending(ep, p, n, i, why);
+			return 0;
+		}
+	}
+	int rc = lmt__tls_handshake_step(p[i].tls, &p[i].events, &e);
+	if (rc == -LMT_EAGAIN)
+		return 0;
+	if (rc) {
+		snprintf(why, sizeof(why), "TLS handshake: %s", e.msg);
+		drop_pending(ep, p, n, i, why);
+		return 0;
+	}
+	p[i].tls_done = true;
+	p[i].events = POLLIN;
+	return 1;
 }
 
 /* Read what pending connection i sent: 1 when its hello is right, 0 to
  * wait for more (or when it was dropped). */
 static int read_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i)
 {
+	if (ep->tls_ctx && !p[i].tls_done && !handshake_pending(ep, p, n, i))
+		return 0;
 	for (;;) {
-		ssize_t r = recv(p[i].fd, p[i].hello + p[i].got, sizeof(p[i].hello) - p[i].got,
-		                 MSG_DONTWAIT);
+		ssize_t r;
+		if (p[i].tls) {
+			struct lmt__net_error e = {{0}};
+			r = lmt__tls_recv_some(p[i].tls, p[i].hello + p[i].got,
+			                       sizeof(p[i].hello) - p[i].got, &e);
+			if (r == -LMT_EAGAIN)
+				return 0;
+			if (r < 0) {
+				char why[300];
+				snprintf(why, sizeof(why), "tls: %s", e.msg);
+				drop_pending(ep, p, n, i, why);
+				return 0;
+			}
+		} else {
+			r = recv(p[i].fd, p[i].hello + p[i].got, sizeof(p[i].hello) - p[i].got,
+			         MSG_DONTWAIT);
+		}
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -350,7 +445,8 @@ static int accept_source(lmt_endpoint *ep, int *out)
 		struct pollfd fds[PENDING_MAX + 1];
 		uint64_t next = deadline;
 		for (unsigned i = 0; i < n; i++) {
-			fds[i] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+			fds[i] = (struct pollfd){.fd = p[i].fd,
+			                         .events = p[i].events ? p[i].events : POLLIN};
 			if (p[i].deadline_ns < next)
 				next = p[i].deadline_ns;
 		}
@@ -370,7 +466,9 @@ static int accept_source(lmt_endpoint *ep, int *out)
 			if (!fds[i].revents || read_pending(ep, p, &n, i) == 0)
 				continue;
 			*out = p[i].fd;
-			lmt__net_set_nonblock(*out, 0);
+			ep->tls = p[i].tls;
+			if (!ep->tls)
+				lmt__net_set_nonblock(*out, 0); /* TLS stays non-blocking */
 			p[i] = p[--n];
 			goto found;
 		}
@@ -398,8 +496,10 @@ static int accept_source(lmt_endpoint *ep, int *out)
 	}
 	*out = -1;
 found:
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
+		lmt__tls_free(p[i].tls);
 		drop_connection(ep, p[i].fd, "another connection said hello first");
+	}
 	return rc;
 }
 
@@ -433,6 +533,11 @@ int tcp_dest_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	}
 	ep->receiver_started = true;
 	putil_log(&inst->base, LMT_LOG_DEBUG, "tcp channel %u: source connected", ep->channel);
+	if (ep->tls) {
+		char how[160];
+		lmt__tls_describe(ep->tls, how, sizeof(how));
+		putil_log(&inst->base, LMT_LOG_INFO, "tcp channel %u: %s", ep->channel, how);
+	}
 	return 0;
 }
 

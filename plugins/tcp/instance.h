@@ -14,6 +14,7 @@
 #include "putil_channels.h"
 #include "putil_base.h"
 #include "putil_registry.h"
+#include "tls.h"
 #include "wire.h"
 
 #define TCP_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
@@ -51,6 +52,9 @@ struct lmt_endpoint {
 	int listen_fd; /* destination, until the source connected */
 	uint64_t token;
 	atomic_bool stopping;
+	/* tls=on: the channel's context and, once connected, its TLS. */
+	lmt__tls_ctx *tls_ctx;
+	lmt__tls *tls;
 
 	/* Source. `lock` guards the ring: the sender copies what it sends out
 	 * of it, and a slot is reused once its completion was harvested. */
@@ -78,6 +82,8 @@ struct lmt_instance {
 	char bind_host[256]; /* what destination listeners bind */
 	struct putil_channels channels;
 	struct putil_registry registry; /* regions by id, peer keys */
+	bool tls;                       /* the core gave a channel secret */
+	uint8_t tls_secret[LMT_TLS_SECRET_LEN];
 };
 
 #endif

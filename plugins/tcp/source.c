@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "source.h"
 
+#include "channel_tls.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -86,10 +88,29 @@ static int send_iov(int fd, struct iovec *iov, size_t count)
 	}
 }
 
+/* The same through TLS: each buffer in records of up to 16 KiB, encrypted
+ * from where it lies. A shutdown of the socket ends the wait. */
+static int send_iov_tls(lmt_endpoint *ep, const struct iovec *iov, size_t count)
+{
+	struct lmt__net_error e;
+	for (size_t i = 0; i < count; i++) {
+		int rc = lmt__tls_send_all(ep->tls, iov[i].iov_base, iov[i].iov_len, NULL, &e);
+		if (rc)
+			return rc == -LMT_ECONN ? EPIPE : EIO;
+	}
+	return 0;
+}
+
 static void send_bye(lmt_endpoint *ep)
 {
 	uint8_t h[TCP_HEADER_LEN];
 	tcp_header_encode(&(struct tcp_header){.magic = TCP_MAGIC_BYE, .seq = ep->head}, h);
+	if (ep->tls) {
+		struct lmt__wait w = {.deadline_ns = lmt__now_ns() + 100000000ull};
+		struct lmt__net_error e;
+		(void)lmt__tls_send_all(ep->tls, h, sizeof(h), &w, &e); /* best effort */
+		return;
+	}
 	ssize_t n = send(ep->fd, h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
 	(void)n; /* best effort: without it the destination sees a broken stream */
 }
@@ -121,7 +142,7 @@ static void *source_sender(void *arg)
 		}
 		ep->sending = true;
 		pthread_mutex_unlock(&ep->lock);
-		int err = send_iov(ep->fd, iov, n);
+		int err = ep->tls ? send_iov_tls(ep, iov, n) : send_iov(ep->fd, iov, n);
 		pthread_mutex_lock(&ep->lock);
 		ep->sending = false;
 		if (err) {
@@ -172,7 +193,17 @@ static int read_acks(lmt_endpoint *ep, uint64_t *acked, char *why, size_t size)
 	uint8_t buf[ACK_BUFFER * TCP_ACK_LEN];
 	size_t have = 0;
 	for (;;) {
-		ssize_t n = recv(ep->fd, buf + have, sizeof(buf) - have, 0);
+		ssize_t n;
+		if (ep->tls) {
+			struct lmt__net_error e;
+			n = lmt__tls_recv_wait(ep->tls, buf + have, sizeof(buf) - have, NULL, &e);
+			if (n <= 0) {
+				snprintf(why, size, "%.190s", e.msg);
+				return LMT_ECONN;
+			}
+		} else {
+			n = recv(ep->fd, buf + have, sizeof(buf) - have, 0);
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
@@ -314,15 +345,24 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	if (rc)
 		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
 	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
+	ep->fd = fd;
+	if (ep->tls_ctx && (rc = tcp_tls_connect(ep, &w))) {
+		tcp_tls_close(ep);
+		close(fd);
+		ep->fd = -1;
+		return rc;
+	}
 	uint8_t hello[TCP_HELLO_LEN];
 	tcp_hello_encode(ep->channel, a.token, hello);
-	rc = lmt__net_send_all(fd, hello, sizeof(hello), &w, &e);
+	rc = ep->tls ? lmt__tls_send_all(ep->tls, hello, sizeof(hello), &w, &e)
+	             : lmt__net_send_all(fd, hello, sizeof(hello), &w, &e);
 	if (rc) {
+		tcp_tls_close(ep);
 		close(fd);
+		ep->fd = -1;
 		return putil_error(&inst->base, -rc, "tcp channel %u: sending hello: %s",
 		                   ep->channel, e.msg);
 	}
-	ep->fd = fd;
 	ep->connected = true;
 	if (start_threads(ep)) {
 		ep->connected = false;

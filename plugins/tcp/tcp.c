@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "channel_tls.h"
 #include "destination.h"
 #include "instance.h"
 #include "region.h"
@@ -72,6 +73,7 @@ static int tcp_instance_open(const struct lmt_host *host, void *host_ctx,
 	if (!inst)
 		return host->error(host_ctx, LMT_ENOMEM, "tcp: out of memory"), -LMT_ENOMEM;
 	putil_instance_init(&inst->base, "tcp", host, host_ctx, params);
+	tcp_tls_init(inst, params);
 	if ((rc = read_options(inst)) ||
 	    (rc = putil_channels_init(&inst->channels, &inst->base, TCP_QUEUE_DEPTH))) {
 		free(inst);
@@ -104,6 +106,7 @@ static void tcp_instance_close(lmt_instance *inst)
 	tcp_regions_release_all(inst);
 	putil_registry_fini(&inst->registry);
 	putil_channels_fini(&inst->channels);
+	explicit_bzero(inst->tls_secret, sizeof(inst->tls_secret));
 	free(inst);
 }
 
@@ -124,9 +127,12 @@ static int tcp_ep_open(lmt_instance *inst, uint32_t channel, lmt_endpoint **out,
 	ep->channel = channel;
 	ep->fd = -1;
 	ep->listen_fd = -1;
-	rc = inst->base.role == LMT_ROLE_SOURCE ? tcp_source_ep_open(ep, addr)
-	                                        : tcp_dest_ep_open(ep, addr);
+	rc = tcp_tls_open(ep);
+	if (!rc)
+		rc = inst->base.role == LMT_ROLE_SOURCE ? tcp_source_ep_open(ep, addr)
+		                                        : tcp_dest_ep_open(ep, addr);
 	if (rc) {
+		tcp_tls_close(ep);
 		free(ep);
 		return rc;
 	}
@@ -154,6 +160,7 @@ static void tcp_ep_close(lmt_endpoint *ep)
 		tcp_source_ep_close(ep);
 	else
 		tcp_dest_ep_close(ep);
+	tcp_tls_close(ep);
 	free(ep);
 }
 
@@ -195,13 +202,17 @@ static const struct lmt_plugin tcp_plugin = {
                 "a write needs its channel's 64-bit random token, presented in the hello of "
                 "its TCP connection and compared in constant time, and a 64-bit random "
                 "region id; both reach the source only over the authenticated control "
-                "connection, and any other connection is dropped. The stream is not "
-                "encrypted or integrity-protected: an attacker on the path who can inject "
-                "into the TCP connection can alter what it carries.",
+                "connection, and any other connection is dropped. With tls=off the stream is "
+                "not encrypted or integrity-protected: an attacker on the path who can "
+                "inject into the TCP connection can alter what it carries. With tls=on "
+                "each connection is TLS 1.3 keyed by a pre-shared key derived, per channel, "
+                "from a secret of the session's TLS control connection: only the session's "
+                "source can complete the handshake, and the stream is encrypted and "
+                "authenticated.",
         .name = "tcp",
         .version = LMT_VERSION,
         .description = "TCP sockets, one stream per channel; works everywhere",
-        .caps = LMT_CAP_MULTI_CHANNEL,
+        .caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_ENCRYPTS,
         .options = tcp_options,
         .option_count = sizeof(tcp_options) / sizeof(tcp_options[0]),
         .ops =

@@ -336,7 +336,9 @@ bool ph_instance_open_at(struct ph_run *run, struct ph_side *side, enum lmt_role
 	struct lmt_instance_params params = {.struct_size = sizeof(params),
 	                                     .role = role,
 	                                     .channels = channels,
-	                                     .timeout_ns = timeout_ns};
+	                                     .timeout_ns = timeout_ns,
+	                                     .channel_secret = side->channel_secret,
+	                                     .channel_secret_len = side->channel_secret ? 32 : 0};
 	snprintf(params.local_host, sizeof(params.local_host), "%s", host);
 	snprintf(params.peer_host, sizeof(params.peer_host), "%s", host);
 	side->inst = NULL;

@@ -152,6 +152,9 @@ bool ph_error_recorded(struct ph_run *run, struct ph_host *host, int before, int
 
 struct ph_side {
 	struct ph_host host;
+	/* Given to instance_open as the session's channel secret (tls=on),
+	 * 32 bytes, when set before it. */
+	const uint8_t *channel_secret;
 	lmt_instance *inst;
 	lmt_endpoint *ep[PH_MAX_CHANNELS];
 	struct lmt_blob addr[PH_MAX_CHANNELS];

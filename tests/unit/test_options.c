@@ -695,7 +695,7 @@ static void test_core_schema_is_complete(void **state)
 	const struct lmt_option_desc *core = lmt_core_options(&count);
 
 	assert_null(lmt_core_options(NULL));
-	assert_int_equal(count, 15);
+	assert_int_equal(count, 19);
 	for (uint32_t i = 0; i < count; i++) {
 		assert_non_null(core[i].doc);
 		assert_true(strlen(core[i].doc) > 10);
@@ -707,6 +707,12 @@ static void test_core_schema_is_complete(void **state)
 	assert_int_equal(core_desc("auth-key")->flags, LMT_OPTF_SECRET);
 	assert_int_equal(core_desc("auth-key-file")->type, LMT_OPT_STRING);
 	assert_int_equal(core_desc("switchover-timeout")->type, LMT_OPT_DURATION);
+	/* tls is not flagged must-match: a mismatch shows in the first bytes,
+	 * before any HELLO could compare it. */
+	assert_int_equal(core_desc("tls")->type, LMT_OPT_BOOL);
+	assert_int_equal(core_desc("tls")->flags, 0);
+	assert_string_equal(core_desc("tls")->default_value, "off");
+	assert_int_equal(core_desc("tls-ca")->type, LMT_OPT_STRING);
 }
 
 static void test_env_overrides_default(void **state)

@@ -20,7 +20,7 @@
 #define MIB (1024u * 1024u)
 #define ALL_CAPS                                                                                   \
 	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |              \
-	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR | LMT_CAP_MERGES_RUNS)
+	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR | LMT_CAP_MERGES_RUNS | LMT_CAP_ENCRYPTS)
 #define PROMPT_NS (2 * PH_SECOND)  /* a timed-out call returns this soon after */
 #define CANCEL_PROMPT_NS PH_SECOND /* a cancelled call returns this soon */
 #define IDLE_NS (PH_SECOND / 20)   /* how long idle progress waits */
@@ -77,6 +77,7 @@ static void format_caps(uint64_t caps, char *buf, size_t size)
 	        {LMT_CAP_TARGET_PROGRESS, "target-progress"},
 	        {LMT_CAP_DECORATOR, "decorator"},
 	        {LMT_CAP_MERGES_RUNS, "merges-runs"},
+	        {LMT_CAP_ENCRYPTS, "encrypts"},
 	};
 	size_t used = 0;
 	buf[0] = 0;
@@ -632,6 +633,67 @@ static void check_largest(struct ph_run *run)
 	if (ok)
 		ph_note(run, "%zu MiB in one write", big / MIB);
 	finish(run, &pair, &tally, &source, &region, 1);
+}
+
+/* A plugin that declares `encrypts` keys its channels from the session's
+ * channel secret (tls=on): with the same secret on both sides writes land;
+ * a source with another secret cannot connect a channel. */
+static void check_encryption(struct ph_run *run)
+{
+	if (!(run->cfg->caps & LMT_CAP_ENCRYPTS)) {
+		ph_note(run, "no encrypts capability: with tls=on the channels stay in clear");
+		return;
+	}
+	uint8_t secret[32], other[32];
+	memset(secret, 0xa5, sizeof(secret));
+	memcpy(other, secret, sizeof(other));
+	other[0] ^= 0x80;
+	const size_t len = 2 * MIB;
+	struct ph_pair pair;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	ph_pair_init(&pair, run->cfg);
+	pair.src.channel_secret = secret;
+	pair.dst.channel_secret = secret;
+	uint32_t last = pair.channels - 1;
+	bool ok = ph_pair_bring_up(run, &pair) && ph_region_open(run, &pair, &region, len) &&
+	          ph_source_open(run, &pair, &source, len, 21) && ph_tally_init(run, &tally, 2) &&
+	          ph_post(run, &pair, &tally, 0, &source, source.mem, &region, 0, len / 2) &&
+	          ph_post(run, &pair, &tally, last, &source, source.mem + len / 2, &region,
+	                  len / 2, len / 2) &&
+	          ph_harvest_all(run, &pair, &tally) && flush(run, &pair) &&
+	          ph_same(run, "the writes", region.mem, source.mem, len, 0) &&
+	          ph_region_guards_intact(run, &region) && ph_pair_stop_progress(run, &pair) &&
+	          ph_pair_quiet(run, &pair);
+	finish(run, &pair, &tally, &source, &region, 1);
+	if (!ok)
+		return;
+
+	/* Another secret: the connect must fail, on the source's side. */
+	struct ph_run wrong = {.cfg = run->cfg};
+	ph_pair_init(&pair, run->cfg);
+	pair.channels = 1;
+	pair.src.channel_secret = other;
+	pair.dst.channel_secret = secret;
+	bool opened = ph_pair_open_instances(run, &pair, 2 * PH_SECOND) &&
+	              ph_pair_open_endpoints(run, &pair);
+	bool connected = opened && ph_pair_connect(&wrong, &pair);
+	ph_pair_close(&pair);
+	if (!opened)
+		return;
+	if (connected) {
+		ph_fail(run, "a source with another channel secret connected a channel");
+		return;
+	}
+	if (!strstr(wrong.why, "source ep_connect")) {
+		ph_fail(run, "with another channel secret: expected the source's ep_connect to "
+		             "fail, got: %s",
+		        wrong.why);
+		return;
+	}
+	ph_note(run, "%zu KiB over %u channel%s with a channel secret; another secret refused",
+	        len / KIB, last + 1, last ? "s" : "");
 }
 
 static void check_cookies(struct ph_run *run)
@@ -1363,6 +1425,7 @@ const struct pc_check pc_checks[] = {
         {"a write of chunk-size", check_largest},
         {"every cookie exactly once", check_cookies},
         {"flush visibility", check_flush},
+        {"encrypted channels", check_encryption},
         {"queue full (EAGAIN)", check_queue_full},
         {"malformed address blob", check_bad_address},
         {"malformed key blob", check_bad_key},

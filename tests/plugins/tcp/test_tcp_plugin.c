@@ -174,12 +174,83 @@ static void one_write_over(const char *local_host, const char *address, int fami
 
 /* ---- Tests: what tcp claims ------------------------------------------------ */
 
-static void test_descriptor_claims_multi_channel_only_and_the_project_version(void **state)
+static void
+test_descriptor_claims_multi_channel_and_encryption_and_the_project_version(void **state)
 {
 	(void)state;
 	assert_string_equal(cfg.plugin->name, "tcp");
 	assert_string_equal(cfg.plugin->version, LMT_VERSION);
-	assert_int_equal(cfg.plugin->caps, LMT_CAP_MULTI_CHANNEL);
+	assert_int_equal(cfg.plugin->caps, LMT_CAP_MULTI_CHANNEL | LMT_CAP_ENCRYPTS);
+}
+
+/* ---- Tests: TLS on the channels (the core's channel secret) --------------- */
+
+/* Writes over two channels whose ends got these secrets; true when they
+ * landed. */
+static bool writes_over_tls(struct ph_run *run, const uint8_t *src_secret,
+                            const uint8_t *dst_secret)
+{
+	struct ph_pair p;
+	struct ph_region region = {0};
+	struct ph_source source = {0};
+	struct ph_tally tally = {0};
+	ph_pair_init(&p, &cfg);
+	p.src.channel_secret = src_secret;
+	p.dst.channel_secret = dst_secret;
+	const size_t len = 4 << 20;
+	bool ok = ph_pair_open_instances(run, &p, 2 * PH_SECOND) &&
+	          ph_pair_open_endpoints(run, &p) && ph_pair_connect(run, &p);
+	if (ok) {
+		ph_pair_start_progress(&p);
+		ok = ph_region_open(run, &p, &region, len) &&
+		     ph_source_open(run, &p, &source, len, 31) && ph_tally_init(run, &tally, 2) &&
+		     ph_post(run, &p, &tally, 0, &source, source.mem, &region, 0, len / 2) &&
+		     ph_post(run, &p, &tally, 1, &source, source.mem + len / 2, &region, len / 2,
+		             len / 2) &&
+		     ph_harvest_all(run, &p, &tally) && ph_pair_stop_progress(run, &p) &&
+		     ph_same(run, "the region", region.mem, source.mem, len, 0) &&
+		     ph_region_guards_intact(run, &region);
+		ph_tally_fini(&tally);
+	}
+	ph_source_close(&p, &source);
+	ph_region_close(&p, &region);
+	ph_pair_close(&p);
+	return ok;
+}
+
+static void test_channels_with_the_same_secret_carry_writes_over_tls(void **state)
+{
+	(void)state;
+	uint8_t secret[32];
+	memset(secret, 0x5a, sizeof(secret));
+	struct ph_run run = {.cfg = &cfg};
+	PH_REQUIRE(&run, writes_over_tls(&run, secret, secret));
+}
+
+static void test_a_source_with_another_secret_cannot_connect_a_channel(void **state)
+{
+	(void)state;
+	uint8_t mine[32], theirs[32];
+	memset(mine, 0x5a, sizeof(mine));
+	memset(theirs, 0x5a, sizeof(theirs));
+	theirs[31] ^= 1;
+	struct ph_run run = {.cfg = &cfg};
+	assert_false(writes_over_tls(&run, theirs, mine));
+	if (!strstr(run.why, "source ep_connect channel 0") || !strstr(run.why, "TLS handshake"))
+		fail_msg("unexpected failure: %s", run.why);
+}
+
+static void test_a_plaintext_source_is_dropped_by_a_tls_channel(void **state)
+{
+	(void)state;
+	uint8_t secret[32];
+	memset(secret, 0x5a, sizeof(secret));
+	struct ph_run run = {.cfg = &cfg};
+	assert_false(writes_over_tls(&run, NULL, secret));
+	/* The source's plaintext hello never reaches the receiver: the
+	 * destination drops the connection and waits on until its timeout. */
+	if (!strstr(run.why, "destination ep_connect channel 0: LMT_ETIMEDOUT"))
+		fail_msg("unexpected failure: %s", run.why);
 }
 
 /* ---- Tests: blobs with a bad field (see check-tcp for malformed ones) ------ */
@@ -443,7 +514,11 @@ int main(int argc, char **argv)
 	if (ph_test_load(&cfg, "LMT_TEST_TCP_PLUGIN", argc, argv, NULL))
 		return 2;
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_descriptor_claims_multi_channel_only_and_the_project_version),
+	        cmocka_unit_test(
+	                test_descriptor_claims_multi_channel_and_encryption_and_the_project_version),
+	        cmocka_unit_test(test_channels_with_the_same_secret_carry_writes_over_tls),
+	        cmocka_unit_test(test_a_source_with_another_secret_cannot_connect_a_channel),
+	        cmocka_unit_test(test_a_plaintext_source_is_dropped_by_a_tls_channel),
 	        cmocka_unit_test(test_key_blob_with_a_bad_field_is_refused),
 	        cmocka_unit_test(test_address_blob_with_a_bad_field_is_refused),
 	        cmocka_unit_test(test_unknown_token_connection_is_ignored),
