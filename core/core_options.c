@@ -136,6 +136,13 @@ static const struct lmt_option_desc core_options[] = {
                 .doc = "file whose contents are the shared secret (a trailing newline "
                        "is ignored); instead of auth-key",
         },
+        {
+                .name = "direct-io",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .doc = "file: targets: read and write the file with O_DIRECT, past the "
+                       "page cache; refused where the file system does not support it",
+        },
 };
 
 const struct lmt_option_desc *lmt_core_options(uint32_t *count)

@@ -9,6 +9,7 @@
 
 #include "bitmap.h"
 #include "error.h"
+#include "file.h"
 #include "net.h"
 #include "session.h"
 
@@ -489,6 +490,8 @@ static int connect_control(struct lmt_session *s, const char *uri, uint64_t dead
 static int setup(struct lmt_session *s, const char *uri)
 {
 	int rc = prepare(s);
+	if (!rc && s->file_path) /* no destination: the file is laid out here */
+		return (rc = lmt__file_save_open(s)) ? rc : alloc_slots(s);
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
 	if (rc || (rc = connect_control(s, uri, deadline)) || (rc = handshake(s, deadline)) ||
 	    (rc = open_channels(s, deadline)))
@@ -507,6 +510,9 @@ int lmt__save_check(struct lmt_session *s, const char *uri, const char *what)
 		return lmt__usage(s, LMT_ESTATE, "%s: this session is a destination", what);
 	if (!uri)
 		return lmt__usage(s, LMT_EINVAL, "%s: uri is NULL, expected host:port", what);
+	int rc = lmt__file_check_uri(s, uri, what);
+	if (rc)
+		return rc;
 	if (s->nblocks == 0)
 		return lmt__usage(s, LMT_EINVAL, "%s: no RAM blocks: add them before setup", what);
 	if (!s->source->dirty_fn)
@@ -523,6 +529,10 @@ static int save_setup(lmt_session *s, const char *uri)
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
 		return lmt__usage(s, LMT_ESTATE, "save setup: called twice");
+	if (lmt__is_file_uri(uri) && (rc = lmt__file_set_path(s, uri))) {
+		atomic_store(&s->state, LMT_STATE_NEW);
+		return rc;
+	}
 	pthread_mutex_lock(&s->lock);
 	s->start_ns = lmt__now();
 	s->stats.status = LMT_STATUS_SETUP;
@@ -744,6 +754,8 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 	e->pass_bytes += sl->bytes;
 	if (s->verify)
 		lmt__verify_mark(b, &b->landed, sl->page, sl->npages);
+	if (b->present)
+		lmt__bitmap_range(b->present, sl->page, sl->npages, LMT_BITS_SET);
 	/* One lock for the figures that must add up in any snapshot. */
 	pthread_mutex_lock(&s->lock);
 	s->stats.bytes_sent += sl->bytes;
@@ -1114,6 +1126,16 @@ static int report_landed(struct lmt_session *s, bool always)
 	struct lmt_msg_landed *m = e->landed;
 	uint64_t sent = 0;
 	bool stripes = false;
+	if (s->file_path) {
+		/* No destination to tell, or to hash what landed: the file
+		 * takes the source's own digests. */
+		for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
+			struct lmt_block *b = &s->blocks[i];
+			memset(b->landed.bits, 0, (b->nstripes + 63) / 64 * sizeof(uint64_t));
+			b->landed.count = 0;
+		}
+		return 0;
+	}
 	for (uint32_t c = 0; c < s->channels; c++)
 		sent += e->ch_bytes[c];
 	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
@@ -1509,6 +1531,10 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 static int finish(struct lmt_session *s, const void *state, size_t length)
 {
 	int rc;
+	if (s->file_path)
+		return (rc = send_rest(s)) ? rc
+		                           : lmt__file_save_finish(s, state, length, s->source->pass,
+		                                                   s->source->switchover_deadline);
 	if ((rc = send_rest(s)) || (rc = report_landed(s, false)) ||
 	    (rc = send_device_state(s, state, length)))
 		return rc;
@@ -1534,6 +1560,7 @@ static int save_complete(lmt_session *s, const void *device_state, size_t length
 	if (rc)
 		return lmt__abort(s, rc);
 	uint64_t acked = lmt__now();
+	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
