@@ -132,7 +132,8 @@ static int restore(struct guest_ram *out, uint64_t bytes, const char *path, cons
 		const void *data;
 		assert_int_equal(lmt_load_device_state(d, &data, state_len), 0);
 		*state = malloc(*state_len ? *state_len : 1);
-		memcpy(*state, data, *state_len);
+		if (*state_len)
+			memcpy(*state, data, *state_len);
 	}
 	lmt_session_free(d);
 	return rc;
