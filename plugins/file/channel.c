@@ -121,6 +121,10 @@ static int transfer(struct lmt_endpoint *ep, const struct file_op *op)
 {
 	const struct putil_instance *base = &ep->inst->base;
 	size_t done = 0;
+	/* Through the page cache, ask for the whole range at once: channels
+	 * that take turns through the file look random to readahead. */
+	if (op->read && !ep->inst->direct)
+		posix_fadvise(ep->fd, (off_t)op->offset, (off_t)op->len, POSIX_FADV_WILLNEED);
 	while (done < op->len) {
 		ssize_t n = op->read ? pread(ep->fd, (uint8_t *)op->buf + done, op->len - done,
 		                             (off_t)(op->offset + done))
@@ -142,6 +146,11 @@ static int transfer(struct lmt_endpoint *ep, const struct file_op *op)
 			                   (unsigned long long)(op->offset + done), op->len);
 		done += (size_t)n;
 	}
+	/* Through the page cache, start writing the range back now rather
+	 * than leave all of RAM to the flush at the end, which runs with the
+	 * guest paused. */
+	if (!op->read && !ep->inst->direct)
+		sync_file_range(ep->fd, (off_t)op->offset, (off_t)op->len, SYNC_FILE_RANGE_WRITE);
 	return 0;
 }
 
