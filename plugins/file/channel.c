@@ -17,6 +17,11 @@
 #include "instance.h"
 #include "sync.h"
 
+/* The syncer makes the file durable every FILE_SYNC_EVERY bytes written,
+ * and once writes have paused for FILE_SYNC_QUIET_NS. */
+#define FILE_SYNC_EVERY (128ull << 20)
+#define FILE_SYNC_QUIET_NS 500000000ull
+
 /* The name of the file system holding `path`, for messages. */
 static const char *fs_name(const char *path, char *buf, size_t size)
 {
@@ -94,6 +99,8 @@ int file_channel_open(struct lmt_instance *inst, const struct file_address *a,
 	ep->fd = fd;
 	ep->mode = a->mode;
 	pthread_mutex_unlock(&inst->lock);
+	if (a->mode == LMT_STORAGE_CREATE && file_syncer_start(inst, fd))
+		return putil_error(base, LMT_ENOMEM, "file: cannot start the syncer thread");
 	if (lmt__thread_start(&ep->thread, channel_thread, ep))
 		return putil_error(base, LMT_ENOMEM, "file channel %u: cannot start its thread",
 		                   ep->channel);
@@ -168,6 +175,12 @@ static void *channel_thread(void *arg)
 		pthread_mutex_unlock(&inst->lock);
 		int status = transfer(ep, &op);
 		pthread_mutex_lock(&inst->lock);
+		if (!op.read && !status) {
+			inst->unsynced += op.len;
+			inst->last_write_ns = lmt__now_ns();
+			if (inst->unsynced >= FILE_SYNC_EVERY)
+				pthread_cond_signal(&inst->sync_cond);
+		}
 		ep->queue_first = (ep->queue_first + 1) % inst->depth;
 		ep->queue_used--;
 		ep->done++;
@@ -281,11 +294,71 @@ int file_channel_flush(struct lmt_instance *inst, uint64_t timeout_ns)
 		}
 		lmt__cond_wait_slice(&inst->cond, &inst->lock, deadline);
 	}
+	int failed = inst->sync_errno;
 	pthread_mutex_unlock(&inst->lock);
+	if (failed)
+		return putil_error(base, LMT_EIO, "file: fdatasync of '%s' while saving: %s",
+		                   inst->path, strerror(failed));
 	/* Every descriptor shares the file: one fdatasync makes all of it
 	 * durable, whichever channel wrote it. */
 	if (fd >= 0 && fdatasync(fd) != 0)
 		return putil_error(base, LMT_EIO, "file: fdatasync of '%s': %s", inst->path,
 		                   strerror(errno));
 	return 0;
+}
+
+/* ---- the syncer ---- */
+
+static void *syncer_thread(void *arg)
+{
+	struct lmt_instance *inst = arg;
+	pthread_mutex_lock(&inst->lock);
+	while (!inst->syncer_stop) {
+		uint64_t now = lmt__now_ns();
+		bool quiet = inst->unsynced && now - inst->last_write_ns >= FILE_SYNC_QUIET_NS;
+		if (inst->unsynced < FILE_SYNC_EVERY && !quiet) {
+			lmt__cond_wait_slice(&inst->sync_cond, &inst->lock,
+			                     now + FILE_SYNC_QUIET_NS / 4);
+			continue;
+		}
+		inst->unsynced = 0;
+		pthread_mutex_unlock(&inst->lock);
+		int rc = fdatasync(inst->sync_fd);
+		int e = errno;
+		pthread_mutex_lock(&inst->lock);
+		if (rc && !inst->sync_errno)
+			inst->sync_errno = e;
+	}
+	pthread_mutex_unlock(&inst->lock);
+	return NULL;
+}
+
+int file_syncer_start(struct lmt_instance *inst, int fd)
+{
+	if (inst->syncer_started)
+		return 0;
+	inst->sync_fd = dup(fd);
+	if (inst->sync_fd < 0)
+		return -LMT_EIO;
+	if (lmt__thread_start(&inst->syncer, syncer_thread, inst)) {
+		close(inst->sync_fd);
+		inst->sync_fd = -1;
+		return -LMT_ENOMEM;
+	}
+	inst->syncer_started = true;
+	return 0;
+}
+
+void file_syncer_stop(struct lmt_instance *inst)
+{
+	if (!inst->syncer_started)
+		return;
+	pthread_mutex_lock(&inst->lock);
+	inst->syncer_stop = true;
+	pthread_cond_broadcast(&inst->sync_cond);
+	pthread_mutex_unlock(&inst->lock);
+	pthread_join(inst->syncer, NULL);
+	close(inst->sync_fd);
+	inst->sync_fd = -1;
+	inst->syncer_started = false;
 }

@@ -37,7 +37,11 @@ static int file_instance_open(const struct lmt_host *host, void *host_ctx,
 		free(inst);
 		return host->error(host_ctx, LMT_ENOMEM, "file: out of memory");
 	}
-	if (lmt__cond_init(&inst->cond)) {
+	inst->sync_fd = -1;
+	bool cond = lmt__cond_init(&inst->cond) == 0;
+	if (!cond || lmt__cond_init(&inst->sync_cond)) {
+		if (cond)
+			pthread_cond_destroy(&inst->cond);
 		pthread_mutex_destroy(&inst->lock);
 		free(inst->ring);
 		free(inst);
@@ -53,6 +57,7 @@ static void file_instance_close(lmt_instance *inst)
 {
 	if (!inst)
 		return;
+	file_syncer_stop(inst);
 	for (uint32_t c = 0; c < FILE_MAX_CHANNELS; c++)
 		if (inst->eps[c])
 			file_ep_close(inst->eps[c]);
@@ -61,6 +66,7 @@ static void file_instance_close(lmt_instance *inst)
 		inst->rkeys = k->next;
 		free(k);
 	}
+	pthread_cond_destroy(&inst->sync_cond);
 	pthread_cond_destroy(&inst->cond);
 	pthread_mutex_destroy(&inst->lock);
 	free(inst->ring);

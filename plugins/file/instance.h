@@ -59,6 +59,17 @@ struct lmt_instance {
 	struct lmt_rkey *rkeys;
 	char path[LMT_STORAGE_PATH_MAX + 1];
 	uint64_t size; /* reading: the file's length when opened */
+	/* Writing: a thread that makes what was written durable as the save
+	 * goes (fdatasync on its own descriptor), so that the flush in the
+	 * guest's pause has little left to do. */
+	pthread_t syncer;
+	bool syncer_started;
+	bool syncer_stop;
+	int sync_fd;
+	pthread_cond_t sync_cond;
+	uint64_t unsynced;      /* bytes written since the last fdatasync began */
+	uint64_t last_write_ns; /* when the last write finished */
+	int sync_errno;         /* the first fdatasync that failed, for flush */
 };
 
 /* channel.c: the endpoints' threads, transfers, completions, flush. */
@@ -70,5 +81,8 @@ int file_channel_post(struct lmt_endpoint *ep, bool read, void *buf, size_t len,
 int file_channel_progress(struct lmt_instance *inst, struct lmt_completion *out, uint32_t max,
                           uint64_t timeout_ns);
 int file_channel_flush(struct lmt_instance *inst, uint64_t timeout_ns);
+/* The syncer: started with the file created, stopped by instance_close. */
+int file_syncer_start(struct lmt_instance *inst, int fd);
+void file_syncer_stop(struct lmt_instance *inst);
 
 #endif

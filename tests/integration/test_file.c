@@ -398,6 +398,51 @@ static void test_zero_pages_are_left_as_holes(void **unused)
 	unlink(path);
 }
 
+/* A VMM whose main loop never blocks: the same file through jobs and
+ * events, on lmt's threads. */
+static void test_jobs_save_and_restore_a_file(void **unused)
+{
+	struct census before = census_take();
+	struct guest_ram ram, back;
+	char path[PATH_MAX], uri[PATH_MAX + 8], opts[128];
+	path_for(path, sizeof(path), "jobs.lmt");
+	snprintf(uri, sizeof(uri), "file:%s", path);
+	ram_fill(&ram, RAM_BYTES, 41);
+	lmt_session *s = session_on(LMT_ROLE_SOURCE, &ram, "file",
+	                            with_direct(opts, sizeof(opts), "channels=2,verify=on"));
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
+	assert_int_equal(lmt_save_start(s, uri), 0);
+	struct lmt_event ev = {0};
+	uint64_t give_up = guest_now_ns() + 60000000000ull;
+	while (ev.type != LMT_EVENT_READY && guest_now_ns() < give_up)
+		if (!lmt_session_next_event(s, &ev))
+			usleep(1000);
+	assert_int_equal(ev.type, LMT_EVENT_READY);
+	static const char state[] = "job state";
+	assert_int_equal(lmt_save_switchover(s, state, sizeof(state)), 0);
+	assert_int_equal(lmt_session_wait(s, -1), 0);
+	lmt_session_free(s);
+
+	guest_ram_layout(&back, ram_map(RAM_BYTES), RAM_BYTES);
+	lmt_session *d = session_on(LMT_ROLE_DESTINATION, &back, "file",
+	                            with_direct(opts, sizeof(opts), "channels=2,verify=on"));
+	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
+	assert_int_equal(lmt_load_start(d), 0);
+	if (lmt_session_wait(d, -1))
+		fail_msg("restore job: %s", lmt_session_error(d)->message);
+	const void *got;
+	size_t len;
+	assert_int_equal(lmt_load_device_state(d, &got, &len), 0);
+	assert_int_equal(len, sizeof(state));
+	assert_memory_equal(got, state, len);
+	lmt_session_free(d);
+	assert_same_ram(&ram, &back);
+	ram_release(&ram);
+	munmap(back.base, back.bytes);
+	unlink(path);
+	census_check(before);
+}
+
 /* ---- files refused ---- */
 
 static void test_truncated_file_is_refused(void **unused)
@@ -750,6 +795,7 @@ int main(void)
 	        cmocka_unit_test(test_device_state_round_trips_whatever_its_size),
 	        cmocka_unit_test(test_file_never_grows_past_ram_and_metadata_over_many_passes),
 	        cmocka_unit_test(test_zero_pages_are_left_as_holes),
+	        cmocka_unit_test(test_jobs_save_and_restore_a_file),
 	};
 	const struct CMUnitTest refusals[] = {
 	        cmocka_unit_test(test_truncated_file_is_refused),
