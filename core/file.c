@@ -69,10 +69,10 @@ static int mover_complete(struct lmt__mover *m, const struct lmt_completion *cp)
 		return lmt__fail(s, LMT_EPROTO, "plugin %s completed unknown transfer 0x%llx",
 		                 s->desc->name, (unsigned long long)cp->cookie);
 	if (cp->status)
-		return lmt__fail(s, cp->status, "file '%s': %s of %llu bytes at offset %llu failed: %s",
-		                 s->file_path, m->read ? "read" : "write",
-		                 (unsigned long long)sl->bytes, (unsigned long long)sl->offset,
-		                 lmt_strerror(cp->status));
+		return lmt__fail(
+		        s, cp->status, "file '%s': %s of %llu bytes at offset %llu failed: %s",
+		        s->file_path, m->read ? "read" : "write", (unsigned long long)sl->bytes,
+		        (unsigned long long)sl->offset, lmt_strerror(cp->status));
 	m->ch_writes[sl->channel]--;
 	m->ch_inflight[sl->channel] -= sl->bytes;
 	m->ch_progress_ns[sl->channel] = lmt__now();
@@ -109,11 +109,12 @@ static int mover_harvest(struct lmt__mover *m)
 	uint64_t now = lmt__now();
 	for (uint32_t ch = 0; ch < s->channels; ch++)
 		if (m->ch_writes[ch] && now - m->ch_progress_ns[ch] > s->idle_timeout_ns)
-			return lmt__fail(s, LMT_ETIMEDOUT,
-			                 "file '%s': channel %u: %u transfers in flight and none done "
-			                 "for %llu ms",
-			                 s->file_path, ch, m->ch_writes[ch],
-			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
+			return lmt__fail(
+			        s, LMT_ETIMEDOUT,
+			        "file '%s': channel %u: %u transfers in flight and none done "
+			        "for %llu ms",
+			        s->file_path, ch, m->ch_writes[ch],
+			        (unsigned long long)(s->idle_timeout_ns / 1000000));
 	if (m->deadline && now >= m->deadline)
 		return lmt__fail(s, LMT_ETIMEDOUT,
 		                 "switchover-timeout passed with the guest paused, writing the "
@@ -157,8 +158,9 @@ int lmt__mover_post(struct lmt__mover *m, lmt_rkey *rkey, uint64_t key_offset, u
 			continue;
 		}
 		if (rc)
-			return lmt__fail(s, rc, "file '%s': channel %u: cannot %s %llu bytes at offset "
-			                        "%llu",
+			return lmt__fail(s, rc,
+			                 "file '%s': channel %u: cannot %s %llu bytes at offset "
+			                 "%llu",
 			                 s->file_path, ch, m->read ? "read" : "write",
 			                 (unsigned long long)n, (unsigned long long)file_offset);
 		m->nfree--;
@@ -222,12 +224,14 @@ int lmt__file_open(struct lmt_session *s, enum lmt_storage_mode mode, uint64_t s
 	int rc = lmt__endpoints_open_local(s);
 	for (uint32_t c = 0; c < s->channels && !rc; c++) {
 		struct lmt_blob addr;
-		enum lmt_storage_mode m = mode == LMT_STORAGE_CREATE && c ? LMT_STORAGE_WRITE : mode;
+		enum lmt_storage_mode m =
+		        mode == LMT_STORAGE_CREATE && c ? LMT_STORAGE_WRITE : mode;
 		if (lmt__file_address(&addr, m, s->file_path, m == LMT_STORAGE_CREATE ? size : 0))
 			return lmt__fail(s, LMT_EINVAL, "file '%s': path too long", s->file_path);
 		rc = s->desc->ops.ep_connect(s->eps[c], &addr);
 		if (rc)
-			rc = lmt__fail(s, rc, "file '%s': channel %u cannot open it", s->file_path, c);
+			rc = lmt__fail(s, rc, "file '%s': channel %u cannot open it", s->file_path,
+			               c);
 	}
 	return rc;
 }
@@ -304,7 +308,8 @@ int lmt__file_save_open(struct lmt_session *s)
 	if (!rc && !(rc = lmt__file_import(s, 0, table_end, &head))) {
 		if (!(rc = lmt__mover_post(&m, head, 0, 0, meta, LMT_FILE_ALIGN)))
 			rc = lmt__mover_post(&m, head, f->h.table_offset, f->h.table_offset,
-			                     meta + f->h.table_offset, table_end - f->h.table_offset);
+			                     meta + f->h.table_offset,
+			                     table_end - f->h.table_offset);
 		if (!rc)
 			rc = lmt__mover_drain(&m);
 		s->desc->ops.rkey_release(s->inst, head);
@@ -316,7 +321,8 @@ int lmt__file_save_open(struct lmt_session *s)
 		for (uint64_t w = 0; w < b->nwindows && !rc; w++) {
 			uint64_t off = w * b->window;
 			uint64_t len = b->length - off < b->window ? b->length - off : b->window;
-			rc = lmt__file_import(s, f->blocks[i].pages_offset + off, len, &b->rkeys[w]);
+			rc = lmt__file_import(s, f->blocks[i].pages_offset + off, len,
+			                      &b->rkeys[w]);
 		}
 	}
 	return rc;
@@ -340,15 +346,14 @@ static int flush(struct lmt_session *s, uint64_t deadline)
 		                 "switchover-timeout passed with the guest paused, before the "
 		                 "file's flush; the source guest may resume");
 	int rc = s->desc->ops.flush(s->inst, left < s->idle_timeout_ns ? left : s->idle_timeout_ns);
-	return rc ? lmt__fail(s, rc, "file '%s': flush failed (%s)", s->file_path,
-	                      lmt_err_name(rc))
+	return rc ? lmt__fail(s, rc, "file '%s': flush failed (%s)", s->file_path, lmt_err_name(rc))
 	          : 0;
 }
 
 /* The bitmaps, the digests and the device state, each hashed for the
  * commit record as it goes out. */
-static int write_tail(struct lmt_session *s, struct lmt__mover *m, const void *state,
-                      size_t length, uint8_t **bufs, struct lmt_file_commit *c)
+static int write_tail(struct lmt_session *s, struct lmt__mover *m, const void *state, size_t length,
+                      uint8_t **bufs, struct lmt_file_commit *c)
 {
 	struct lmt__file *f = s->file;
 	XXH3_state_t bitmaps, digests;
@@ -383,7 +388,8 @@ static int write_tail(struct lmt_session *s, struct lmt__mover *m, const void *s
 	if (!length)
 		return 0;
 	if (!(bufs[k] = lmt__file_buffer(length)))
-		return lmt__fail(s, LMT_ENOMEM, "out of memory for %zu bytes of device state", length);
+		return lmt__fail(s, LMT_ENOMEM, "out of memory for %zu bytes of device state",
+		                 length);
 	memcpy(bufs[k], state, length);
 	return lmt__mover_post(m, f->rkey, f->h.state_offset, f->h.state_offset, bufs[k],
 	                       lmt__file_round(length, LMT_FILE_ALIGN));
@@ -392,8 +398,8 @@ static int write_tail(struct lmt_session *s, struct lmt__mover *m, const void *s
 /* The guest is paused and its pages are in the file and flushed: the
  * bitmaps, digests and device state, a flush, then the commit record and
  * a last flush. Only then does the file restore. */
-int lmt__file_save_finish(struct lmt_session *s, const void *state, size_t length,
-                          uint64_t passes, uint64_t deadline)
+int lmt__file_save_finish(struct lmt_session *s, const void *state, size_t length, uint64_t passes,
+                          uint64_t deadline)
 {
 	struct lmt__file *f = s->file;
 	struct lmt_file_commit c = {.passes = passes};

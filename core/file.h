@@ -75,8 +75,8 @@ void lmt__file_free(struct lmt_session *s);
 int lmt__file_save_open(struct lmt_session *s);
 /* Source, the pages written and flushed: bitmaps, digests, device state,
  * flush, commit record, flush; all before `deadline`. */
-int lmt__file_save_finish(struct lmt_session *s, const void *state, size_t length,
-                          uint64_t passes, uint64_t deadline);
+int lmt__file_save_finish(struct lmt_session *s, const void *state, size_t length, uint64_t passes,
+                          uint64_t deadline);
 
 /* Destination: restore the blocks and the device state from the file
  * (restore.c). */

@@ -182,7 +182,8 @@ int lmt__file_decode_header(const uint8_t *buf, size_t len, struct lmt_file_head
 		                  "header: format version %u is unknown; this lmt reads %u",
 		                  h->version, LMT_FILE_VERSION);
 	if (lmt__get64(buf + SUM_AT) != lmt__file_hash(buf, SUM_AT))
-		return lmt__error(err, LMT_EPROTO, "header: checksum mismatch (the header is corrupt)");
+		return lmt__error(err, LMT_EPROTO,
+		                  "header: checksum mismatch (the header is corrupt)");
 	uint32_t size = lmt__get32(buf + H_SIZE);
 	h->align = lmt__get32(buf + H_ALIGN);
 	h->flags = lmt__get32(buf + H_FLAGS);
@@ -196,8 +197,8 @@ int lmt__file_decode_header(const uint8_t *buf, size_t len, struct lmt_file_head
 	memcpy(h->save_id, buf + H_SAVE_ID, LMT_FILE_SAVE_ID);
 	if (size != LMT_FILE_ALIGN || h->align != LMT_FILE_ALIGN)
 		return lmt__error(err, LMT_EPROTO,
-		                  "header: header size %u and alignment %u, expected %u and %u", size,
-		                  h->align, LMT_FILE_ALIGN, LMT_FILE_ALIGN);
+		                  "header: header size %u and alignment %u, expected %u and %u",
+		                  size, h->align, LMT_FILE_ALIGN, LMT_FILE_ALIGN);
 	if (h->flags & ~LMT_FILE_KNOWN_FLAGS)
 		return lmt__error(err, LMT_EPROTO, "header: unknown flags 0x%x",
 		                  h->flags & ~LMT_FILE_KNOWN_FLAGS);
@@ -285,14 +286,16 @@ static int decode_entry(const uint8_t *e, const struct lmt_file_header *h, uint3
 	b->digests_offset = lmt__get64(e + E_DIGESTS);
 	b->digests_length = lmt__get64(e + E_DIGESTS_LEN);
 	if (!all_zero(e + E_USED, LMT_FILE_ENTRY_SIZE - E_USED) || lmt__get32(e + E_PAGE + 4))
-		return lmt__error(err, LMT_EPROTO, "block table: block %u ('%s'): reserved bytes "
-		                                   "are not zero",
+		return lmt__error(err, LMT_EPROTO,
+		                  "block table: block %u ('%s'): reserved bytes "
+		                  "are not zero",
 		                  i, b->name);
 	if (b->page_size < 4096 || (b->page_size & (b->page_size - 1)) || b->page_size > (1u << 30))
-		return lmt__error(err, LMT_EPROTO,
-		                  "block table: block %u ('%s'): page size %u is not a power of two "
-		                  "from 4K to 1G",
-		                  i, b->name, b->page_size);
+		return lmt__error(
+		        err, LMT_EPROTO,
+		        "block table: block %u ('%s'): page size %u is not a power of two "
+		        "from 4K to 1G",
+		        i, b->name, b->page_size);
 	if (b->length == 0 || b->length % b->page_size || b->length > h->state_offset)
 		return lmt__error(err, LMT_EPROTO,
 		                  "block table: block %u ('%s'): length %llu is 0, not a multiple "
@@ -305,9 +308,8 @@ static int decode_entry(const uint8_t *e, const struct lmt_file_header *h, uint3
 		                  i, b->name, (unsigned long long)b->bitmap_length,
 		                  (unsigned long long)(b->length / b->page_size),
 		                  (unsigned long long)bitmap_bytes(b));
-	uint64_t digests = (h->flags & LMT_FILE_DIGESTS)
-	                           ? lmt__file_block_stripes(b, h->stripe_shift) * 8
-	                           : 0;
+	uint64_t digests =
+	        (h->flags & LMT_FILE_DIGESTS) ? lmt__file_block_stripes(b, h->stripe_shift) * 8 : 0;
 	if (b->digests_length != digests || (!digests && b->digests_offset))
 		return lmt__error(err, LMT_EPROTO,
 		                  "block table: block %u ('%s'): digests of %llu bytes, expected "
@@ -317,8 +319,8 @@ static int decode_entry(const uint8_t *e, const struct lmt_file_header *h, uint3
 	int rc;
 	if ((rc = check_area(h, i, b->name, "bitmap", b->bitmap_offset, b->bitmap_length,
 	                     LMT_FILE_ALIGN, err)) ||
-	    (rc = check_area(h, i, b->name, "page area", b->pages_offset, b->length,
-	                     LMT_FILE_ALIGN, err)))
+	    (rc = check_area(h, i, b->name, "page area", b->pages_offset, b->length, LMT_FILE_ALIGN,
+	                     err)))
 		return rc;
 	if (digests && (rc = check_area(h, i, b->name, "digests", b->digests_offset,
 	                                b->digests_length, LMT_FILE_ALIGN, err)))
@@ -353,19 +355,20 @@ int lmt__file_decode_table(const uint8_t *buf, size_t len, const struct lmt_file
 		areas[n++] = (struct area){b->bitmap_offset, b->bitmap_length, i, "bitmap"};
 		areas[n++] = (struct area){b->pages_offset, b->length, i, "page area"};
 		if (b->digests_length)
-			areas[n++] = (struct area){b->digests_offset, b->digests_length, i,
-			                           "digests"};
+			areas[n++] =
+			        (struct area){b->digests_offset, b->digests_length, i, "digests"};
 	}
 	if (!rc) {
 		qsort(areas, n, sizeof(*areas), area_cmp);
 		for (uint32_t k = 1; k < n && !rc; k++)
 			if (areas[k - 1].offset + areas[k - 1].length > areas[k].offset)
-				rc = lmt__error(err, LMT_EPROTO,
-				                "block table: the %s of block %u ('%s') overlaps the "
-				                "%s of block %u ('%s')",
-				                areas[k].what, areas[k].block,
-				                blocks[areas[k].block].name, areas[k - 1].what,
-				                areas[k - 1].block, blocks[areas[k - 1].block].name);
+				rc = lmt__error(
+				        err, LMT_EPROTO,
+				        "block table: the %s of block %u ('%s') overlaps the "
+				        "%s of block %u ('%s')",
+				        areas[k].what, areas[k].block, blocks[areas[k].block].name,
+				        areas[k - 1].what, areas[k - 1].block,
+				        blocks[areas[k - 1].block].name);
 	}
 	free(areas);
 	return rc;
@@ -379,8 +382,9 @@ int lmt__file_decode_commit(const uint8_t *buf, size_t len, const struct lmt_fil
 		return lmt__error(err, LMT_EPROTO, "commit record: %zu bytes, expected %u", len,
 		                  LMT_FILE_ALIGN);
 	if (all_zero(buf, LMT_FILE_ALIGN))
-		return lmt__error(err, LMT_EPROTO,
-		                  "no commit record: the file is from a save that did not complete");
+		return lmt__error(
+		        err, LMT_EPROTO,
+		        "no commit record: the file is from a save that did not complete");
 	if (memcmp(buf, commit_magic, sizeof(commit_magic)) != 0 ||
 	    lmt__get64(buf + SUM_AT) != lmt__file_hash(buf, SUM_AT))
 		return lmt__error(err, LMT_EPROTO,
@@ -406,15 +410,14 @@ int lmt__file_decode_commit(const uint8_t *buf, size_t len, const struct lmt_fil
 		                  "commit record: device state of %llu bytes, more than 1G",
 		                  (unsigned long long)c->state_length);
 	if (c->file_length != h->state_offset + lmt__file_round(c->state_length, LMT_FILE_ALIGN))
-		return lmt__error(err, LMT_EPROTO,
-		                  "commit record: file length %llu, expected %llu for %llu bytes of "
-		                  "device state at %llu",
-		                  (unsigned long long)c->file_length,
-		                  (unsigned long long)(h->state_offset +
-		                                       lmt__file_round(c->state_length,
-		                                                       LMT_FILE_ALIGN)),
-		                  (unsigned long long)c->state_length,
-		                  (unsigned long long)h->state_offset);
+		return lmt__error(
+		        err, LMT_EPROTO,
+		        "commit record: file length %llu, expected %llu for %llu bytes of "
+		        "device state at %llu",
+		        (unsigned long long)c->file_length,
+		        (unsigned long long)(h->state_offset +
+		                             lmt__file_round(c->state_length, LMT_FILE_ALIGN)),
+		        (unsigned long long)c->state_length, (unsigned long long)h->state_offset);
 	return 0;
 }
 
@@ -426,13 +429,13 @@ int lmt__file_check_bitmap(const struct lmt_file_block *b, const uint64_t *bitma
 		return 0;
 	uint64_t beyond = bitmap[words - 1] & ~((1ull << (pages % 64)) - 1);
 	if (beyond)
-		return lmt__error(err, LMT_EPROTO,
-		                  "block '%s': the bitmap claims page %llu, beyond the block's %llu "
-		                  "pages",
-		                  b->name,
-		                  (unsigned long long)((words - 1) * 64 +
-		                                       (uint64_t)__builtin_ctzll(beyond)),
-		                  (unsigned long long)pages);
+		return lmt__error(
+		        err, LMT_EPROTO,
+		        "block '%s': the bitmap claims page %llu, beyond the block's %llu "
+		        "pages",
+		        b->name,
+		        (unsigned long long)((words - 1) * 64 + (uint64_t)__builtin_ctzll(beyond)),
+		        (unsigned long long)pages);
 	return 0;
 }
 

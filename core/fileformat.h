@@ -58,10 +58,10 @@ struct lmt_file_commit {
 	uint8_t save_id[LMT_FILE_SAVE_ID]; /* the header's */
 	uint64_t passes;
 	uint64_t state_length;
-	uint64_t file_length;     /* state_offset + the state rounded up to align */
-	uint64_t bitmaps_digest;  /* XXH3-64 over every bitmap, in block order */
-	uint64_t digests_digest;  /* the same over the stripe digests, or 0 */
-	uint64_t state_digest;    /* XXH3-64 of the device state */
+	uint64_t file_length;    /* state_offset + the state rounded up to align */
+	uint64_t bitmaps_digest; /* XXH3-64 over every bitmap, in block order */
+	uint64_t digests_digest; /* the same over the stripe digests, or 0 */
+	uint64_t state_digest;   /* XXH3-64 of the device state */
 };
 
 uint64_t lmt__file_hash(const void *data, size_t len);

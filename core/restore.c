@@ -23,9 +23,9 @@ struct restore {
 	struct lmt__file *f;
 	struct lmt_file_commit commit;
 	struct lmt__mover m;
-	uint64_t **bitmaps;  /* per block, as read */
-	uint64_t **digests;  /* per block with verify=on */
-	uint8_t *state;      /* the device state, rounded up */
+	uint64_t **bitmaps; /* per block, as read */
+	uint64_t **digests; /* per block with verify=on */
+	uint8_t *state;     /* the device state, rounded up */
 };
 
 static int refuse(struct lmt_session *s, int code, const struct lmt_error *err)
@@ -158,13 +158,15 @@ static int read_maps(struct restore *r)
 			XXH3_64bits_update(&sums, r->digests[i], f->blocks[i].digests_length);
 	}
 	if (XXH3_64bits_digest(&bitmaps) != r->commit.bitmaps_digest)
-		return lmt__fail(s, LMT_EPROTO,
-		                 "file '%s': the page bitmaps do not match their checksum (corrupt)",
-		                 s->file_path);
+		return lmt__fail(
+		        s, LMT_EPROTO,
+		        "file '%s': the page bitmaps do not match their checksum (corrupt)",
+		        s->file_path);
 	if (digests && XXH3_64bits_digest(&sums) != r->commit.digests_digest)
-		return lmt__fail(s, LMT_EPROTO,
-		                 "file '%s': the page digests do not match their checksum (corrupt)",
-		                 s->file_path);
+		return lmt__fail(
+		        s, LMT_EPROTO,
+		        "file '%s': the page digests do not match their checksum (corrupt)",
+		        s->file_path);
 	for (uint32_t i = 0; i < n; i++) {
 		struct lmt_error err = {0};
 		from_le(r->bitmaps[i], f->blocks[i].bitmap_length / 8);
@@ -185,10 +187,11 @@ static int read_state(struct restore *r)
 	uint64_t max = (uint64_t)lmt__opt_int(s->opts, "max-device-state");
 	pthread_mutex_unlock(&s->opts_lock);
 	if (len > max)
-		return lmt__fail(s, LMT_EOVERFLOW,
-		                 "file '%s': device state of %llu bytes, more than max-device-state "
-		                 "(%llu)",
-		                 s->file_path, (unsigned long long)len, (unsigned long long)max);
+		return lmt__fail(
+		        s, LMT_EOVERFLOW,
+		        "file '%s': device state of %llu bytes, more than max-device-state "
+		        "(%llu)",
+		        s->file_path, (unsigned long long)len, (unsigned long long)max);
 	if (!len)
 		return 0;
 	if (!(r->state = lmt__file_buffer(len)))
@@ -212,8 +215,8 @@ static int read_pages(struct restore *r)
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		const struct lmt_file_block *fb = &f->blocks[i];
-		uint64_t per_chunk = s->chunk_size >> b->page_shift ? s->chunk_size >> b->page_shift
-		                                                    : 1;
+		uint64_t per_chunk =
+		        s->chunk_size >> b->page_shift ? s->chunk_size >> b->page_shift : 1;
 		uint64_t p = 0;
 		while ((p = lmt__bitmap_next(r->bitmaps[i], p, b->npages)) < b->npages) {
 			uint64_t end = p + 1;
@@ -250,11 +253,12 @@ static int check_digests(struct restore *r)
 				continue;
 			uint64_t from = k << b->stripe_shift;
 			uint64_t to = from + (1ull << b->stripe_shift);
-			return lmt__fail(s, LMT_EVERIFY,
-			                 "file '%s': verify: block '%s': bytes %llu to %llu differ from "
-			                 "the digest saved with them",
-			                 s->file_path, b->name, (unsigned long long)from,
-			                 (unsigned long long)((to < b->length ? to : b->length) - 1));
+			return lmt__fail(
+			        s, LMT_EVERIFY,
+			        "file '%s': verify: block '%s': bytes %llu to %llu differ from "
+			        "the digest saved with them",
+			        s->file_path, b->name, (unsigned long long)from,
+			        (unsigned long long)((to < b->length ? to : b->length) - 1));
 		}
 	}
 	return 0;

@@ -1537,10 +1537,12 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 static int finish(struct lmt_session *s, const void *state, size_t length)
 {
 	int rc;
-	if (s->file_path)
-		return (rc = send_rest(s)) ? rc
-		                           : lmt__file_save_finish(s, state, length, s->source->pass,
-		                                                   s->source->switchover_deadline);
+	if (s->file_path) {
+		if ((rc = send_rest(s)))
+			return rc;
+		return lmt__file_save_finish(s, state, length, s->source->pass,
+		                             s->source->switchover_deadline);
+	}
 	if ((rc = send_rest(s)) || (rc = report_landed(s, false)) ||
 	    (rc = send_device_state(s, state, length)))
 		return rc;

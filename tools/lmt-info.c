@@ -48,7 +48,7 @@ struct info_list {
 
 static const char *const capability_names[] = {
         "one-sided",       "local-mr",  "pin",         "multi-channel",
-        "target-progress", "decorator", "merges-runs",   "storage",
+        "target-progress", "decorator", "merges-runs", "storage",
 };
 
 static void die(const char *fmt, ...) LMT_PRINTF(1, 2);

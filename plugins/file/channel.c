@@ -29,11 +29,11 @@ static const char *fs_name(const char *path, char *buf, size_t size)
 		unsigned long magic;
 		const char *name;
 	} known[] = {
-	        {0x01021994, "tmpfs"},   {0xEF53, "ext2/3/4"},   {0x58465342, "xfs"},
-	        {0x9123683E, "btrfs"},   {0x794c7630, "overlayfs"}, {0x6969, "nfs"},
-	        {0x65735546, "fuse"},    {0x858458f6, "ramfs"},  {0x2fc12fc1, "zfs"},
-	        {0x01021997, "9p"},      {0xFF534D42, "cifs"},   {0x4d44, "vfat"},
-	        {0x9fa0, "proc"},        {0x62656572, "sysfs"},
+	        {0x01021994, "tmpfs"}, {0xEF53, "ext2/3/4"},      {0x58465342, "xfs"},
+	        {0x9123683E, "btrfs"}, {0x794c7630, "overlayfs"}, {0x6969, "nfs"},
+	        {0x65735546, "fuse"},  {0x858458f6, "ramfs"},     {0x2fc12fc1, "zfs"},
+	        {0x01021997, "9p"},    {0xFF534D42, "cifs"},      {0x4d44, "vfat"},
+	        {0x9fa0, "proc"},      {0x62656572, "sysfs"},
 	};
 	struct statfs st;
 	char dir[LMT_STORAGE_PATH_MAX + 1];
@@ -58,10 +58,11 @@ static int open_file(struct lmt_instance *inst, const struct file_address *a)
 	int fd = open(a->path, flags, 0600);
 	if (fd < 0 && errno == EINVAL && inst->direct) {
 		char buf[64];
-		return putil_error(base, LMT_ENOTSUP,
-		                   "direct-io=on: %s refuses O_DIRECT for '%s' (%s); use direct-io=off "
-		                   "or a directory on a disk file system",
-		                   fs_name(a->path, buf, sizeof(buf)), a->path, strerror(EINVAL));
+		return putil_error(
+		        base, LMT_ENOTSUP,
+		        "direct-io=on: %s refuses O_DIRECT for '%s' (%s); use direct-io=off "
+		        "or a directory on a disk file system",
+		        fs_name(a->path, buf, sizeof(buf)), a->path, strerror(EINVAL));
 	}
 	if (fd < 0)
 		return putil_error(base, errno == ENOENT ? LMT_ENOTFOUND : LMT_EIO,
@@ -140,17 +141,19 @@ static int transfer(struct lmt_endpoint *ep, const struct file_op *op)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return putil_error(base, LMT_EIO, "file channel %u: %s of %zu bytes at offset "
-			                                  "%llu of '%s': %s",
-			                   ep->channel, op->read ? "pread" : "pwrite", op->len - done,
-			                   (unsigned long long)(op->offset + done), ep->inst->path,
-			                   strerror(errno));
-		if (n == 0)
 			return putil_error(base, LMT_EIO,
-			                   "file channel %u: '%s' ends at offset %llu, inside a read of "
-			                   "%zu bytes (was it cut short meanwhile?)",
-			                   ep->channel, ep->inst->path,
-			                   (unsigned long long)(op->offset + done), op->len);
+			                   "file channel %u: %s of %zu bytes at offset "
+			                   "%llu of '%s': %s",
+			                   ep->channel, op->read ? "pread" : "pwrite",
+			                   op->len - done, (unsigned long long)(op->offset + done),
+			                   ep->inst->path, strerror(errno));
+		if (n == 0)
+			return putil_error(
+			        base, LMT_EIO,
+			        "file channel %u: '%s' ends at offset %llu, inside a read of "
+			        "%zu bytes (was it cut short meanwhile?)",
+			        ep->channel, ep->inst->path,
+			        (unsigned long long)(op->offset + done), op->len);
 		done += (size_t)n;
 	}
 	/* Through the page cache, start writing the range back now rather
@@ -206,17 +209,19 @@ int file_channel_post(struct lmt_endpoint *ep, bool read, void *buf, size_t len,
 		return putil_error(base, LMT_ESTATE, "file channel %u: a %s on a file opened to %s",
 		                   ep->channel, what, read ? "write" : "read");
 	if (!buf || !len || offset > rkey->range.length || len > rkey->range.length - offset)
-		return putil_error(base, LMT_EINVAL,
-		                   "file channel %u: %s of %zu bytes at %llu outside its key's %llu "
-		                   "bytes",
-		                   ep->channel, what, len, (unsigned long long)offset,
-		                   (unsigned long long)rkey->range.length);
+		return putil_error(
+		        base, LMT_EINVAL,
+		        "file channel %u: %s of %zu bytes at %llu outside its key's %llu "
+		        "bytes",
+		        ep->channel, what, len, (unsigned long long)offset,
+		        (unsigned long long)rkey->range.length);
 	uint64_t at = rkey->range.offset + offset;
 	if (inst->direct && (((uintptr_t)buf | len | at) % FILE_DIRECT_ALIGN))
-		return putil_error(base, LMT_EINVAL,
-		                   "direct-io=on: %s of %zu bytes at file offset %llu from %p is not "
-		                   "aligned to %u",
-		                   what, len, (unsigned long long)at, buf, FILE_DIRECT_ALIGN);
+		return putil_error(
+		        base, LMT_EINVAL,
+		        "direct-io=on: %s of %zu bytes at file offset %llu from %p is not "
+		        "aligned to %u",
+		        what, len, (unsigned long long)at, buf, FILE_DIRECT_ALIGN);
 	pthread_mutex_lock(&inst->lock);
 	if (ep->outstanding >= inst->depth) {
 		pthread_mutex_unlock(&inst->lock);

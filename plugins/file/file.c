@@ -45,7 +45,8 @@ static int file_instance_open(const struct lmt_host *host, void *host_ctx,
 		pthread_mutex_destroy(&inst->lock);
 		free(inst->ring);
 		free(inst);
-		return host->error(host_ctx, LMT_ENOMEM, "file: cannot create a condition variable");
+		return host->error(host_ctx, LMT_ENOMEM,
+		                   "file: cannot create a condition variable");
 	}
 	*out = inst;
 	return 0;
@@ -165,11 +166,12 @@ static int file_rkey_import(lmt_instance *inst, const struct lmt_blob *key, lmt_
 	pthread_mutex_unlock(&inst->lock);
 	/* A reader never reads past the end; a writer may grow the file. */
 	if (reading && (r.offset > size || r.length > size - r.offset))
-		return putil_error(base, LMT_EPROTO,
-		                   "file '%s' is %llu bytes: %llu bytes at offset %llu run past its "
-		                   "end (the file is truncated)",
-		                   inst->path, (unsigned long long)size, (unsigned long long)r.length,
-		                   (unsigned long long)r.offset);
+		return putil_error(
+		        base, LMT_EPROTO,
+		        "file '%s' is %llu bytes: %llu bytes at offset %llu run past its "
+		        "end (the file is truncated)",
+		        inst->path, (unsigned long long)size, (unsigned long long)r.length,
+		        (unsigned long long)r.offset);
 	struct lmt_rkey *k = calloc(1, sizeof(*k));
 	if (!k)
 		return putil_error(base, LMT_ENOMEM, "file: out of memory");

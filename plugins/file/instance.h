@@ -34,7 +34,7 @@ struct lmt_endpoint {
 	enum lmt_storage_mode mode;
 	pthread_t thread;
 	bool thread_started;
-	pthread_cond_t cond; /* the thread has work, or must stop */
+	pthread_cond_t cond;   /* the thread has work, or must stop */
 	struct file_op *queue; /* `depth` entries, a ring */
 	uint32_t queue_first, queue_used;
 	bool stop;

@@ -40,8 +40,7 @@ const char *file_wire_key(const struct lmt_blob *blob, struct file_range *out)
 		return "key blob of an unknown version";
 	out->offset = lmt__get64(blob->data + 8);
 	out->length = lmt__get64(blob->data + 16);
-	if (out->length == 0 || out->offset > (UINT64_MAX >> 2) ||
-	    out->length > (UINT64_MAX >> 2))
+	if (out->length == 0 || out->offset > (UINT64_MAX >> 2) || out->length > (UINT64_MAX >> 2))
 		return "key blob with a range out of bounds";
 	return NULL;
 }

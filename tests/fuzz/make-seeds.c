@@ -184,8 +184,8 @@ static void options(void)
 	}
 }
 
-/* For the file harness: the start of a save file up to its first page
- * area (header, commit record, table, bitmaps, digests), as it is (0) and
+/* For the file harness: the start of a save file up to the end of its
+ * metadata (header, commit record, table, bitmaps, digests), as it is (0) and
  * to be resealed (1); and the storage blobs (2, 3). */
 static void file_image(const char *name, bool digests)
 {
@@ -195,7 +195,16 @@ static void file_image(const char *name, bool digests)
 	};
 	struct lmt_file_header h = {.save_id = {1, 2, 3}};
 	lmt__file_layout(&h, blocks, 2, digests);
-	size_t len = blocks[0].pages_offset;
+	/* Up to the end of the last small area, under libFuzzer's -max_len. */
+	size_t len = 0;
+	for (uint32_t i = 0; i < 2; i++) {
+		uint64_t end = lmt__file_round(blocks[i].bitmap_offset + blocks[i].bitmap_length,
+		                               LMT_FILE_ALIGN);
+		if (digests)
+			end = lmt__file_round(blocks[i].digests_offset + blocks[i].digests_length,
+			                      LMT_FILE_ALIGN);
+		len = end > len ? end : len;
+	}
 	uint8_t *p = calloc(1, len);
 	lmt__file_encode_table(blocks, 2, p + h.table_offset);
 	h.table_digest = lmt__file_hash(p + h.table_offset, h.table_length);

@@ -89,9 +89,8 @@ static struct save_result save(struct guest_ram *ram, const char *path,
 	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, ram), 0);
 	struct guest_workload *w = NULL;
 	if (spec->dirty_rate)
-		assert_int_equal(guest_workload_start(&w, ram, spec->working_set, spec->dirty_rate,
-		                                      7),
-		                 0);
+		assert_int_equal(
+		        guest_workload_start(&w, ram, spec->working_set, spec->dirty_rate, 7), 0);
 	snprintf(uri, sizeof(uri), "file:%s", path);
 	r.rc = lmt_save_setup(s, uri);
 	uint64_t give_up = guest_now_ns() + 60000000000ull;
@@ -119,8 +118,8 @@ static int restore(struct guest_ram *out, uint64_t bytes, const char *path, cons
 {
 	char opts[512], uri[PATH_MAX + 8];
 	guest_ram_layout(out, ram_map(bytes), bytes);
-	lmt_session *d =
-	        session_on(LMT_ROLE_DESTINATION, out, "file", with_direct(opts, sizeof(opts), extra));
+	lmt_session *d = session_on(LMT_ROLE_DESTINATION, out, "file",
+	                            with_direct(opts, sizeof(opts), extra));
 	snprintf(uri, sizeof(uri), "file:%s", path);
 	uint16_t port = 1;
 	int rc = lmt_load_listen(d, uri, &port);
@@ -281,8 +280,7 @@ static void round_trip(const char *opts, uint64_t rate, uint64_t working_set, si
 	assert_int_equal(got_len, state_len);
 	assert_memory_equal(got, state, state_len);
 	print_message("    %s: %llu passes, %llu bytes written\n", opts,
-	              (unsigned long long)r.stats.passes,
-	              (unsigned long long)r.stats.bytes_sent);
+	              (unsigned long long)r.stats.passes, (unsigned long long)r.stats.bytes_sent);
 	free(got);
 	free(state);
 	ram_release(&ram);
@@ -353,9 +351,9 @@ static void test_file_never_grows_past_ram_and_metadata_over_many_passes(void **
 	uint64_t metadata = 3 * ALIGN + 4 * ALIGN + ALIGN + 2 * 65536;
 	print_message("    %llu passes, %llu bytes written (%llu dirtied), file %llu bytes, "
 	              "%llu allocated, RAM %llu\n",
-	              (unsigned long long)st.passes, (unsigned long long)st.bytes_sent, (unsigned long long)dirtied,
-	              (unsigned long long)sb.st_size, (unsigned long long)sb.st_blocks * 512,
-	              (unsigned long long)RAM_BYTES);
+	              (unsigned long long)st.passes, (unsigned long long)st.bytes_sent,
+	              (unsigned long long)dirtied, (unsigned long long)sb.st_size,
+	              (unsigned long long)sb.st_blocks * 512, (unsigned long long)RAM_BYTES);
 	assert_true((uint64_t)sb.st_size <= RAM_BYTES + metadata);
 	assert_true((uint64_t)sb.st_blocks * 512 <= RAM_BYTES + metadata);
 	struct guest_ram back;
@@ -698,7 +696,8 @@ static void test_file_target_needs_the_file_plugin_and_back(void **unused)
 	lmt_session *s = session_on(LMT_ROLE_SOURCE, &ram, "tcp", "");
 	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
 	assert_int_equal(lmt_save_setup(s, "file:/tmp/x"), -LMT_EINVAL);
-	assert_non_null(strstr(lmt_session_error(s)->message, "create the session with the plugin"));
+	assert_non_null(
+	        strstr(lmt_session_error(s)->message, "create the session with the plugin"));
 	lmt_session_free(s);
 	s = session_on(LMT_ROLE_SOURCE, &ram, "file", "");
 	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);

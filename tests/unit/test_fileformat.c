@@ -41,7 +41,8 @@ static void test_layout_aligns_every_area_for_direct_io(void **state)
 			assert_int_equal(b[i].bitmap_offset % LMT_FILE_ALIGN, 0);
 			assert_int_equal(b[i].pages_offset % LMT_FILE_PAGES_ALIGN, 0);
 			assert_true(b[i].pages_offset + b[i].length <= h.state_offset);
-			assert_int_equal(b[i].bitmap_length, (b[i].length / b[i].page_size + 63) / 64 * 8);
+			assert_int_equal(b[i].bitmap_length,
+			                 (b[i].length / b[i].page_size + 63) / 64 * 8);
 			if (digests)
 				assert_int_equal(b[i].digests_offset % LMT_FILE_ALIGN, 0);
 			ram += b[i].length;
@@ -65,22 +66,21 @@ static void test_header_and_table_round_trip(void **state)
 	lmt__file_encode_header(&h, buf);
 	assert_int_equal(lmt__file_decode_header(buf, LMT_FILE_ALIGN, &back, &err), 0);
 	assert_memory_equal(&back, &h, sizeof(h));
-	assert_int_equal(lmt__file_decode_table(buf + h.table_offset, LMT_FILE_ALIGN, &back, got, &err),
-	                 0);
+	assert_int_equal(
+	        lmt__file_decode_table(buf + h.table_offset, LMT_FILE_ALIGN, &back, got, &err), 0);
 	assert_memory_equal(got, b, sizeof(b));
 	struct lmt_file_commit c = {.passes = 4, .state_length = 5000}, cback;
 	memcpy(c.save_id, h.save_id, sizeof(c.save_id));
 	c.file_length = h.state_offset + 8192;
 	lmt__file_encode_commit(&c, buf + LMT_FILE_ALIGN);
-	assert_int_equal(lmt__file_decode_commit(buf + LMT_FILE_ALIGN, LMT_FILE_ALIGN, &h, &cback,
-	                                         &err),
-	                 0);
+	assert_int_equal(
+	        lmt__file_decode_commit(buf + LMT_FILE_ALIGN, LMT_FILE_ALIGN, &h, &cback, &err), 0);
 	assert_memory_equal(&cback, &c, sizeof(c));
 	/* A commit record of another save is refused. */
 	h.save_id[0] ^= 1;
-	assert_int_equal(lmt__file_decode_commit(buf + LMT_FILE_ALIGN, LMT_FILE_ALIGN, &h, &cback,
-	                                         &err),
-	                 -LMT_EPROTO);
+	assert_int_equal(
+	        lmt__file_decode_commit(buf + LMT_FILE_ALIGN, LMT_FILE_ALIGN, &h, &cback, &err),
+	        -LMT_EPROTO);
 	assert_non_null(strstr(err.message, "another save"));
 	free(buf);
 }

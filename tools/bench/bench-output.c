@@ -110,9 +110,10 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_MAX_ITERATE_MS] = r->max_iterate_ns ? (double)r->max_iterate_ns / 1e6 : NAN;
 	v[BENCH_FILE_MIB] = r->to_file ? (double)r->file_bytes : NAN;
 	v[BENCH_RESTORE_MS] = r->to_file ? (double)r->restore_ns / 1e6 : NAN;
-	v[BENCH_RESTORE_GIBPS] = r->to_file && r->restore_ns
-	                                 ? (double)r->restored_bytes / (double)r->restore_ns * 1e9 / GIB
-	                                 : NAN;
+	v[BENCH_RESTORE_GIBPS] =
+	        r->to_file && r->restore_ns
+	                ? (double)r->restored_bytes / (double)r->restore_ns * 1e9 / GIB
+	                : NAN;
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,

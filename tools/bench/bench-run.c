@@ -711,7 +711,8 @@ static int file_restore(struct run *run, const char *uri)
 	const void *state;
 	size_t length;
 	int rc;
-	uint8_t *base = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, run->memfd, 0);
+	uint8_t *base =
+	        mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, run->memfd, 0);
 
 	if (base == MAP_FAILED) {
 		note(run->out, "mapping the destination RAM: %s", strerror(errno));
