@@ -199,6 +199,13 @@ static const struct lmt_option_desc core_options[] = {
                 .doc = "PEM file: the certificate authorities the peer's certificate must "
                        "chain to (each side verifies the other)",
         },
+        {
+                .name = "direct-io",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .doc = "file: targets: read and write the file with O_DIRECT, past the "
+                       "page cache; refused where the file system does not support it",
+        },
 };
 
 const struct lmt_option_desc *lmt_core_options(uint32_t *count)

@@ -13,6 +13,7 @@
 
 #include "bitmap.h"
 #include "error.h"
+#include "file.h"
 #include "net.h"
 #include "session.h"
 
@@ -74,13 +75,24 @@ int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 	if (s->nblocks == 0)
 		return lmt__usage(s, LMT_EINVAL,
 		                  "load listen: no RAM blocks: add them before listening");
+	int rc = lmt__file_check_uri(s, uri, "load listen");
+	if (rc)
+		return rc;
 	int expected = LMT_STATE_NEW;
 	if (!atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_LISTENING))
 		return lmt__usage(s, LMT_ESTATE, "load listen: called twice");
+	if (lmt__is_file_uri(uri)) {
+		/* Nothing to bind: lmt_load_run reads the file. */
+		if ((rc = lmt__file_set_path(s, uri)))
+			atomic_store(&s->state, LMT_STATE_NEW);
+		else if (port)
+			*port = 0;
+		return rc;
+	}
 	struct sockaddr_storage addr;
 	socklen_t len;
 	struct lmt__net_error e;
-	int rc = lmt__net_parse(uri, &addr, &len, &e);
+	rc = lmt__net_parse(uri, &addr, &len, &e);
 	if (!rc)
 		rc = lmt__net_listen((struct sockaddr *)&addr, len, 4, &d->listen_fd, &e);
 	if (rc) {
@@ -1235,6 +1247,8 @@ static int load_run(lmt_session *s)
 	if (rc)
 		return rc;
 	rc = lmt__session_prepare(s);
+	if (!rc && s->file_path)
+		return end_load(s, lmt__file_restore(s));
 	if (!rc)
 		rc = accept_source(s, -1);
 	if (!rc)
@@ -1268,6 +1282,18 @@ int lmt__load_connected(struct lmt_session *s, int fd)
 	if (!rc)
 		rc = serve(s);
 	return end_load(s, rc);
+}
+
+void lmt__destination_take_state(struct lmt_session *s, uint8_t *buf, uint64_t length)
+{
+	struct lmt_destination_engine *d = s->destination;
+	if (d->state_buf)
+		explicit_bzero(d->state_buf, d->state_cap);
+	free(d->state_buf);
+	d->state_buf = buf;
+	d->state_cap = length;
+	d->state_len = length;
+	d->state_received = length;
 }
 
 int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)

@@ -179,6 +179,10 @@ static int check_descriptor(const struct lmt_plugin *d, const char *path, struct
 	    !o->rkey_release || !o->write || !o->progress || !o->flush)
 		return lmt__error(err, LMT_EABI, "plugin %s ('%s'): an operation is missing", path,
 		                  d->name);
+	if ((d->caps & LMT_CAP_STORAGE) && !(d->caps & LMT_CAP_DECORATOR) && !LMT_PLUGIN_READ(d))
+		return lmt__error(err, LMT_EABI,
+		                  "plugin %s ('%s'): a storage plugin without a read operation",
+		                  path, d->name);
 	return check_options(d, path, err);
 }
 

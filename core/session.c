@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "file.h"
 #include "net.h"
 
 uint64_t lmt__now(void)
@@ -174,6 +175,7 @@ static void blocks_free(struct lmt_session *s)
 		free(b->sync);
 		free(b->rkeys);
 		free(b->mrs);
+		free(b->present);
 		lmt__verify_free(b);
 	}
 	free(s->blocks);
@@ -187,8 +189,10 @@ void lmt_session_free(lmt_session *s)
 		return;
 	lmt_cancel(s);
 	lmt__job_free(s);
+	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
+	free(s->file_path);
 	lmt__source_free(s->source);
 	lmt__destination_free(s->destination);
 	blocks_free(s);
@@ -240,6 +244,7 @@ int lmt__abort(struct lmt_session *s, int code)
 	lmt__ctrl_send_error(s, &st);
 	/* From here a plugin's waits in teardown end soon (host cancelled). */
 	atomic_store(&s->aborting, 1);
+	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	lmt__session_log(s, LMT_LOG_INFO, "migration failed: %s", s->error.message);

@@ -50,6 +50,7 @@ struct lmt_block {
 	uint64_t nwindows;
 	lmt_rkey **rkeys; /* source: the peer's key per window */
 	lmt_mr **mrs;     /* source local / destination registration per window */
+	uint64_t *present; /* source, file: target: pages written at least once */
 	/* verify=on (verify.c): an XXH3-64 digest per stripe of 64 KiB (one
 	 * page where pages are larger), kept up to date during the passes. */
 	uint32_t stripe_shift;
@@ -64,6 +65,7 @@ struct lmt_block {
 /* Each role's engine, defined in its own file; the control connection's
  * service thread (control.c) and the event queue (events.c). */
 struct lmt__ctrl;
+struct lmt__file;
 struct lmt__events;
 struct lmt__job;
 struct lmt_source_engine;
@@ -106,6 +108,11 @@ struct lmt_session {
 	 * that was last looked at. */
 	_Atomic int peer_gone;
 	_Atomic uint64_t peer_checked_ns;
+
+	/* A file: target (file.c, restore.c): no control connection, no
+	 * peer; the path, and the file's layout once known. */
+	char *file_path;
+	struct lmt__file *file;
 
 	struct lmt__events *events;
 	struct lmt__job *job;       /* lmt_load_start or lmt_save_start (jobs.c) */
@@ -229,6 +236,8 @@ int lmt__ctrl_check(struct lmt_session *s);
 
 /* Open the instance and the endpoints; send their addresses (EP_ADDRS). */
 int lmt__endpoints_open(struct lmt_session *s);
+/* The same without a peer to send them to (a file: target). */
+int lmt__endpoints_open_local(struct lmt_session *s);
 /* Release every key, registration and endpoint, then the instance. */
 void lmt__transport_close(struct lmt_session *s);
 
@@ -300,6 +309,10 @@ void lmt__source_free(struct lmt_source_engine *engine);
 void lmt__source_release_throttle(struct lmt_session *s);
 int lmt__destination_new(struct lmt_destination_engine **out);
 void lmt__destination_free(struct lmt_destination_engine *engine);
+
+/* Destination: the device state restored from a file, `buf` (malloc'd)
+ * now the session's. */
+void lmt__destination_take_state(struct lmt_session *s, uint8_t *buf, uint64_t length);
 
 /* Destination: take a migration in over an already connected control
  * socket (the session owns fd from now on). For the fuzzer. */

@@ -10,6 +10,7 @@
 #include "bitmap.h"
 #include "converge.h"
 #include "error.h"
+#include "file.h"
 #include "net.h"
 #include "session.h"
 
@@ -530,6 +531,8 @@ static int adopt_control(struct lmt_session *s, int fd)
 static int setup(struct lmt_session *s, const char *uri, int fd)
 {
 	int rc = prepare(s);
+	if (!rc && s->file_path) /* no destination: the file is laid out here */
+		return (rc = lmt__file_save_open(s)) ? rc : alloc_slots(s);
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
 	if (rc && fd >= 0)
 		close(fd);
@@ -551,6 +554,9 @@ int lmt__save_check(struct lmt_session *s, const char *uri, const char *what)
 		return lmt__usage(s, LMT_ESTATE, "%s: this session is a destination", what);
 	if (!uri)
 		return lmt__usage(s, LMT_EINVAL, "%s: uri is NULL, expected host:port", what);
+	int rc = lmt__file_check_uri(s, uri, what);
+	if (rc)
+		return rc;
 	if (s->nblocks == 0)
 		return lmt__usage(s, LMT_EINVAL, "%s: no RAM blocks: add them before setup", what);
 	if (!s->source->dirty_fn)
@@ -571,6 +577,8 @@ static int save_setup(lmt_session *s, const char *uri, int fd)
 	int expected = LMT_STATE_NEW;
 	if (!rc && !atomic_compare_exchange_strong(&s->state, &expected, LMT_STATE_SETUP))
 		rc = lmt__usage(s, LMT_ESTATE, "save setup: called twice");
+	else if (!rc && lmt__is_file_uri(uri) && (rc = lmt__file_set_path(s, uri)))
+		atomic_store(&s->state, LMT_STATE_NEW);
 	if (rc) {
 		if (fd >= 0)
 			close(fd);
@@ -805,6 +813,8 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 	e->pass_bytes += sl->bytes;
 	if (s->verify)
 		lmt__verify_mark(b, &b->landed, sl->page, sl->npages);
+	if (b->present)
+		lmt__bitmap_range(b->present, sl->page, sl->npages, LMT_BITS_SET);
 	/* One lock for the figures that must add up in any snapshot. */
 	pthread_mutex_lock(&s->lock);
 	s->stats.bytes_sent += sl->bytes;
@@ -1175,6 +1185,16 @@ static int report_landed(struct lmt_session *s, bool always)
 	struct lmt_msg_landed *m = e->landed;
 	uint64_t sent = 0;
 	bool stripes = false;
+	if (s->file_path) {
+		/* No destination to tell, or to hash what landed: the file
+		 * takes the source's own digests. */
+		for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
+			struct lmt_block *b = &s->blocks[i];
+			memset(b->landed.bits, 0, (b->nstripes + 63) / 64 * sizeof(uint64_t));
+			b->landed.count = 0;
+		}
+		return 0;
+	}
 	for (uint32_t c = 0; c < s->channels; c++)
 		sent += e->ch_bytes[c];
 	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
@@ -1542,7 +1562,13 @@ static int send_rest(struct lmt_session *s)
 	if (now >= end)
 		return switchover_expired(s, "before the flush");
 	uint64_t left = end - now;
-	rc = s->desc->ops.flush(s->inst, left < s->idle_timeout_ns ? left : s->idle_timeout_ns);
+	/* A file's pages are flushed with its metadata, before the commit
+	 * record (lmt__file_save_finish): one fdatasync less in the pause. */
+	if (s->file_path)
+		rc = 0;
+	else
+		rc = s->desc->ops.flush(s->inst,
+		                        left < s->idle_timeout_ns ? left : s->idle_timeout_ns);
 	if (rc == -LMT_ETIMEDOUT && lmt__now() >= end)
 		return switchover_expired(s, "in the plugin's flush");
 	if (rc)
@@ -1585,6 +1611,12 @@ static int send_complete(struct lmt_session *s, size_t state_length)
 static int finish(struct lmt_session *s, const void *state, size_t length)
 {
 	int rc;
+	if (s->file_path) {
+		if ((rc = send_rest(s)))
+			return rc;
+		return lmt__file_save_finish(s, state, length, s->source->pass,
+		                             s->source->switchover_deadline);
+	}
 	if ((rc = send_rest(s)) || (rc = report_landed(s, false)) ||
 	    (rc = send_device_state(s, state, length)))
 		return rc;
@@ -1610,6 +1642,7 @@ static int save_complete(lmt_session *s, const void *device_state, size_t length
 	if (rc)
 		return lmt__abort(s, rc);
 	uint64_t acked = lmt__now();
+	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);

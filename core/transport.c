@@ -75,6 +75,19 @@ int lmt__endpoints_open(struct lmt_session *s)
 	return rc ? rc : lmt__ctrl_send(s);
 }
 
+int lmt__endpoints_open_local(struct lmt_session *s)
+{
+	int rc = instance_open(s);
+	if (rc)
+		return rc;
+	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
+	if (!a)
+		return lmt__fail(s, LMT_ENOMEM, "out of memory");
+	rc = open_channels(s, a);
+	free(a);
+	return rc;
+}
+
 static void release_windows(struct lmt_session *s, struct lmt_block *b)
 {
 	const struct lmt_plugin_ops *ops = &s->desc->ops;

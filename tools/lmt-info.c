@@ -49,6 +49,7 @@ struct info_list {
 static const char *const capability_names[] = {
         "one-sided",       "local-mr",  "pin",         "multi-channel",
         "target-progress", "decorator", "merges-runs", "encrypts",
+        "storage",
 };
 
 /* What tls=on does to a plugin's data channels (docs/security.md). */
@@ -56,6 +57,9 @@ static const char *tls_channels(uint64_t caps)
 {
 	if (caps & LMT_CAP_DECORATOR)
 		return "as the plugin it wraps";
+	if (caps & LMT_CAP_STORAGE)
+		return "not applicable: a storage plugin writes a local file, with no peer and no "
+		       "control connection";
 	if (caps & LMT_CAP_ENCRYPTS)
 		return "encrypted and authenticated (TLS 1.3, a per-channel key from the session's "
 		       "TLS control connection)";

@@ -159,6 +159,10 @@ enum lmt_plugin_caps {
 	                                      secret (lmt_instance_params), the
 	                                      plugin encrypts and authenticates
 	                                      its channels with it */
+	LMT_CAP_STORAGE = 1u << 8,         /* the peer is a file the core lays out
+	                                      itself ("file:PATH"), not a process:
+	                                      address and key blobs are the core's
+	                                      (below), and the plugin reads too */
 };
 
 /* Access wanted from a registration. */
@@ -275,6 +279,37 @@ struct lmt_plugin_ops {
 	int (*flush)(lmt_instance *inst, uint64_t timeout_ns);
 };
 
+/* Storage plugins (LMT_CAP_STORAGE). There is no peer to describe its
+ * endpoints and keys, so the core writes both blobs itself, in these
+ * formats (little-endian), and a storage plugin validates them as it would
+ * a peer's:
+ * - the address given to ep_connect: u16 version (1), u16 mode (below),
+ *   u32 path length (1..LMT_STORAGE_PATH_MAX), u64 size, then the path
+ *   (no NUL). CREATE makes the file anew (mode 0600), cut to `size` bytes;
+ *   WRITE opens it to write and READ to read (size 0 for both).
+ * - a key given to rkey_import: u16 version (1), u16 0, u32 0, u64 offset,
+ *   u64 length: that range of the file. A reader refuses a range that
+ *   runs past the file's end.
+ * A write or read at `offset` in a key's region reaches the file at the
+ * key's offset plus `offset`. The file's layout is the core's
+ * (docs/file-format.md). */
+#define LMT_STORAGE_BLOB_VERSION 1u
+#define LMT_STORAGE_ADDR_HEADER 16u
+#define LMT_STORAGE_KEY_SIZE 24u
+#define LMT_STORAGE_PATH_MAX (LMT_BLOB_MAX - LMT_STORAGE_ADDR_HEADER)
+enum lmt_storage_mode {
+	LMT_STORAGE_CREATE = 1,
+	LMT_STORAGE_WRITE = 2,
+	LMT_STORAGE_READ = 3,
+};
+
+/* Post a read of `len` bytes at `offset` in the region of `rkey` into
+ * [local, local+len): the mirror of `write`, with the same cookies,
+ * completions (complete means the bytes are in `local`), -LMT_EAGAIN and
+ * limits. Only storage plugins have it. */
+typedef int (*lmt_plugin_read_fn)(lmt_endpoint *ep, void *local, size_t len, lmt_rkey *rkey,
+                                  uint64_t offset, uint64_t cookie);
+
 /* The descriptor a plugin returns. Fields after `struct_size` exist as of
  * the ABI version in `abi_version`. */
 struct lmt_plugin {
@@ -293,6 +328,10 @@ struct lmt_plugin {
 	 * (per transport or provider where it varies), and what is left to an
 	 * attacker who reaches the data path. NULL: not declared. */
 	const char *write_access;
+	/* Added within v1, read only when struct_size covers it: the read
+	 * operation of a storage plugin (LMT_CAP_STORAGE), which the core
+	 * requires of one; NULL for every other plugin. */
+	lmt_plugin_read_fn read;
 };
 
 /* The smallest descriptor of ABI v1: one that ends with `ops`, as the
@@ -303,6 +342,12 @@ struct lmt_plugin {
 #define LMT_PLUGIN_WRITE_ACCESS(d)                                                                 \
 	((d)->struct_size >= offsetof(struct lmt_plugin, write_access) + sizeof(const char *)      \
 	         ? (d)->write_access                                                               \
+	         : NULL)
+
+/* d->read, or NULL where the descriptor is too short to hold it. */
+#define LMT_PLUGIN_READ(d)                                                                         \
+	((d)->struct_size >= offsetof(struct lmt_plugin, read) + sizeof(lmt_plugin_read_fn)        \
+	         ? (d)->read                                                                       \
 	         : NULL)
 
 /* The entry point. `core_abi` is the newest ABI version the core speaks.

@@ -34,7 +34,7 @@ PASS_KEYS = ["pass", "final", "start_ms", "duration_ms", "bytes", "dirtied_bytes
 FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsticks", "--ram",
          "--dirty-rate",
          "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",
-         "--plot", "--dry-run", "--port", "--timeout", "--test-corrupt", "--help"]
+         "--plot", "--dry-run", "--port", "--timeout", "--target", "--test-corrupt", "--help"]
 
 
 class Failure(Exception):
@@ -376,6 +376,41 @@ def case_plot_without_gnuplot():
         check(rc == 0, f"exit status {rc} without gnuplot: {err}")
         check("gnuplot is not on PATH" in err, f"no message: {err!r}")
         check(not os.path.exists(path), "a plot appeared without gnuplot")
+
+
+def case_target_errors():
+    expect_usage_error(["--target", "tcp:somewhere"], "--target", "file:DIR")
+    expect_usage_error(["--target", "file:"], "--target", "file:DIR")
+    expect_usage_error(["--plugin", "file", "--ram", "16M"], "plugin 'file'", "--target file:DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        expect_usage_error(["--target", "file:" + tmp, "--plugin", "tcp"], "plugin 'tcp'",
+                           "--plugin file")
+        expect_usage_error(["--target", "file:" + tmp, "--plugins", "all"], "not 'all'")
+
+
+def case_file_target():
+    # The build directory, not a tmpfs, as the file tests use.
+    with tempfile.TemporaryDirectory(dir=os.environ.get("LMT_TEST_FILE_DIR")) as tmp:
+        rc, out, err = bench("--target", "file:" + tmp, "--ram", "16M", "--dirty-rate", "32M",
+                             "--working-set", "4M", "--timeout", "60s", "-o", "channels=2",
+                             "--repeat", "2", "--json")
+        check(rc == 0, f"exit status {rc}: {err}")
+        rows = parse_json_rows(out)
+        check(len(rows) == 1, f"{len(rows)} rows, expected 1")
+        row = rows[0]
+        check(row["plugin"] == "file" and row["status"] == "ok" and row["verified_runs"] == 2,
+              f"row: {row['plugin']} {row['status']} {row['error']}")
+        check(16 << 20 <= row["file_bytes"] <= (16 << 20) + (1 << 20),
+              f"file of {row['file_bytes']} bytes for a 16 MiB guest")
+        check(row["restore_ms"] > 0 and row["restore_gibps"] > 0,
+              f"restore {row['restore_ms']} ms at {row['restore_gibps']} GiB/s")
+        check(row["throughput_gbps"] > 0 and row["pass_count"] >= 2, "save figures")
+        check(os.listdir(tmp) == [], f"files left behind: {os.listdir(tmp)}")
+        rc, out, err = bench("--target", "file:" + tmp, "--ram", "16M", "--timeout", "60s")
+        check(rc == 0, f"table: exit status {rc}: {err}")
+        check("restore" in out and "file" in out, f"table lacks the file columns: {out}")
+        rc, out, _ = bench("--ram", "16M", "--plugin", "tcp", "--timeout", "60s")
+        check(rc == 0 and "restore" not in out, "a migration's table shows the file columns")
 
 
 CASES = {name[5:].replace("_", "-"): fn for name, fn in globals().items()

@@ -10,6 +10,7 @@
 
 #include "../../plugins/tcp/wire.h"
 #include "../../plugins/verbs/wire.h"
+#include "fileformat.h"
 #include "proto.h"
 #include "source_script.h"
 #include "tcp_wire_script.h"
@@ -295,6 +296,57 @@ static void tcp_wire(void)
 	op(&s, 2, WIRE_TX_ACK, 1);
 	op(&s, 5, WIRE_TX_ERROR, LMT_EPROTO, 0, 0, 0);
 	save("tcp_wire", "acks-error", 1, s.b, s.n);
+
+/* For the file harness: the start of a save file up to the end of its
+ * metadata (header, commit record, table, bitmaps, digests), as it is (0) and
+ * to be resealed (1); and the storage blobs (2, 3). */
+static void file_image(const char *name, bool digests)
+{
+	struct lmt_file_block blocks[2] = {
+	        {.name = "ram0", .length = 259 * 4096, .page_size = 4096},
+	        {.name = "ram1", .length = 64 * 4096, .page_size = 4096},
+	};
+	struct lmt_file_header h = {.save_id = {1, 2, 3}};
+	lmt__file_layout(&h, blocks, 2, digests);
+	/* Up to the end of the last small area, under libFuzzer's -max_len. */
+	size_t len = 0;
+	for (uint32_t i = 0; i < 2; i++) {
+		uint64_t end = lmt__file_round(blocks[i].bitmap_offset + blocks[i].bitmap_length,
+		                               LMT_FILE_ALIGN);
+		if (digests)
+			end = lmt__file_round(blocks[i].digests_offset + blocks[i].digests_length,
+			                      LMT_FILE_ALIGN);
+		len = end > len ? end : len;
+	}
+	uint8_t *p = calloc(1, len);
+	lmt__file_encode_table(blocks, 2, p + h.table_offset);
+	h.table_digest = lmt__file_hash(p + h.table_offset, h.table_length);
+	lmt__file_encode_header(&h, p);
+	for (uint32_t i = 0; i < 2; i++)
+		memset(p + blocks[i].bitmap_offset, 0xa5, blocks[i].bitmap_length - 8);
+	struct lmt_file_commit c = {.passes = 3, .state_length = 4096};
+	memcpy(c.save_id, h.save_id, sizeof(c.save_id));
+	c.file_length = h.state_offset + 4096;
+	lmt__file_encode_commit(&c, p + LMT_FILE_ALIGN);
+	char label[64];
+	snprintf(label, sizeof(label), "%s", name);
+	save("file", label, 0, p, len);
+	snprintf(label, sizeof(label), "%s-resealed", name);
+	save("file", label, 1, p, len);
+	free(p);
+}
+
+static void file_seeds(void)
+{
+	file_image("image-digests", true);
+	file_image("image", false);
+	struct lmt_blob b;
+	lmt__file_address(&b, LMT_STORAGE_CREATE, "/var/lib/guest.lmt", 1 << 20);
+	save("file", "address-create", 2, b.data, b.len);
+	lmt__file_address(&b, LMT_STORAGE_READ, "guest.lmt", 0);
+	save("file", "address-read", 2, b.data, b.len);
+	lmt__file_key(&b, 65536, 1 << 20);
+	save("file", "key", 3, b.data, b.len);
 }
 
 int main(int argc, char **argv)
@@ -310,5 +362,6 @@ int main(int argc, char **argv)
 	options();
 	source();
 	tcp_wire();
+	file_seeds();
 	return 0;
 }

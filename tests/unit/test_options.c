@@ -686,6 +686,7 @@ static void test_defaults_are_applied(void **state)
 	assert_int_equal(lmt__opt_int(*state, "connect-timeout"), 10 * NS_PER_S);
 	assert_int_equal(lmt__opt_int(*state, "idle-timeout"), 30 * NS_PER_S);
 	assert_int_equal(lmt__opt_int(*state, "queue-depth"), 64);
+	assert_false(lmt__opt_bool(*state, "direct-io"));
 	assert_string_equal(lmt__opt_text(*state, "downtime-limit"), "300ms");
 }
 
@@ -695,7 +696,7 @@ static void test_core_schema_is_complete(void **state)
 	const struct lmt_option_desc *core = lmt_core_options(&count);
 
 	assert_null(lmt_core_options(NULL));
-	assert_int_equal(count, 19);
+	assert_int_equal(count, 24);
 	for (uint32_t i = 0; i < count; i++) {
 		assert_non_null(core[i].doc);
 		assert_true(strlen(core[i].doc) > 10);

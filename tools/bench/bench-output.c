@@ -33,6 +33,9 @@ static const struct {
         [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
         [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
         [BENCH_THROTTLE_PERCENT] = {"throttle_percent", "throttle", "(%)", 8, 0, 1, true},
+        [BENCH_FILE_MIB] = {"file_bytes", "file", "(MiB)", 8, 1, 1 / MIB, true},
+        [BENCH_RESTORE_MS] = {"restore_ms", "restore", "(ms)", 8, 1, 1, false},
+        [BENCH_RESTORE_GIBPS] = {"restore_gibps", "restore", "(GiB/s)", 8, 2, 1, false},
 };
 
 static const char *const suffixes[3] = {"", "_min", "_max"};
@@ -112,6 +115,12 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 		if (r->passes[i].throttle_percent > throttle)
 			throttle = r->passes[i].throttle_percent;
 	v[BENCH_THROTTLE_PERCENT] = throttle;
+	v[BENCH_FILE_MIB] = r->to_file ? (double)r->file_bytes : NAN;
+	v[BENCH_RESTORE_MS] = r->to_file ? (double)r->restore_ns / 1e6 : NAN;
+	v[BENCH_RESTORE_GIBPS] =
+	        r->to_file && r->restore_ns
+	                ? (double)r->restored_bytes / (double)r->restore_ns * 1e9 / GIB
+	                : NAN;
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,
@@ -164,6 +173,8 @@ typedef char cell[48];
 
 static bool shown(const struct bench_report *rep, int figure)
 {
+	if (figure == BENCH_FILE_MIB || figure == BENCH_RESTORE_MS || figure == BENCH_RESTORE_GIBPS)
+		return rep->cfg->target_dir != NULL;
 	return figure != BENCH_YARDSTICK_PERCENT || rep->yardsticks;
 }
 

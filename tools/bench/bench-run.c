@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -347,13 +348,11 @@ static void progress_show(struct run *run, uint64_t *last_ns)
 	fflush(f);
 }
 
-static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
+static int source_pre_copy(struct run *run, lmt_session *session, const char *uri)
 {
 	uint64_t last_ns = 0;
-	char uri[32];
 	int rc;
 
-	snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)port);
 	rc = lmt_save_setup(session, uri);
 	/* A plugin that loads but finds no device says so at setup. */
 	if (rc == -LMT_ENOTFOUND)
@@ -376,7 +375,7 @@ static int source_pre_copy(struct run *run, lmt_session *session, uint16_t port)
 }
 
 /* Run the migration with the watchdog and, when asked, the workload. */
-static int source_drive(struct run *run, lmt_session *session, uint16_t port, bool *fired)
+static int source_drive(struct run *run, lmt_session *session, const char *uri, bool *fired)
 {
 	const struct bench_config *cfg = run->cfg;
 	struct guest_workload *workload = NULL;
@@ -397,7 +396,7 @@ static int source_drive(struct run *run, lmt_session *session, uint16_t port, bo
 	}
 	workload_set(run, workload);
 	if (rc == 0)
-		rc = source_pre_copy(run, session, port);
+		rc = source_pre_copy(run, session, uri);
 	/* The guest pauses: nothing may write its RAM during complete. */
 	guest_workload_pause(workload);
 	if (rc == 0)
@@ -470,7 +469,7 @@ static void source_fail(struct run *run, lmt_session *session, int rc, bool fire
 	     lmt_message(rc, lmt_session_error(session)));
 }
 
-static int source_migrate(struct run *run, uint16_t port)
+static int source_migrate(struct run *run, const char *uri)
 {
 	struct lmt_error err = {0};
 	lmt_session *session;
@@ -488,7 +487,7 @@ static int source_migrate(struct run *run, uint16_t port)
 	if (rc == 0)
 		rc = lmt_session_set_throttle(session, throttle_guest, run);
 	if (rc == 0)
-		rc = source_drive(run, session, port, &fired);
+		rc = source_drive(run, session, uri, &fired);
 	if (rc < 0)
 		source_fail(run, session, rc, fired);
 	source_stats(run, session);
@@ -722,6 +721,89 @@ static void release(struct run *run)
 	guest_ram_free_dirty(&run->src);
 }
 
+/* ---- A file target ----------------------------------------------------- */
+
+/* Restore `path` into the destination RAM (the memfd, fresh and zeroed),
+ * in this process, timed from listen to the end of the load. */
+static int file_restore(struct run *run, const char *uri)
+{
+	const struct bench_config *cfg = run->cfg;
+	struct lmt_error err = {0};
+	struct guest_ram ram;
+	lmt_session *session;
+	struct watchdog wd;
+	const void *state;
+	size_t length;
+	int rc;
+	uint8_t *base =
+	        mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, run->memfd, 0);
+
+	if (base == MAP_FAILED) {
+		note(run->out, "mapping the destination RAM: %s", strerror(errno));
+		return -1;
+	}
+	if (cfg->prefault)
+		run->out->prefault_ns = prefault(base, cfg->ram_bytes);
+	guest_ram_layout(&ram, base, cfg->ram_bytes);
+	rc = lmt_session_new(&session, LMT_ROLE_DESTINATION, run->plugin, cfg->options, &err);
+	if (rc < 0) {
+		note(run->out, "restore: %s", lmt_message(rc, &err));
+		munmap(base, cfg->ram_bytes);
+		return rc;
+	}
+	rc = add_blocks(session, &ram);
+	if (rc == 0)
+		rc = watchdog_start(&wd, session, 0, run->deadline_ns) < 0 ? -LMT_ENOMEM : 0;
+	if (rc == 0) {
+		uint64_t t0 = guest_now_ns();
+		rc = lmt_load_listen(session, uri, NULL);
+		if (rc == 0)
+			rc = lmt_load_run(session);
+		run->out->restore_ns = guest_now_ns() - t0;
+		if (watchdog_stop(&wd) && rc < 0)
+			note(run->out, "restore: timed out");
+	}
+	if (rc == 0 && lmt_load_device_state(session, &state, &length) == 0) {
+		struct lmt_stats st;
+		run->report.state_length = length;
+		run->report.state_checksum = guest_checksum(state, length);
+		if (lmt_session_stats(session, &st) == 0)
+			run->out->restored_bytes = st.bytes_received;
+	} else if (rc < 0) {
+		note(run->out, "restore: %s", lmt_message(rc, lmt_session_error(session)));
+	}
+	lmt_session_free(session);
+	munmap(base, cfg->ram_bytes);
+	return rc;
+}
+
+/* Save the guest to a file in the target directory, then restore it into
+ * a fresh destination and check it as a migration is checked. The file
+ * leaves the page cache between the two (posix_fadvise), so that the
+ * restore reads the disk, as a restore on another boot would. */
+static void file_run(struct run *run)
+{
+	char path[PATH_MAX], uri[PATH_MAX + 8];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/lmt-bench-%d.lmt", run->cfg->target_dir, (int)getpid());
+	snprintf(uri, sizeof(uri), "file:%s", path);
+	run->out->to_file = true;
+	if (source_migrate(run, uri) == 0) {
+		if (stat(path, &st) == 0)
+			run->out->file_bytes = (uint64_t)st.st_size;
+		fd = open(path, O_RDONLY);
+		if (fd >= 0) {
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+			close(fd);
+		}
+		if (file_restore(run, uri) == 0)
+			verify(run);
+	}
+	unlink(path);
+}
+
 void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_result *out)
 {
 	struct run run = {
@@ -739,9 +821,19 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 	memset(out, 0, sizeof(*out));
 	out->prefaulted = cfg->prefault;
 	run.deadline_ns = guest_now_ns() + cfg->timeout_ns;
+	if (cfg->target_dir) {
+		if (prepare(&run) == 0)
+			file_run(&run);
+		release(&run);
+		out->ok = out->verified && out->error[0] == '\0';
+		return;
+	}
 	if (prepare(&run) == 0 && spawn(&run) == 0) {
-		if (wait_listening(&run, &port) == 0)
-			source_ok = source_migrate(&run, port) == 0;
+		char uri[32];
+		if (wait_listening(&run, &port) == 0) {
+			snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)port);
+			source_ok = source_migrate(&run, uri) == 0;
+		}
 		collect_child(&run, source_ok);
 		if (source_ok && run.have_report && run.report.rc == 0)
 			verify(&run);

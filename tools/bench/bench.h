@@ -32,6 +32,9 @@ struct bench_config {
 	FILE *progress;      /* where the progress line goes (a terminal), or NULL */
 	const char *label;   /* what the progress line calls this run */
 	const char *options; /* "key=value,..." for both sides, or NULL */
+	/* --target file:DIR: save to a file in DIR, then restore it into a
+	 * fresh destination in this process; NULL: migrate to a forked one. */
+	const char *target_dir;
 };
 
 /* The outcome of one migration. */
@@ -50,6 +53,10 @@ struct bench_result {
 	uint32_t npasses;
 	bool unavailable; /* setup found no device to run on */
 	uint64_t max_iterate_ns; /* the longest lmt_save_iterate call */
+	bool to_file;            /* a file target: the three below are measured */
+	uint64_t file_bytes;     /* the file's length after the save */
+	uint64_t restore_ns;     /* lmt_load_listen to the end of lmt_load_run */
+	uint64_t restored_bytes; /* pages read back (the destination's bytes received) */
 };
 
 /* ---- bench-run.c -------------------------------------------------------- */
@@ -96,6 +103,9 @@ enum bench_figure {
 	BENCH_PREFAULT_MS,
 	BENCH_MAX_ITERATE_MS,
 	BENCH_THROTTLE_PERCENT,
+	BENCH_FILE_MIB,
+	BENCH_RESTORE_MS,
+	BENCH_RESTORE_GIBPS,
 	BENCH_FIGURE_COUNT
 };
 

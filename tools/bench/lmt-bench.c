@@ -156,6 +156,11 @@ static void usage(FILE *f)
 	        "Runs:\n"
 	        "  --port N             destination control port (default 0: any)\n"
 	        "  --timeout DURATION   watchdog for one run: 500ms, 120s, 5m... (default %s)\n"
+	        "  --target file:DIR    save the guest to a file in DIR over the file plugin\n"
+	        "                       (the guest dirtying it as asked), then restore it\n"
+	        "                       into a fresh destination in this process and check it;\n"
+	        "                       adds the file's size and the restore's time and rate\n"
+	        "                       (default: migrate to a forked destination process)\n"
 	        "  --test-corrupt       TESTS ONLY: flip a byte of the destination's RAM before\n"
 	        "                       the check, so that every run fails (default: off)\n"
 	        "  -h, --help           this help, then exit (default: off)\n"
@@ -360,6 +365,11 @@ static void apply_flag(struct args *args, int flag, const char *value)
 	case 'G':
 		set_plot(args, value);
 		break;
+	case 'T':
+		if (strncmp(value, "file:", 5) != 0 || !value[5])
+			bad_arg("--target", "file:DIR, a directory to save the guest in", value);
+		cfg->target_dir = value + 5;
+		break;
 	}
 }
 
@@ -419,6 +429,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"timeout", required_argument, NULL, 't'},
 	        {"port", required_argument, NULL, 'q'},
 	        {"plot", required_argument, NULL, 'G'},
+	        {"target", required_argument, NULL, 'T'},
 	        {"no-prefault", no_argument, NULL, 'F'},
 	        {"no-thp", no_argument, NULL, 'H'},
 	        {"json", no_argument, NULL, 'j'},
@@ -515,8 +526,9 @@ static void visit_plugin(void *opaque, const char *path, const lmt_plugin_handle
 		return;
 	}
 	desc = lmt_plugin_descriptor(plugin);
-	/* A decorator needs a plugin to wrap; name it explicitly to bench it. */
-	if (desc->caps & LMT_CAP_DECORATOR)
+	/* A decorator needs a plugin to wrap; name it explicitly to bench it.
+	 * A storage plugin has no peer to migrate to: --target file:DIR. */
+	if (desc->caps & (LMT_CAP_DECORATOR | LMT_CAP_STORAGE))
 		return;
 	p.name = xstrdup(desc->name);
 	p.label = xstrdup(desc->name);
@@ -525,17 +537,58 @@ static void visit_plugin(void *opaque, const char *path, const lmt_plugin_handle
 
 /* The entries in the order given, 'all' standing for what the search path
  * holds; no entries at all means 'all'. */
+/* A plugin named for a row must suit the target: a storage plugin for
+ * --target file:DIR, a transport otherwise. One that does not load is
+ * left for the session to name. */
+static void check_target(const struct args *args, const struct bench_plugin *p)
+{
+	lmt_plugin_handle *outer = NULL, *inner = NULL;
+	char msg[512];
+
+	if (lmt_plugin_open_spec(p->name, &outer, &inner, NULL) < 0)
+		return;
+	const struct lmt_plugin *d = lmt_plugin_descriptor(inner ? inner : outer);
+	bool storage = d->caps & LMT_CAP_STORAGE;
+	lmt_plugin_close(inner);
+	lmt_plugin_close(outer);
+	if (storage && !args->cfg.target_dir) {
+		snprintf(msg, sizeof(msg),
+		         "plugin '%s' saves to a file and has no peer to migrate to: add "
+		         "--target file:DIR",
+		         p->name);
+		usage_error(msg);
+	}
+	if (!storage && args->cfg.target_dir) {
+		snprintf(msg, sizeof(msg),
+		         "--target file:%s saves to a file: plugin '%s' migrates to a process; "
+		         "use --plugin file (the default with --target)",
+		         args->cfg.target_dir, p->name);
+		usage_error(msg);
+	}
+}
+
+/* With --target file:DIR and no entries, the file plugin alone. */
 static int resolve_plugins(struct args *args, struct plugins *list)
 {
-	struct entry all = {.all = true};
+	struct entry all = {.all = true}, file = {0};
 	struct entry *entries = args->nentries ? args->entries : &all;
 	size_t n = args->nentries ? args->nentries : 1;
+	char err[256];
 
+	if (!args->nentries && args->cfg.target_dir) {
+		if (bench_plugin_parse("file", ',', &file.plugin, err, sizeof(err)) < 0)
+			usage_error(err);
+		entries = &file;
+	}
 	for (size_t i = 0; i < n; i++) {
-		if (entries[i].all)
+		if (entries[i].all && args->cfg.target_dir)
+			usage_error("--target file:DIR: name the storage plugin, not 'all'");
+		if (entries[i].all) {
 			lmt_plugin_list(visit_plugin, list);
-		else
-			plugins_add(list, &entries[i].plugin);
+			continue;
+		}
+		check_target(args, &entries[i].plugin);
+		plugins_add(list, &entries[i].plugin);
 	}
 	return list->count > 0 ? 0 : -1;
 }

@@ -20,7 +20,8 @@
 #define MIB (1024u * 1024u)
 #define ALL_CAPS                                                                                   \
 	(LMT_CAP_ONE_SIDED | LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL |              \
-	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR | LMT_CAP_MERGES_RUNS | LMT_CAP_ENCRYPTS)
+	 LMT_CAP_TARGET_PROGRESS | LMT_CAP_DECORATOR | LMT_CAP_MERGES_RUNS | LMT_CAP_ENCRYPTS |   \
+	 LMT_CAP_STORAGE)
 #define PROMPT_NS (2 * PH_SECOND)  /* a timed-out call returns this soon after */
 #define CANCEL_PROMPT_NS PH_SECOND /* a cancelled call returns this soon */
 #define IDLE_NS (PH_SECOND / 20)   /* how long idle progress waits */
@@ -78,6 +79,7 @@ static void format_caps(uint64_t caps, char *buf, size_t size)
 	        {LMT_CAP_DECORATOR, "decorator"},
 	        {LMT_CAP_MERGES_RUNS, "merges-runs"},
 	        {LMT_CAP_ENCRYPTS, "encrypts"},
+	        {LMT_CAP_STORAGE, "storage"},
 	};
 	size_t used = 0;
 	buf[0] = 0;

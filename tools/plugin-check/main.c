@@ -388,6 +388,16 @@ int main(int argc, char **argv)
 		         under_test.inner ? " around " : "",
 		         under_test.inner ? under_test.inner->name : "");
 	}
+	if (load.passed && (under_test.caps & LMT_CAP_STORAGE)) {
+		fprintf(stderr,
+		        "lmt-plugin-check: %s is a storage plugin (LMT_CAP_STORAGE): its peer is a "
+		        "file the core lays out, not a process, so the transport contract does not "
+		        "apply; save and restore through lmt (tests/integration/test_file.c)\n",
+		        under_test.plugin->name);
+		ph_options_free(under_test.options);
+		free(a.options);
+		return 2;
+	}
 	if (load.passed) {
 		bool multi = under_test.caps & LMT_CAP_MULTI_CHANNEL;
 		under_test.channels = a.channels ? a.channels : multi ? 2 : 1;

@@ -239,7 +239,19 @@ void lmt_cancel(lmt_session *session);
  * and register (all blocks with pin-all=on). Call from the migration
  * thread, never with a VMM lock held. Refused, the session unchanged,
  * without a uri, blocks or dirty-sync callback; any later error fails the
- * session. */
+ * session.
+ *
+ * "file:PATH" saves the running guest to a file instead, with no
+ * destination: the session's plugin must be a storage plugin ("file"),
+ * and it must be given a file: uri (either mismatch is refused with
+ * -LMT_EINVAL). Setup creates PATH (mode 0600, replacing a file there)
+ * and writes its header; iterate and complete then run as for a
+ * migration, every page written in place, and complete writes the device
+ * state, the page bitmaps (and digests with verify=on), flushes, and
+ * writes the commit record last. A save that fails or is never completed
+ * leaves a file that lmt_load_run refuses. `channels` are parallel
+ * writers; direct-io=on opens the file with O_DIRECT. The layout is in
+ * docs/file-format.md. */
 int lmt_save_setup(lmt_session *session, const char *uri);
 
 struct lmt_iterate_result {
@@ -278,12 +290,27 @@ int lmt_save_complete(lmt_session *session, const void *device_state, size_t len
 /* Bind the control listener to "host:port" (port 0 picks one); the bound
  * port is stored in *port when `port` is not NULL. Add the blocks first.
  * An address that does not parse or bind is refused and the session stays
- * as it was, so listening again elsewhere is fine. */
+ * as it was, so listening again elsewhere is fine.
+ *
+ * "file:PATH", with a storage plugin ("file"), restores from a file
+ * lmt_save_setup wrote: nothing is bound (*port is 0), the file is only
+ * named; lmt_load_run reads it. */
 int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
 
 /* Accept the source, take the migration in until it completes or fails.
  * Blocks; cancel from another thread. On success the RAM blocks hold the
- * guest and lmt_load_device_state() gives the device state. */
+ * guest and lmt_load_device_state() gives the device state.
+ *
+ * After lmt_load_listen(session, "file:PATH", ...): read the file into the
+ * blocks, eagerly, over `channels` readers. The blocks must be the file's
+ * (names, lengths, page sizes, in order: -LMT_EMISMATCH otherwise) and
+ * zero-filled, since pages the file holds as holes are not read. A file
+ * that is truncated, damaged, foreign, of another format version or from
+ * a save that did not complete is refused (-LMT_EPROTO, or -LMT_ENOTFOUND
+ * for a missing file) with the reason in the session's error; with
+ * verify=on every stripe is checked against the digests saved with it
+ * (-LMT_EVERIFY, naming the block and bytes). A restore reads nothing
+ * outside the file and writes nothing outside the blocks. */
 int lmt_load_run(lmt_session *session);
 
 /* The device state received (*data, *length); valid until
