@@ -113,6 +113,7 @@ struct lmt_endpoint {
 	struct lfi_op fence_op;
 	struct lfi_op greeting_op;         /* source: the greeting write */
 	bool greeting_posted;              /* source, under `lock` */
+	atomic_bool greeting_done;         /* source: its completion was read */
 	uint32_t inflight;                 /* operations the provider has not completed */
 	uint32_t queued_head, queued_tail; /* coalescing: writes not yet posted */
 	uint32_t queued;
@@ -160,6 +161,10 @@ struct lmt_instance {
 	/* Over tcp only: the leak lingering works around is tcp's, and shm
 	 * may touch a departed peer's memory when driven after it left. */
 	bool linger;
+	/* Over shm: a source closing a channel first waits, until
+	 * greeting_deadline, for its greeting to complete (source.c). */
+	bool await_greeting;
+	uint64_t greeting_deadline;
 
 	/* Registrations and peer keys. */
 	struct putil_registry registry;

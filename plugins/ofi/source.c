@@ -18,6 +18,7 @@
 #define LFI_COALESCE_WINDOW (1u << 20) /* coalescing: bytes in flight before writes wait */
 #define LFI_DRAIN_NS 1000000000ull     /* longest wait for writes in flight at close */
 #define LFI_DRAIN_QUIET_NS 50000000ull /* ... given up when none completes for this long */
+#define LFI_GREETING_WAIT_NS 1000000000ull /* shm: longest wait for the greeting at close */
 
 /* ---- Operations ----------------------------------------------------------- */
 
@@ -251,8 +252,10 @@ void lfi_source_post_queued(lmt_endpoint *ep)
 void lfi_source_done(lmt_endpoint *ep, void *context, int status)
 {
 	struct lmt_instance *inst = ep->inst;
-	if (context == &ep->greeting_op)
+	if (context == &ep->greeting_op) {
+		atomic_store(&ep->greeting_done, true);
 		return; /* an error was reported with the error entry */
+	}
 	pthread_mutex_lock(&ep->lock);
 	if (context == &ep->fence_op) {
 		ep->inflight--;
@@ -348,8 +351,30 @@ int lfi_source_greet(lmt_endpoint *ep)
 	return 0;
 }
 
+/* The shm provider serves a source's connection request, queued ahead of
+ * its first write (the greeting), by mapping the source's region by name.
+ * A source that closes its endpoint first unlinks that region, and
+ * libfabric 1.17's shm then crashes the destination inside fi_cq_read.
+ * The greeting asks for delivery completion, which the destination gives
+ * once it has served what came before it: until then the endpoint stays,
+ * for at most LFI_GREETING_WAIT_NS over all the channels of a close. */
+static void await_greeting(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	pthread_mutex_lock(&ep->lock);
+	bool posted = ep->greeting_posted;
+	pthread_mutex_unlock(&ep->lock);
+	if (!inst->await_greeting || !posted || atomic_load(&ep->greeting_done))
+		return;
+	if (!inst->greeting_deadline)
+		inst->greeting_deadline = lmt__deadline(LFI_GREETING_WAIT_NS);
+	while (!atomic_load(&ep->greeting_done) && lmt__now_ns() < inst->greeting_deadline)
+		putil_nap(LFI_POLL_NAP_NS);
+}
+
 void lfi_source_drain(lmt_endpoint *ep)
 {
+	await_greeting(ep);
 	uint64_t deadline = lmt__deadline(LFI_DRAIN_NS);
 	uint64_t quiet = lmt__deadline(LFI_DRAIN_QUIET_NS);
 	uint32_t last = UINT32_MAX;
