@@ -162,8 +162,9 @@ struct lmt_instance {
 	 * may touch a departed peer's memory when driven after it left. */
 	bool linger;
 	/* Over shm: a source closing a channel first waits, until
-	 * greeting_deadline, for its greeting to complete (source.c). */
-	bool await_greeting;
+	 * greeting_deadline, for its greeting to complete, and drains its
+	 * writes without the quiet bound (source.c). */
+	bool shm;
 	uint64_t greeting_deadline;
 
 	/* Registrations and peer keys. */

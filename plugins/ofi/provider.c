@@ -288,7 +288,7 @@ static int choose_provider(struct lmt_instance *inst, const struct lfi_choice *c
 		                   "visibility by fence reads here",
 		                   inst->info->fabric_attr->prov_name);
 	inst->linger = strstr(inst->info->fabric_attr->prov_name, "tcp") != NULL;
-	inst->await_greeting = strstr(inst->info->fabric_attr->prov_name, "shm") != NULL;
+	inst->shm = strstr(inst->info->fabric_attr->prov_name, "shm") != NULL;
 	inst->coalesce = inst->base.role == LMT_ROLE_SOURCE && inst->visibility == LFI_DELIVERY &&
 	                 (c->coalesce == LFI_COALESCE_ON ||
 	                  (c->coalesce == LFI_COALESCE_AUTO &&

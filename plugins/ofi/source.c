@@ -364,7 +364,7 @@ static void await_greeting(lmt_endpoint *ep)
 	pthread_mutex_lock(&ep->lock);
 	bool posted = ep->greeting_posted;
 	pthread_mutex_unlock(&ep->lock);
-	if (!inst->await_greeting || !posted || atomic_load(&ep->greeting_done))
+	if (!inst->shm || !posted || atomic_load(&ep->greeting_done))
 		return;
 	if (!inst->greeting_deadline)
 		inst->greeting_deadline = lmt__deadline(LFI_GREETING_WAIT_NS);
@@ -372,11 +372,18 @@ static void await_greeting(lmt_endpoint *ep)
 		putil_nap(LFI_POLL_NAP_NS);
 }
 
+/* Writes in flight at close: over tcp a write whose peer is gone never
+ * completes, so the drain gives up once none completes for a while. Over
+ * shm a peer in the same process (lmt-plugin-check) reads the source's
+ * memory by pointer, so its progress would touch freed memory after the
+ * close: there the drain waits the whole bound, which a loaded host's
+ * pauses fit in. */
 void lfi_source_drain(lmt_endpoint *ep)
 {
 	await_greeting(ep);
+	uint64_t quiet_ns = ep->inst->shm ? LFI_DRAIN_NS : LFI_DRAIN_QUIET_NS;
 	uint64_t deadline = lmt__deadline(LFI_DRAIN_NS);
-	uint64_t quiet = lmt__deadline(LFI_DRAIN_QUIET_NS);
+	uint64_t quiet = lmt__deadline(quiet_ns);
 	uint32_t last = UINT32_MAX;
 	for (;;) {
 		pthread_mutex_lock(&ep->lock);
@@ -385,7 +392,7 @@ void lfi_source_drain(lmt_endpoint *ep)
 		uint64_t now = lmt__now_ns();
 		if (left != last) {
 			last = left;
-			quiet = lmt__deadline(LFI_DRAIN_QUIET_NS);
+			quiet = lmt__deadline(quiet_ns);
 		}
 		if (!left || now >= deadline || now >= quiet)
 			return;
