@@ -351,8 +351,9 @@ int lfi_source_greet(lmt_endpoint *ep)
 	return 0;
 }
 
-/* The shm provider serves a source's connection request, queued ahead of
- * its first write (the greeting), by mapping the source's region by name.
+/* The shm provider serves a source's connection request, sent with the
+ * first attempt at its first write (the greeting), by mapping the source's
+ * region by name.
  * A source that closes its endpoint first unlinks that region, and
  * libfabric 1.17's shm then crashes the destination inside fi_cq_read.
  * The greeting asks for delivery completion, which the destination gives
@@ -361,10 +362,10 @@ int lfi_source_greet(lmt_endpoint *ep)
 static void await_greeting(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	pthread_mutex_lock(&ep->lock);
-	bool posted = ep->greeting_posted;
-	pthread_mutex_unlock(&ep->lock);
-	if (!inst->shm || !posted || atomic_load(&ep->greeting_done))
+	/* Not only a greeting posted: shm sends the request on the first
+	 * attempt and answers FI_EAGAIN until it is served, so a channel
+	 * whose greeting is still being retried has a request out too. */
+	if (!inst->shm || !ep->connected || atomic_load(&ep->greeting_done))
 		return;
 	if (!inst->greeting_deadline)
 		inst->greeting_deadline = lmt__deadline(LFI_GREETING_WAIT_NS);
