@@ -296,6 +296,7 @@ static void tcp_wire(void)
 	op(&s, 2, WIRE_TX_ACK, 1);
 	op(&s, 5, WIRE_TX_ERROR, LMT_EPROTO, 0, 0, 0);
 	save("tcp_wire", "acks-error", 1, s.b, s.n);
+}
 
 /* For the file harness: the start of a save file up to the end of its
  * metadata (header, commit record, table, bitmaps, digests), as it is (0) and
