@@ -783,10 +783,11 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	return failed > 0 || plot < 0 ? 1 : 0;
 }
 
-/* ofi_rxm preposts FI_OFI_RXM_MSG_RX_SIZE receive buffers (default 128) on
- * every connection it makes, for messages lmt never sends through it
- * (writes are RMA, control has its own connection); with 64, setting a
- * channel up over tcp;ofi_rxm took 20-30 ms here instead of 70-90.
+/* ofi_rxm preposts FI_OFI_RXM_MSG_RX_SIZE receive buffers (default 128)
+ * of FI_OFI_RXM_BUFFER_SIZE bytes (16 KiB) on every connection it makes,
+ * for messages lmt never sends through it (writes are RMA, control has
+ * its own connection); with 64 of 1 KiB, setting a channel up over
+ * tcp;ofi_rxm took a fraction of the time (docs/ofi.md).
  * libfabric 1.17 takes this only from the environment, read once at its
  * first fi_getinfo, and a library must leave a VMM's environment alone, so
  * lmt-bench sets it for its own process, before any plugin is loaded,
@@ -794,6 +795,7 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 static void tune_libfabric(void)
 {
 	setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
+	setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
 }
 
 int main(int argc, char **argv)

@@ -207,13 +207,14 @@ static void test_unknown_provider_error_lists_those_available(void **state)
 
 /* The environment is the VMM's: the plugin sets nothing there, not even
  * a libfabric parameter the VMM left unset. Run alone, in a process where
- * the one the plugin used to set is unset (see main). */
+ * the libfabric parameters the tests set are unset (see main). */
 static void test_plugin_leaves_the_environment_alone(void **state)
 {
 	(void)state;
 	struct ph_side s;
 	assert_int_equal(side_open(&s, &tcp, NULL, LMT_ROLE_SOURCE, 1), 0);
 	assert_null(getenv("FI_OFI_RXM_MSG_RX_SIZE"));
+	assert_null(getenv("FI_OFI_RXM_BUFFER_SIZE"));
 	side_close(&s);
 }
 
@@ -889,10 +890,12 @@ int main(int argc, char **argv)
 	setenv("FI_PROVIDER_PATH", fake_dir, 1);
 	if (ph_test_load(&cfg, "LMT_TEST_OFI_PLUGIN", argc, argv, ""))
 		return 2;
-	/* Elsewhere the test environment sets FI_OFI_RXM_MSG_RX_SIZE as a VMM
-	 * would (docs/ofi.md), which a setenv(..., 0) would not disturb. */
+	/* Elsewhere the test environment sets FI_OFI_RXM_MSG_RX_SIZE and
+	 * FI_OFI_RXM_BUFFER_SIZE as a VMM would (docs/ofi.md), which a
+	 * setenv(..., 0) would not disturb. */
 	if (getenv("LMT_TEST_OFI_ENVIRONMENT")) {
 		unsetenv("FI_OFI_RXM_MSG_RX_SIZE");
+		unsetenv("FI_OFI_RXM_BUFFER_SIZE");
 		const struct CMUnitTest alone[] = {
 		        cmocka_unit_test(test_plugin_leaves_the_environment_alone),
 		};
