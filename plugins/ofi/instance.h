@@ -117,11 +117,7 @@ struct lmt_endpoint {
 	uint32_t inflight;                 /* operations the provider has not completed */
 	uint32_t queued_head, queued_tail; /* coalescing: writes not yet posted */
 	uint32_t queued;
-	/* Coalescing: bytes the provider has not completed, and the key of the
-	 * last write accepted. */
-	uint64_t inflight_bytes;
-	uint64_t tail_key;
-	void *tail_desc;
+	uint64_t inflight_bytes; /* coalescing: bytes the provider has not completed */
 	uint64_t writes, transfers; /* posted to the provider: writes, and as how many */
 	/* Source failure: `broken` is the session's failure once the channel
 	 * table broke this channel; `abandoned` (set under `lock`) once every

@@ -43,9 +43,9 @@ static const struct lmt_option_desc lfi_options[] = {
          .type = LMT_OPT_ENUM,
          .default_value = "auto",
          .enum_values = lfi_coalesce_names,
-         .doc = "while a channel has 1 MiB in flight, hold back writes under the same key "
-                "and post them merged where contiguous; auto = on for shm, whose target "
-                "copies under a lock the sender spins on (source only)"},
+         .doc = "the channel's thread posts every write, up to 1 MiB in flight, merged "
+                "where contiguous under one key; auto = on for shm, whose target copies "
+                "under a lock the sender spins on (source only)"},
         {.name = "mr-mode",
          .type = LMT_OPT_STRING,
          .default_value = "",

@@ -56,7 +56,7 @@ static void release_pending(lmt_endpoint *ep)
 }
 
 /* Post one RMA operation on one buffer: a write, or a fence read. Called
- * with ep->lock held. */
+ * with ep->lock held, except by post_queued. */
 static ssize_t post_rma(lmt_endpoint *ep, bool write, void *buf, size_t len, void *desc,
                         uint64_t addr, uint64_t key, void *context, uint64_t flags)
 {
@@ -182,63 +182,143 @@ void lfi_source_abandon_all(struct lmt_instance *inst)
 
 /* ---- Completions, coalescing, fences -------------------------------------- */
 
+/* Coalescing: the run of queued writes from the head that follow each
+ * other in both memories under one key, up to LFI_COALESCE_MAX. Its last
+ * write is *last, its length *len; returns how many writes it has. */
+static uint32_t queued_run(lmt_endpoint *ep, struct lfi_op **last, size_t *len)
+{
+	struct lfi_op *head = &ep->ops[ep->queued_head];
+	uint32_t count = 1;
+	*last = head;
+	*len = head->len;
+	while ((*last)->next != LFI_NONE) {
+		struct lfi_op *n = &ep->ops[(*last)->next];
+		if (n->buf != (*last)->buf + (*last)->len || n->addr != (*last)->addr + (*last)->len ||
+		    n->key != head->key || n->desc != head->desc || n->len > LFI_COALESCE_MAX - *len ||
+		    *len + n->len > ep->inst->max_msg)
+			break;
+		*len += n->len;
+		*last = n;
+		count++;
+	}
+	return count;
+}
+
+/* Take a run off the queue as one posted write, merged into its head.
+ * Called with ep->lock held. */
+static void take_run(lmt_endpoint *ep, struct lfi_op *head, struct lfi_op *last, size_t len,
+                     uint32_t count)
+{
+	ep->queued_head = last->next;
+	if (ep->queued_head == LFI_NONE)
+		ep->queued_tail = LFI_NONE;
+	ep->queued -= count;
+	head->riders = count > 1 ? head->next : LFI_NONE;
+	last->next = LFI_NONE;
+	for (uint32_t r = head->riders; r != LFI_NONE; r = ep->ops[r].next)
+		ep->ops[r].state = LFI_OP_RIDER;
+	head->state = LFI_OP_POSTED;
+	head->len = len;
+	ep->inflight++;
+	ep->inflight_bytes += len;
+}
+
+/* The provider did not take a run (-FI_EAGAIN): back to the head of the
+ * queue as it was, unless the channel was abandoned meanwhile, which
+ * reported it. Called with ep->lock held. */
+static void untake_run(lmt_endpoint *ep, struct lfi_op *head, size_t first_len)
+{
+	bool abandoned = head->state == LFI_OP_ABANDONED;
+	ep->inflight--;
+	ep->inflight_bytes -= head->len;
+	uint32_t index = (uint32_t)(head - ep->ops), last = index, count = 1;
+	for (uint32_t r = head->riders, next; r != LFI_NONE; r = next) {
+		next = ep->ops[r].next;
+		if (abandoned) {
+			op_free(ep, &ep->ops[r]);
+			continue;
+		}
+		ep->ops[r].state = LFI_OP_QUEUED;
+		last = r;
+		count++;
+	}
+	if (abandoned) {
+		op_free(ep, head);
+		return;
+	}
+	head->state = LFI_OP_QUEUED;
+	head->len = first_len;
+	head->next = head->riders;
+	head->riders = LFI_NONE;
+	ep->ops[last].next = ep->queued_head;
+	if (ep->queued_head == LFI_NONE)
+		ep->queued_tail = last;
+	ep->queued_head = index;
+	ep->queued += count;
+}
+
+/* A merged write the provider refused: every write in it fails, unless
+ * the channel was abandoned meanwhile, which reported them. Called with
+ * ep->lock held. */
+static void fail_run(lmt_endpoint *ep, struct lfi_op *head, uint32_t count, ssize_t rc)
+{
+	struct lmt_instance *inst = ep->inst;
+	bool abandoned = head->state == LFI_OP_ABANDONED;
+	ep->inflight--;
+	ep->inflight_bytes -= head->len;
+	int err = 0;
+	if (!abandoned) {
+		err = putil_error(&inst->base, lfi_code((int)-rc),
+		                  "ofi channel %u: fi_writemsg of %zu bytes (%u writes merged): %s",
+		                  ep->channel, head->len, count, fi_strerror((int)-rc));
+		lfi_source_fail(inst, err);
+	}
+	for (uint32_t r = head->riders, next; r != LFI_NONE; r = next) {
+		next = ep->ops[r].next;
+		if (!abandoned)
+			report(ep, ep->ops[r].cookie, err);
+		op_free(ep, &ep->ops[r]);
+	}
+	head->riders = LFI_NONE;
+	if (!abandoned)
+		report(ep, head->cookie, err);
+	op_free(ep, head);
+}
+
 /* Coalescing: while the channel has less than LFI_COALESCE_WINDOW bytes in
- * flight, post the writes queued, each run of them that follows each other
- * in both memories under one key as a single write. Called with ep->lock
+ * flight, post the writes queued, each run of them as a single write.
+ * Only the channel's thread posts them, and without ep->lock: over shm a
+ * post waits on the target's lock for as long as the target copies, and
+ * a caller of lfi_source_write must not wait that long for ep->lock (the
+ * core's lmt_save_iterate has a budget of a few milliseconds). The run
+ * is taken off the queue, counted as posted, first, so that an abandon
+ * meanwhile reports it once. Called with ep->lock held; returns with it
  * held. */
 static void post_queued(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
 	if (!inst->coalesce)
 		return;
-	while (ep->queued_head != LFI_NONE && ep->inflight_bytes < LFI_COALESCE_WINDOW) {
-		struct lfi_op *head = &ep->ops[ep->queued_head], *last = head;
-		size_t len = head->len;
-		uint32_t count = 1;
-		while (last->next != LFI_NONE) {
-			struct lfi_op *n = &ep->ops[last->next];
-			if (n->buf != last->buf + last->len || n->addr != last->addr + last->len ||
-			    n->key != head->key || n->desc != head->desc ||
-			    n->len > LFI_COALESCE_MAX - len || len + n->len > inst->max_msg)
-				break;
-			len += n->len;
-			last = n;
-			count++;
-		}
+	while (ep->queued_head != LFI_NONE && ep->inflight_bytes < LFI_COALESCE_WINDOW &&
+	       !atomic_load(&ep->abandoned)) {
+		struct lfi_op *head = &ep->ops[ep->queued_head], *last;
+		size_t len, first_len = head->len;
+		uint32_t count = queued_run(ep, &last, &len);
+		take_run(ep, head, last, len, count);
+		pthread_mutex_unlock(&ep->lock);
 		ssize_t rc = post_rma(ep, true, head->buf, len, head->desc, head->addr, head->key,
 		                      &head->ctx, FI_COMPLETION | FI_DELIVERY_COMPLETE);
-		if (rc == -FI_EAGAIN)
+		pthread_mutex_lock(&ep->lock);
+		if (rc == -FI_EAGAIN) {
+			untake_run(ep, head, first_len);
 			return; /* the channel's thread tries again */
-		ep->queued_head = last->next;
-		if (ep->queued_head == LFI_NONE)
-			ep->queued_tail = LFI_NONE;
-		ep->queued -= count;
-		head->riders = count > 1 ? head->next : LFI_NONE;
-		last->next = LFI_NONE;
-		for (uint32_t r = head->riders; r != LFI_NONE; r = ep->ops[r].next)
-			ep->ops[r].state = LFI_OP_RIDER;
-		if (rc == 0) {
-			head->state = LFI_OP_POSTED;
-			head->len = len;
-			ep->inflight++;
-			ep->inflight_bytes += len;
-			ep->transfers++;
-			ep->writes += count;
-			continue;
 		}
-		int err = putil_error(
-		        &inst->base, lfi_code((int)-rc),
-		        "ofi channel %u: fi_writemsg of %zu bytes (%u writes merged): %s",
-		        ep->channel, len, count, fi_strerror((int)-rc));
-		lfi_source_fail(inst, err);
-		for (uint32_t r = head->riders, next; r != LFI_NONE; r = next) {
-			next = ep->ops[r].next;
-			report(ep, ep->ops[r].cookie, err);
-			op_free(ep, &ep->ops[r]);
+		if (rc) {
+			fail_run(ep, head, count, rc);
+			return;
 		}
-		report(ep, head->cookie, err);
-		op_free(ep, head);
-		return;
+		ep->transfers++;
+		ep->writes += count;
 	}
 }
 
@@ -472,18 +552,12 @@ static ssize_t accept_write(lmt_endpoint *ep, const void *local, size_t len, voi
 		return -FI_EAGAIN;
 	struct lfi_op *op = &ep->ops[ep->free_head];
 	uint64_t remote = rkey->base + offset, key = rkey->key[key_index(inst, ep->channel)];
-	bool same_key = ep->tail_key == key && ep->tail_desc == desc;
-	ep->tail_key = key;
-	ep->tail_desc = desc;
-	if (inst->coalesce && same_key &&
-	    (ep->queued_head != LFI_NONE || ep->inflight_bytes >= LFI_COALESCE_WINDOW)) {
-		/* Under the key of the last write, while the channel is busy:
-		 * it waits, and goes with the writes it continues once the
-		 * bytes in flight fall below the window. A write under another
-		 * key (a chunk window of its own, without pin-all) could never
-		 * merge and goes at once; so does any write while the channel
-		 * is not busy. The core never has overlapping writes in flight,
-		 * so order does not matter. */
+	if (inst->coalesce) {
+		/* Every write waits in the queue for the channel's thread,
+		 * which posts it, merged with the writes it continues once
+		 * the bytes in flight fall below the window: the caller never
+		 * waits inside the provider (post_queued). The core never has
+		 * overlapping writes in flight, so order does not matter. */
 		queue_write(ep, op, local, len, desc, remote, key, cookie);
 		return 0;
 	}
