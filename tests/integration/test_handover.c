@@ -1,0 +1,384 @@
+/* Same-host handover over unix:PATH between two processes: blocks mapped
+ * from a memfd are handed over by descriptor, anonymous ones copied live
+ * by the tcp plugin while the guest dirties them, and the destination's
+ * memory is checked bit for bit against the paused source; the received
+ * descriptor shares the source's memory; a wrong key is refused; a peer
+ * killed at the switchover leaves the source's guest untouched and
+ * nothing of the session behind. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define RAM_BYTES (16ull << 20) /* ram0 12 MiB, ram1 4 MiB */
+#define FD_RAM0 1u
+#define FD_RAM1 2u
+#define MARKER 0x0123456789abcdefull
+#define MARKER_AT (3 * GUEST_PAGE_SIZE)
+
+/* Guest RAM whose blocks in `fd_mask` are one memfd's, the rest anonymous. */
+struct memory {
+	struct guest_ram ram;
+	int fd;
+	unsigned fd_mask;
+};
+
+static void memory_map(struct memory *m, unsigned fd_mask)
+{
+	m->fd_mask = fd_mask;
+	m->fd = memfd_create("guest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(m->fd >= 0);
+	assert_int_equal(ftruncate(m->fd, (off_t)RAM_BYTES), 0);
+	uint8_t *base = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+	assert_true(base != MAP_FAILED);
+	guest_ram_layout(&m->ram, base, RAM_BYTES);
+	for (uint32_t i = 0; i < m->ram.nblocks; i++) {
+		struct guest_block *b = &m->ram.blocks[i];
+		if (fd_mask & (1u << i))
+			continue;
+		void *p = mmap(b->host, b->length, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		assert_true(p == b->host);
+	}
+}
+
+static void memory_release(struct memory *m)
+{
+	guest_ram_free_dirty(&m->ram);
+	munmap(m->ram.base, m->ram.bytes);
+	close(m->fd);
+}
+
+static lmt_session *session_for(enum lmt_role role, struct memory *m, const char *opts)
+{
+	struct lmt_error err = {0};
+	lmt_session *s = NULL;
+	if (lmt_session_new(&s, role, "tcp", opts, &err))
+		fail_msg("session with '%s': %s", opts, err.message);
+	for (uint32_t i = 0; i < m->ram.nblocks; i++) {
+		struct guest_block *b = &m->ram.blocks[i];
+		int rc = m->fd_mask & (1u << i)
+		                 ? lmt_session_add_block_fd(s, b->name, b->host, b->length,
+		                                            GUEST_PAGE_SIZE, m->fd,
+		                                            (uint64_t)(b->host - m->ram.base))
+		                 : lmt_session_add_block(s, b->name, b->host, b->length,
+		                                         GUEST_PAGE_SIZE);
+		if (rc)
+			fail_msg("block %s: %s", b->name, lmt_session_error(s)->message);
+	}
+	return s;
+}
+
+static void socket_path(char *buf, size_t size)
+{
+	const char *dir = getenv("TMPDIR");
+	snprintf(buf, size, "%s/lmt-handover-%d.sock", dir && *dir ? dir : "/tmp", (int)getpid());
+}
+
+/* ---- the destination, in a child ---- */
+
+struct dest_report {
+	int rc;
+	char error[600];
+	uint64_t checksum[GUEST_MAX_BLOCKS];
+	int fd_rc[GUEST_MAX_BLOCKS];     /* lmt_load_block_fd */
+	int fd_shares[GUEST_MAX_BLOCKS]; /* the fd shows the block's bytes */
+	struct lmt_stats stats;
+};
+
+struct child {
+	pid_t pid;
+	int from; /* reports */
+	int to;   /* commands */
+};
+
+static void read_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n <= 0)
+			fail_msg("the destination child went away (%s)", n ? strerror(errno) : "EOF");
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* The descriptor lmt gives for block i maps what the block shows. */
+static int check_block_fd(lmt_session *s, struct guest_block *b, uint32_t i, int *shares)
+{
+	int fd = -1;
+	uint64_t offset = 0;
+	int rc = lmt_load_block_fd(s, i, &fd, &offset);
+	if (rc)
+		return rc;
+	uint8_t *p = mmap(NULL, b->length, PROT_READ, MAP_SHARED, fd, (off_t)offset);
+	*shares = p != MAP_FAILED && memcmp(p, b->host, b->length) == 0;
+	if (p != MAP_FAILED)
+		munmap(p, b->length);
+	close(fd);
+	return 0;
+}
+
+static void dest_serve(int from, int to, const char *path, unsigned fd_mask, const char *opts)
+{
+	struct memory m;
+	memory_map(&m, fd_mask);
+	lmt_session *s = session_for(LMT_ROLE_DESTINATION, &m, opts);
+	char uri[256];
+	snprintf(uri, sizeof(uri), "unix:%s", path);
+	char ok = lmt_load_listen(s, uri, NULL) == 0 ? 'L' : 'E';
+	if (write(to, &ok, 1) != 1 || ok != 'L')
+		_exit(2);
+	struct dest_report r = {0};
+	r.rc = lmt_load_run(s);
+	snprintf(r.error, sizeof(r.error), "%s", lmt_session_error(s)->message);
+	lmt_session_stats(s, &r.stats);
+	for (uint32_t i = 0; i < m.ram.nblocks; i++) {
+		struct guest_block *b = &m.ram.blocks[i];
+		r.checksum[i] = guest_checksum(b->host, b->length);
+		r.fd_rc[i] = check_block_fd(s, b, i, &r.fd_shares[i]);
+	}
+	if (write(to, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		_exit(2);
+	char cmd;
+	while (read(from, &cmd, 1) == 1 && cmd == 'W') {
+		uint64_t v = MARKER;
+		memcpy(m.ram.blocks[0].host + MARKER_AT, &v, sizeof(v));
+		if (write(to, "w", 1) != 1)
+			_exit(2);
+	}
+	lmt_session_free(s);
+	_exit(0);
+}
+
+static struct child dest_start(const char *path, unsigned fd_mask, const char *opts)
+{
+	int down[2], up[2];
+	assert_int_equal(pipe2(down, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(up, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(down[1]);
+		close(up[0]);
+		dest_serve(down[0], up[1], path, fd_mask, opts);
+	}
+	close(down[0]);
+	close(up[1]);
+	struct child c = {.pid = pid, .from = up[0], .to = down[1]};
+	char ok = 0;
+	read_all(c.from, &ok, 1);
+	assert_int_equal(ok, 'L');
+	return c;
+}
+
+static int child_end(struct child *c)
+{
+	close(c->to);
+	close(c->from);
+	int status = 0;
+	assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- the source ---- */
+
+struct source_end {
+	int rc;
+	char error[600];
+	struct lmt_stats stats;
+	uint64_t checksum[GUEST_MAX_BLOCKS]; /* of the paused guest */
+};
+
+/* Migrate `m` to the child at `path` while the guest dirties all of its
+ * RAM, at least two passes; `before_complete` runs with the guest paused. */
+static struct source_end source_run(struct memory *m, const char *path, const char *opts,
+                                    void (*before_complete)(struct child *), struct child *c)
+{
+	struct source_end r = {0};
+	lmt_session *s = session_for(LMT_ROLE_SOURCE, m, opts);
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &m->ram), 0);
+	struct guest_workload *w = NULL;
+	assert_int_equal(guest_workload_start(&w, &m->ram, RAM_BYTES, 32ull << 20, 11), 0);
+	char uri[256];
+	snprintf(uri, sizeof(uri), "unix:%s", path);
+	r.rc = lmt_save_setup(s, uri);
+	uint64_t give_up = guest_now_ns() + 60000000000ull;
+	while (r.rc == 0) {
+		struct lmt_iterate_result it;
+		r.rc = lmt_save_iterate(s, &it);
+		if (r.rc || (it.ready && it.pass >= 2))
+			break;
+		if (guest_now_ns() > give_up)
+			fail_msg("the migration did not converge within 60 s");
+	}
+	guest_workload_pause(w);
+	for (uint32_t i = 0; i < m->ram.nblocks; i++)
+		r.checksum[i] = guest_checksum(m->ram.blocks[i].host, m->ram.blocks[i].length);
+	if (before_complete)
+		before_complete(c);
+	static const char state[] = "device state of the guest";
+	if (r.rc == 0)
+		r.rc = lmt_save_complete(s, state, sizeof(state));
+	guest_workload_stop(w);
+	snprintf(r.error, sizeof(r.error), "%s", lmt_session_error(s)->message);
+	lmt_session_stats(s, &r.stats);
+	lmt_session_free(s);
+	return r;
+}
+
+static void source_memory(struct memory *m, unsigned fd_mask)
+{
+	memory_map(m, fd_mask);
+	guest_ram_fill(&m->ram, 0.1, 5);
+	assert_int_equal(guest_ram_alloc_dirty(&m->ram), 0);
+}
+
+/* A migration that must succeed, with the destination's RAM equal to the
+ * paused source's and each handed block's descriptor sharing it. */
+static void handover_round_trip(unsigned fd_mask, const char *opts)
+{
+	char path[256];
+	socket_path(path, sizeof(path));
+	struct child c = dest_start(path, fd_mask, opts);
+	struct memory m;
+	source_memory(&m, fd_mask);
+	struct source_end src = source_run(&m, path, opts, NULL, NULL);
+	struct dest_report d;
+	read_all(c.from, &d, sizeof(d));
+	if (src.rc || d.rc)
+		fail_msg("source %d '%s', destination %d '%s'", src.rc, src.error, d.rc, d.error);
+	uint64_t copied = 0;
+	for (uint32_t i = 0; i < m.ram.nblocks; i++) {
+		bool handed = fd_mask & (1u << i);
+		if (d.checksum[i] != src.checksum[i])
+			fail_msg("block %s differs on the destination", m.ram.blocks[i].name);
+		assert_int_equal(d.fd_rc[i], handed ? 0 : -LMT_ENOTFOUND);
+		if (handed)
+			assert_true(d.fd_shares[i]);
+		else
+			copied += m.ram.blocks[i].length;
+	}
+	/* Nothing of a handed block was copied: only the others' pages,
+	 * the first pass's bulk and the guest's rewrites after it. */
+	if (copied == 0)
+		assert_int_equal(src.stats.bytes_sent, 0);
+	else
+		assert_true(src.stats.bytes_sent >= copied * 8 / 10);
+	if (fd_mask & FD_RAM0) {
+		/* Both processes map the same memory: a write there shows here. */
+		uint64_t seen = 0;
+		char ack;
+		assert_int_equal(write(c.to, "W", 1), 1);
+		read_all(c.from, &ack, 1);
+		memcpy(&seen, m.ram.blocks[0].host + MARKER_AT, sizeof(seen));
+		assert_true(seen == MARKER);
+	}
+	assert_int_equal(child_end(&c), 0);
+	memory_release(&m);
+}
+
+static void test_memfd_blocks_are_handed_over_and_never_copied(void **state)
+{
+	(void)state;
+	handover_round_trip(FD_RAM0 | FD_RAM1, "channels=1");
+}
+
+static void test_anonymous_blocks_are_copied_over_the_plugin(void **state)
+{
+	(void)state;
+	handover_round_trip(0, "channels=2");
+}
+
+static void test_a_mix_hands_over_the_memfd_block_and_copies_the_other(void **state)
+{
+	(void)state;
+	handover_round_trip(FD_RAM0, "channels=2,verify=on");
+}
+
+static void test_handover_with_auth_key_and_pin_all(void **state)
+{
+	(void)state;
+	handover_round_trip(FD_RAM0, "auth-key=same-host-key,pin-all=on");
+}
+
+static void test_a_wrong_auth_key_is_refused(void **state)
+{
+	(void)state;
+	char path[256];
+	socket_path(path, sizeof(path));
+	struct child c = dest_start(path, FD_RAM0, "auth-key=the-right-key,idle-timeout=2s");
+	struct memory m;
+	source_memory(&m, FD_RAM0);
+	struct source_end src = source_run(&m, path, "auth-key=a-wrong-key", NULL, NULL);
+	assert_int_equal(src.rc, -LMT_EAUTH);
+	assert_non_null(strstr(src.error, "authentication failed"));
+	struct dest_report d;
+	read_all(c.from, &d, sizeof(d));
+	assert_int_not_equal(d.rc, 0);
+	assert_int_equal(d.fd_rc[0], -LMT_ESTATE);
+	assert_int_equal(child_end(&c), 0);
+	memory_release(&m);
+}
+
+static void kill_destination(struct child *c)
+{
+	kill(c->pid, SIGKILL);
+	int status;
+	assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+	c->pid = 0;
+}
+
+static void test_a_destination_killed_at_the_switchover_leaves_the_source_whole(void **state)
+{
+	(void)state;
+	char path[256];
+	socket_path(path, sizeof(path));
+	struct census before = census_take();
+	struct child c = dest_start(path, FD_RAM0, "");
+	struct memory m;
+	source_memory(&m, FD_RAM0);
+	struct census with_child = census_take();
+	struct source_end src = source_run(&m, path, "channels=2", kill_destination, &c);
+	assert_int_not_equal(src.rc, 0);
+	for (uint32_t i = 0; i < m.ram.nblocks; i++)
+		if (guest_checksum(m.ram.blocks[i].host, m.ram.blocks[i].length) != src.checksum[i])
+			fail_msg("block %s changed on the source", m.ram.blocks[i].name);
+	census_check(with_child);
+	close(c.to);
+	close(c.from);
+	memory_release(&m);
+	census_check(before);
+	unlink(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_memfd_blocks_are_handed_over_and_never_copied),
+	        cmocka_unit_test(test_anonymous_blocks_are_copied_over_the_plugin),
+	        cmocka_unit_test(test_a_mix_hands_over_the_memfd_block_and_copies_the_other),
+	        cmocka_unit_test(test_handover_with_auth_key_and_pin_all),
+	        cmocka_unit_test(test_a_wrong_auth_key_is_refused),
+	        cmocka_unit_test(test_a_destination_killed_at_the_switchover_leaves_the_source_whole),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
