@@ -21,6 +21,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +108,7 @@ struct child {
 	pid_t pid;
 	int from; /* reports */
 	int to;   /* commands */
+	char uri[256];
 };
 
 static void read_all(int fd, void *buf, size_t len)
@@ -136,15 +139,17 @@ static int check_block_fd(lmt_session *s, struct guest_block *b, uint32_t i, int
 	return 0;
 }
 
+/* Listens at unix:path, or on a tcp port of loopback without a path. */
 static void dest_serve(int from, int to, const char *path, unsigned fd_mask, const char *opts)
 {
 	struct memory m;
 	memory_map(&m, fd_mask);
 	lmt_session *s = session_for(LMT_ROLE_DESTINATION, &m, opts);
 	char uri[256];
-	snprintf(uri, sizeof(uri), "unix:%s", path);
-	char ok = lmt_load_listen(s, uri, NULL) == 0 ? 'L' : 'E';
-	if (write(to, &ok, 1) != 1 || ok != 'L')
+	uint16_t port = 0;
+	snprintf(uri, sizeof(uri), path ? "unix:%s" : "127.0.0.1:0", path);
+	char ok = lmt_load_listen(s, uri, &port) == 0 ? 'L' : 'E';
+	if (write(to, &ok, 1) != 1 || ok != 'L' || write(to, &port, 2) != 2)
 		_exit(2);
 	struct dest_report r = {0};
 	r.rc = lmt_load_run(s);
@@ -185,8 +190,14 @@ static struct child dest_start(const char *path, unsigned fd_mask, const char *o
 	close(up[1]);
 	struct child c = {.pid = pid, .from = up[0], .to = down[1]};
 	char ok = 0;
+	uint16_t port = 0;
 	read_all(c.from, &ok, 1);
 	assert_int_equal(ok, 'L');
+	read_all(c.from, &port, 2);
+	if (path)
+		snprintf(c.uri, sizeof(c.uri), "unix:%s", path);
+	else
+		snprintf(c.uri, sizeof(c.uri), "127.0.0.1:%u", port);
 	return c;
 }
 
@@ -210,7 +221,7 @@ struct source_end {
 
 /* Migrate `m` to the child at `path` while the guest dirties all of its
  * RAM, at least two passes; `before_complete` runs with the guest paused. */
-static struct source_end source_run(struct memory *m, const char *path, const char *opts,
+static struct source_end source_run(struct memory *m, const char *opts,
                                     void (*before_complete)(struct child *), struct child *c)
 {
 	struct source_end r = {0};
@@ -218,9 +229,7 @@ static struct source_end source_run(struct memory *m, const char *path, const ch
 	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &m->ram), 0);
 	struct guest_workload *w = NULL;
 	assert_int_equal(guest_workload_start(&w, &m->ram, RAM_BYTES, 32ull << 20, 11), 0);
-	char uri[256];
-	snprintf(uri, sizeof(uri), "unix:%s", path);
-	r.rc = lmt_save_setup(s, uri);
+	r.rc = lmt_save_setup(s, c->uri);
 	uint64_t give_up = guest_now_ns() + 60000000000ull;
 	while (r.rc == 0) {
 		struct lmt_iterate_result it;
@@ -254,21 +263,21 @@ static void source_memory(struct memory *m, unsigned fd_mask)
 
 /* A migration that must succeed, with the destination's RAM equal to the
  * paused source's and each handed block's descriptor sharing it. */
-static void handover_round_trip(unsigned fd_mask, const char *opts)
+static void round_trip(unsigned fd_mask, const char *opts, bool over_unix)
 {
 	char path[256];
 	socket_path(path, sizeof(path));
-	struct child c = dest_start(path, fd_mask, opts);
+	struct child c = dest_start(over_unix ? path : NULL, fd_mask, opts);
 	struct memory m;
 	source_memory(&m, fd_mask);
-	struct source_end src = source_run(&m, path, opts, NULL, NULL);
+	struct source_end src = source_run(&m, opts, NULL, &c);
 	struct dest_report d;
 	read_all(c.from, &d, sizeof(d));
 	if (src.rc || d.rc)
 		fail_msg("source %d '%s', destination %d '%s'", src.rc, src.error, d.rc, d.error);
 	uint64_t copied = 0;
 	for (uint32_t i = 0; i < m.ram.nblocks; i++) {
-		bool handed = fd_mask & (1u << i);
+		bool handed = over_unix && (fd_mask & (1u << i));
 		if (d.checksum[i] != src.checksum[i])
 			fail_msg("block %s differs on the destination", m.ram.blocks[i].name);
 		assert_int_equal(d.fd_rc[i], handed ? 0 : -LMT_ENOTFOUND);
@@ -283,7 +292,7 @@ static void handover_round_trip(unsigned fd_mask, const char *opts)
 		assert_int_equal(src.stats.bytes_sent, 0);
 	else
 		assert_true(src.stats.bytes_sent >= copied * 8 / 10);
-	if (fd_mask & FD_RAM0) {
+	if (over_unix && (fd_mask & FD_RAM0)) {
 		/* Both processes map the same memory: a write there shows here. */
 		uint64_t seen = 0;
 		char ack;
@@ -294,6 +303,11 @@ static void handover_round_trip(unsigned fd_mask, const char *opts)
 	}
 	assert_int_equal(child_end(&c), 0);
 	memory_release(&m);
+}
+
+static void handover_round_trip(unsigned fd_mask, const char *opts)
+{
+	round_trip(fd_mask, opts, true);
 }
 
 static void test_memfd_blocks_are_handed_over_and_never_copied(void **state)
@@ -328,7 +342,7 @@ static void test_a_wrong_auth_key_is_refused(void **state)
 	struct child c = dest_start(path, FD_RAM0, "auth-key=the-right-key,idle-timeout=2s");
 	struct memory m;
 	source_memory(&m, FD_RAM0);
-	struct source_end src = source_run(&m, path, "auth-key=a-wrong-key", NULL, NULL);
+	struct source_end src = source_run(&m, "auth-key=a-wrong-key", NULL, &c);
 	assert_int_equal(src.rc, -LMT_EAUTH);
 	assert_non_null(strstr(src.error, "authentication failed"));
 	struct dest_report d;
@@ -357,7 +371,7 @@ static void test_a_destination_killed_at_the_switchover_leaves_the_source_whole(
 	struct memory m;
 	source_memory(&m, FD_RAM0);
 	struct census with_child = census_take();
-	struct source_end src = source_run(&m, path, "channels=2", kill_destination, &c);
+	struct source_end src = source_run(&m, "channels=2", kill_destination, &c);
 	assert_int_not_equal(src.rc, 0);
 	for (uint32_t i = 0; i < m.ram.nblocks; i++)
 		if (guest_checksum(m.ram.blocks[i].host, m.ram.blocks[i].length) != src.checksum[i])
@@ -370,6 +384,124 @@ static void test_a_destination_killed_at_the_switchover_leaves_the_source_whole(
 	unlink(path);
 }
 
+/* ---- lmt_session_add_block_fd's checks ---- */
+
+static lmt_session *bare_session(void)
+{
+	struct lmt_error err = {0};
+	lmt_session *s = NULL;
+	assert_int_equal(lmt_session_new(&s, LMT_ROLE_SOURCE, "tcp", NULL, &err), 0);
+	return s;
+}
+
+static void expect_refused(lmt_session *s, int rc, const char *text)
+{
+	assert_int_equal(rc, -LMT_EINVAL);
+	if (!strstr(lmt_session_error(s)->message, text))
+		fail_msg("error '%s' does not say '%s'", lmt_session_error(s)->message, text);
+}
+
+static void test_add_block_fd_refuses_what_is_not_the_blocks_memory(void **state)
+{
+	(void)state;
+	struct census before = census_take();
+	struct memory m;
+	memory_map(&m, FD_RAM0);
+	struct guest_block *b = &m.ram.blocks[0], *anon = &m.ram.blocks[1];
+	lmt_session *s = bare_session();
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	int other = memfd_create("other", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(other, (off_t)RAM_BYTES), 0);
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, 999, 0),
+	               "block 'ram0': fd 999 is not an open descriptor");
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, p[0], 0),
+	               "is not a memory file");
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, m.fd, 512),
+	               "offset 512 is not aligned to the page size 4096");
+	expect_refused(s,
+	               lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, m.fd,
+	                                        RAM_BYTES - 4096),
+	               "fewer than offset");
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, other, 0),
+	               "is not mapped from this descriptor's file");
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, m.fd, 4096),
+	               "maps the file at another offset");
+	expect_refused(s,
+	               lmt_session_add_block_fd(s, "ram1", anon->host, anon->length, 4096, m.fd,
+	                                        (uint64_t)(anon->host - m.ram.base)),
+	               "block 'ram1': the memory at");
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", NULL, b->length, 4096, m.fd, 0),
+	               "no memory given");
+	assert_int_equal(lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, m.fd, 0), 0);
+	lmt_session_free(s);
+	close(p[0]);
+	close(p[1]);
+	close(other);
+	memory_release(&m);
+	census_check(before); /* lmt's duplicate is closed with the session */
+}
+
+static void test_a_private_mapping_of_the_file_is_refused(void **state)
+{
+	(void)state;
+	int fd = memfd_create("guest", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	void *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	assert_true(p != MAP_FAILED);
+	lmt_session *s = bare_session();
+	expect_refused(s, lmt_session_add_block_fd(s, "ram0", p, 1 << 20, 4096, fd, 0),
+	               "is a private mapping (MAP_PRIVATE), not MAP_SHARED");
+	lmt_session_free(s);
+	munmap(p, 1 << 20);
+	close(fd);
+}
+
+/* ---- the unix socket's path ---- */
+
+static void test_listen_refuses_to_replace_a_file_and_replaces_a_stale_socket(void **state)
+{
+	(void)state;
+	char path[100], uri[300];
+	socket_path(path, sizeof(path));
+	snprintf(uri, sizeof(uri), "unix:%s", path);
+	struct memory m;
+	memory_map(&m, FD_RAM0);
+	int file = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	assert_true(file >= 0);
+	close(file);
+	lmt_session *d = session_for(LMT_ROLE_DESTINATION, &m, NULL);
+	assert_int_equal(lmt_load_listen(d, uri, NULL), -LMT_EINVAL);
+	assert_non_null(strstr(lmt_session_error(d)->message, "not a socket"));
+	unlink(path);
+	/* A socket bound and never listened on: what a killed process leaves. */
+	int stale = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	assert_int_equal(bind(stale, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(stale);
+	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	lmt_session *again = session_for(LMT_ROLE_DESTINATION, &m, NULL);
+	assert_int_equal(lmt_load_listen(again, uri, NULL), -LMT_EIO);
+	assert_non_null(strstr(lmt_session_error(again)->message, "in use"));
+	lmt_session_free(again);
+	lmt_session_free(d);
+	assert_int_equal(access(path, F_OK), -1); /* removed with the listener */
+	memory_release(&m);
+}
+
+/* ---- fd-backed blocks over an ordinary target ---- */
+
+static void test_fd_blocks_migrate_over_tcp_like_any_other(void **state)
+{
+	(void)state;
+	round_trip(FD_RAM0 | FD_RAM1, "channels=2,verify=on", false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -379,6 +511,10 @@ int main(void)
 	        cmocka_unit_test(test_handover_with_auth_key_and_pin_all),
 	        cmocka_unit_test(test_a_wrong_auth_key_is_refused),
 	        cmocka_unit_test(test_a_destination_killed_at_the_switchover_leaves_the_source_whole),
+	        cmocka_unit_test(test_add_block_fd_refuses_what_is_not_the_blocks_memory),
+	        cmocka_unit_test(test_a_private_mapping_of_the_file_is_refused),
+	        cmocka_unit_test(test_listen_refuses_to_replace_a_file_and_replaces_a_stale_socket),
+	        cmocka_unit_test(test_fd_blocks_migrate_over_tcp_like_any_other),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
