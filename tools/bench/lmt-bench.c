@@ -161,6 +161,13 @@ static void usage(FILE *f)
 	        "                       into a fresh destination in this process and check it;\n"
 	        "                       adds the file's size and the restore's time and rate\n"
 	        "                       (default: migrate to a forked destination process)\n"
+	        "  --target local       a same-host live update: the destination process is\n"
+	        "                       reached over unix:PATH and the guest's RAM, a memfd,\n"
+	        "                       is handed over by descriptor (checked byte for byte by\n"
+	        "                       the destination); its pre-fault is left out\n"
+	        "  --target local:anonymous\n"
+	        "                       the same over unix:PATH with anonymous guest RAM,\n"
+	        "                       copied by the plugin\n"
 	        "  --test-corrupt       TESTS ONLY: flip a byte of the destination's RAM before\n"
 	        "                       the check, so that every run fails (default: off)\n"
 	        "  -h, --help           this help, then exit (default: off)\n"
@@ -366,8 +373,15 @@ static void apply_flag(struct args *args, int flag, const char *value)
 		set_plot(args, value);
 		break;
 	case 'T':
+		if (strcmp(value, "local") == 0 || strcmp(value, "local:anonymous") == 0) {
+			cfg->local = true;
+			cfg->local_anonymous = value[5] != '\0';
+			break;
+		}
 		if (strncmp(value, "file:", 5) != 0 || !value[5])
-			bad_arg("--target", "file:DIR, a directory to save the guest in", value);
+			bad_arg("--target",
+			        "file:DIR (a directory to save the guest in), local or local:anonymous",
+			        value);
 		cfg->target_dir = value + 5;
 		break;
 	}
