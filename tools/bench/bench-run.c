@@ -931,7 +931,8 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 	bool source_ok = false;
 
 	memset(out, 0, sizeof(*out));
-	out->prefaulted = cfg->prefault;
+	/* Handed-over RAM replaces the destination's: nothing is faulted in. */
+	out->prefaulted = cfg->prefault && !(cfg->local && !cfg->local_anonymous);
 	run.deadline_ns = guest_now_ns() + cfg->timeout_ns;
 	if (cfg->target_dir) {
 		if (prepare(&run) == 0)
