@@ -779,7 +779,10 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	};
 	int failed, plot = 0;
 
-	report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes, args->cfg.thp);
+	/* A handover copies nothing: no memcpy to hold it to (and no two
+	 * buffers of the guest's size to allocate). */
+	if (!args->cfg.local || args->cfg.local_anonymous)
+		report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes, args->cfg.thp);
 	if (args->yardsticks)
 		bench_yardsticks(plugins->items, plugins->count);
 	if (args->plot && !bench_plot_available())

@@ -324,7 +324,13 @@ int lmt_save_complete(lmt_session *session, const void *device_state, size_t len
  *
  * "file:PATH", with a storage plugin ("file"), restores from a file
  * lmt_save_setup wrote: nothing is bound (*port is 0), the file is only
- * named; lmt_load_run reads it. */
+ * named; lmt_load_run reads it.
+ *
+ * "unix:PATH" binds a unix stream socket at PATH (mode 0600; *port is 0)
+ * for a source on the same host (see lmt_save_setup): a stale socket of
+ * this user's left there is replaced, anything else at PATH is refused,
+ * and the socket file is removed once the source is accepted or the
+ * session freed. */
 int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
 
 /* Accept the source, take the migration in until it completes or fails.
