@@ -844,6 +844,10 @@ static int register_window(struct lmt_session *s, uint32_t block, uint64_t offse
 		        "REG_REQ: block %u offset %llu length %llu is not a window of a RAM "
 		        "block",
 		        block, (unsigned long long)offset, (unsigned long long)length);
+	if (b->handover)
+		return lmt__fail(s, LMT_EPROTO,
+		                 "REG_REQ: block '%s' is handed over by descriptor, not written",
+		                 b->name);
 	if (b->mrs[w])
 		return lmt__fail(s, LMT_EPROTO, "REG_REQ: block '%s' offset %llu registered twice",
 		                 b->name, (unsigned long long)offset);

@@ -732,6 +732,15 @@ static void test_descriptors_with_another_message_are_refused(void **state)
 	close(fd);
 }
 
+static void test_registration_of_a_block_handed_over_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_unix_connected(&src);
+	send_reg_req(f, 0, 0, BLOCK_BYTES);
+	fake_end(f, -LMT_EPROTO, "REG_REQ: block 'ram0' is handed over by descriptor, not written");
+	abi_source_close(&src);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -764,6 +773,7 @@ int main(void)
 	        cmocka_unit_test(test_handover_of_a_file_that_is_not_the_guest_is_refused),
 	        cmocka_unit_test(test_a_source_gone_after_the_handover_leaves_the_destination_its_own),
 	        cmocka_unit_test(test_descriptors_with_another_message_are_refused),
+	        cmocka_unit_test(test_registration_of_a_block_handed_over_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -268,6 +268,8 @@ static void print_preamble(const struct bench_report *rep)
 	if (rep->memcpy_gibps > 0)
 		fprintf(f, "memcpy yardstick: %.2f GiB/s (%.2f Gb/s; one thread, median of 3)\n",
 		        rep->memcpy_gibps, rep->memcpy_gibps * GIB * 8 / 1e9);
+	else if (handover)
+		fprintf(f, "memcpy yardstick: not measured (a handover copies nothing)\n");
 	else
 		fprintf(f, "memcpy yardstick: unavailable (not enough memory)\n");
 	for (size_t i = 0; i < rep->nplugins; i++) {
