@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -392,12 +393,19 @@ static int check_entries(struct lmt_session *s, const struct lmt_msg_fd_handover
 }
 
 /* Into place, over the block's own mapping: the VMM's pointer now shows
- * the source's file. mremap moves the checked mapping whole. */
+ * the source's file. mremap moves the checked mapping whole. It is the
+ * system call itself: a library loaded in the process may interpose on
+ * mremap, and UCX 1.13's memory hooks pass on no new address, which
+ * turned MREMAP_FIXED into EINVAL or a move elsewhere. Neither mapping
+ * was registered with a transport (blocks handed over never are). */
 static int move_into_place(struct lmt_session *s, struct incoming *in)
 {
 	struct lmt_block *b = in->b;
-	void *p = mremap(in->aside, b->length, b->length, MREMAP_MAYMOVE | MREMAP_FIXED, b->host);
-	if (p == MAP_FAILED)
+	void *p = (void *)syscall(SYS_mremap, in->aside, b->length, b->length,
+	                          MREMAP_MAYMOVE | MREMAP_FIXED, b->host);
+	if (p != MAP_FAILED && p != b->host)
+		in->aside = p; /* unmapped with the rest */
+	if (p == MAP_FAILED || p != b->host)
 		return lmt__fail(s, LMT_EIO, "FD_HANDOVER: block '%s': cannot map it at %p: %s",
 		                 b->name, (void *)b->host, strerror(errno));
 	in->aside = NULL;
