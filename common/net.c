@@ -313,25 +313,7 @@ int lmt__net_accept(int lfd, const struct lmt__wait *w, int *fd, struct lmt__net
 int lmt__net_send_all(int fd, const void *buf, size_t len, const struct lmt__wait *w,
                       struct lmt__net_error *e)
 {
-	const char *p = buf;
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int rc = lmt__net_wait(fd, POLLOUT, w, e);
-			if (rc)
-				return rc;
-			continue;
-		}
-		return fail(e, LMT_ECONN, "send: %s", strerror(errno));
-	}
-	return 0;
+	return lmt__net_send_fds(fd, buf, len, NULL, 0, w, e);
 }
 
 /* Keep the descriptors of one message's SCM_RIGHTS in the sink. */
@@ -410,19 +392,18 @@ int lmt__net_recv_fds(int fd, void *buf, size_t len, struct lmt__fd_sink *sink,
 	return 0;
 }
 
-/* The first bytes, carrying the descriptors: sendmsg sends all or none
- * of the ancillary data with at least one byte. */
-static int send_first_with_fds(int fd, const void *buf, size_t len, const int *fds, unsigned count,
-                               const struct lmt__wait *w, struct lmt__net_error *e, size_t *sent)
+/* One send; with descriptors, a sendmsg that carries them with its bytes
+ * (all of them or none, with at least one byte). */
+static ssize_t send_some(int fd, const char *p, size_t len, const int *fds, unsigned count)
 {
+	if (!count)
+		return send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	union {
 		char buf[CMSG_SPACE(LMT_NET_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} control;
-	if (count == 0 || count > LMT_NET_MAX_FDS || len == 0)
-		return fail(e, LMT_EINVAL, "sendmsg: %u descriptors with %zu bytes", count, len);
 	memset(&control, 0, sizeof(control));
-	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
 	struct msghdr mh = {.msg_iov = &iov,
 	                    .msg_iovlen = 1,
 	                    .msg_control = control.buf,
@@ -432,11 +413,22 @@ static int send_first_with_fds(int fd, const void *buf, size_t len, const int *f
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(count * sizeof(int));
 	memcpy(CMSG_DATA(c), fds, count * sizeof(int));
-	for (;;) {
-		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+int lmt__net_send_fds(int fd, const void *buf, size_t len, const int *fds, unsigned count,
+                      const struct lmt__wait *w, struct lmt__net_error *e)
+{
+	if (count > LMT_NET_MAX_FDS || (count && !len))
+		return fail(e, LMT_EINVAL, "sendmsg: %u descriptors with %zu bytes", count, len);
+	const char *p = buf;
+	while (len) {
+		ssize_t n = send_some(fd, p, len, fds, count);
 		if (n > 0) {
-			*sent = (size_t)n;
-			return 0;
+			p += n;
+			len -= (size_t)n;
+			count = 0; /* they went with these bytes */
+			continue;
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -446,16 +438,9 @@ static int send_first_with_fds(int fd, const void *buf, size_t len, const int *f
 				return rc;
 			continue;
 		}
-		return fail(e, LMT_ECONN, "sendmsg: %s", strerror(errno));
+		return fail(e, LMT_ECONN, "%s: %s", count ? "sendmsg" : "send", strerror(errno));
 	}
-}
-
-int lmt__net_send_fds(int fd, const void *buf, size_t len, const int *fds, unsigned count,
-                      const struct lmt__wait *w, struct lmt__net_error *e)
-{
-	size_t sent = 0;
-	int rc = send_first_with_fds(fd, buf, len, fds, count, w, e, &sent);
-	return rc ? rc : lmt__net_send_all(fd, (const char *)buf + sent, len - sent, w, e);
+	return 0;
 }
 
 void lmt__net_tune(int fd, int nodelay, int bufsize)
