@@ -263,7 +263,9 @@ static void source_memory(struct memory *m, unsigned fd_mask)
 
 /* A migration that must succeed, with the destination's RAM equal to the
  * paused source's and each handed block's descriptor sharing it. */
-static void round_trip(unsigned fd_mask, const char *opts, bool over_unix)
+/* `handed`: the blocks of fd_mask are expected to be handed over rather
+ * than copied. */
+static void round_trip(unsigned fd_mask, const char *opts, bool over_unix, bool handed_over)
 {
 	char path[256];
 	socket_path(path, sizeof(path));
@@ -277,7 +279,7 @@ static void round_trip(unsigned fd_mask, const char *opts, bool over_unix)
 		fail_msg("source %d '%s', destination %d '%s'", src.rc, src.error, d.rc, d.error);
 	uint64_t copied = 0;
 	for (uint32_t i = 0; i < m.ram.nblocks; i++) {
-		bool handed = over_unix && (fd_mask & (1u << i));
+		bool handed = handed_over && (fd_mask & (1u << i));
 		if (d.checksum[i] != src.checksum[i])
 			fail_msg("block %s differs on the destination", m.ram.blocks[i].name);
 		assert_int_equal(d.fd_rc[i], handed ? 0 : -LMT_ENOTFOUND);
@@ -292,7 +294,7 @@ static void round_trip(unsigned fd_mask, const char *opts, bool over_unix)
 		assert_int_equal(src.stats.bytes_sent, 0);
 	else
 		assert_true(src.stats.bytes_sent >= copied * 8 / 10);
-	if (over_unix && (fd_mask & FD_RAM0)) {
+	if (handed_over && (fd_mask & FD_RAM0)) {
 		/* Both processes map the same memory: a write there shows here. */
 		uint64_t seen = 0;
 		char ack;
@@ -307,7 +309,7 @@ static void round_trip(unsigned fd_mask, const char *opts, bool over_unix)
 
 static void handover_round_trip(unsigned fd_mask, const char *opts)
 {
-	round_trip(fd_mask, opts, true);
+	round_trip(fd_mask, opts, true, true);
 }
 
 static void test_memfd_blocks_are_handed_over_and_never_copied(void **state)
@@ -332,6 +334,14 @@ static void test_handover_with_auth_key_and_pin_all(void **state)
 {
 	(void)state;
 	handover_round_trip(FD_RAM0, "auth-key=same-host-key,pin-all=on");
+}
+
+/* Descriptors cannot travel inside TLS: with tls=on over unix: every
+ * block is copied, through TLS. */
+static void test_with_tls_every_block_is_copied(void **state)
+{
+	(void)state;
+	round_trip(FD_RAM0 | FD_RAM1, "tls=on,auth-key=same-host-key", true, false);
 }
 
 static void test_a_wrong_auth_key_is_refused(void **state)
@@ -499,7 +509,7 @@ static void test_listen_refuses_to_replace_a_file_and_replaces_a_stale_socket(vo
 static void test_fd_blocks_migrate_over_tcp_like_any_other(void **state)
 {
 	(void)state;
-	round_trip(FD_RAM0 | FD_RAM1, "channels=2,verify=on", false);
+	round_trip(FD_RAM0 | FD_RAM1, "channels=2,verify=on", false, false);
 }
 
 int main(void)
@@ -509,6 +519,7 @@ int main(void)
 	        cmocka_unit_test(test_anonymous_blocks_are_copied_over_the_plugin),
 	        cmocka_unit_test(test_a_mix_hands_over_the_memfd_block_and_copies_the_other),
 	        cmocka_unit_test(test_handover_with_auth_key_and_pin_all),
+	        cmocka_unit_test(test_with_tls_every_block_is_copied),
 	        cmocka_unit_test(test_a_wrong_auth_key_is_refused),
 	        cmocka_unit_test(test_a_destination_killed_at_the_switchover_leaves_the_source_whole),
 	        cmocka_unit_test(test_add_block_fd_refuses_what_is_not_the_blocks_memory),
