@@ -618,9 +618,14 @@ static void lobby_add(struct lobby *l, int fd)
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	snprintf(c->peer, sizeof(c->peer), "?");
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
 	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
 	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
 		lmt__net_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0)
+		snprintf(c->peer, sizeof(c->peer), "pid %d (uid %u)", (int)cred.pid,
+		         (unsigned)cred.uid); /* a unix: socket's peer */
 	l->n++;
 	if (!c->payload)
 		lobby_drop(l, l->n - 1, LMT_ENOMEM, "out of memory");
