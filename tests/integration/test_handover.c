@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,6 +395,74 @@ static void test_a_destination_killed_at_the_switchover_leaves_the_source_whole(
 	unlink(path);
 }
 
+/* A source in a child that migrates until it is killed. */
+static void source_forever(const char *uri)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	struct memory m;
+	source_memory(&m, FD_RAM0);
+	lmt_session *s = session_for(LMT_ROLE_SOURCE, &m, "channels=1");
+	struct guest_workload *w = NULL;
+	if (lmt_session_set_dirty_sync(s, guest_dirty_sync, &m.ram) ||
+	    guest_workload_start(&w, &m.ram, RAM_BYTES, 256ull << 20, 3) || lmt_save_setup(s, uri))
+		_exit(2);
+	struct lmt_iterate_result it;
+	while (lmt_save_iterate(s, &it) == 0)
+		;
+	_exit(1);
+}
+
+struct load_thread {
+	lmt_session *s;
+	int rc;
+};
+
+static void *load_main(void *arg)
+{
+	struct load_thread *t = arg;
+	t->rc = lmt_load_run(t->s);
+	return NULL;
+}
+
+static void test_a_source_killed_while_copying_leaves_the_destination_its_own(void **state)
+{
+	(void)state;
+	char path[100], uri[128];
+	socket_path(path, sizeof(path));
+	snprintf(uri, sizeof(uri), "unix:%s", path);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		source_forever(uri);
+	struct census before = census_take();
+	struct memory m;
+	memory_map(&m, FD_RAM0);
+	struct load_thread t = {.s = session_for(LMT_ROLE_DESTINATION, &m, "channels=1")};
+	assert_int_equal(lmt_load_listen(t.s, uri, NULL), 0);
+	pthread_t thread;
+	assert_int_equal(pthread_create(&thread, NULL, load_main, &t), 0);
+	struct lmt_stats st = {0};
+	uint64_t give_up = guest_now_ns() + 30000000000ull;
+	while (st.bytes_received == 0 && guest_now_ns() < give_up) {
+		usleep(10000);
+		lmt_session_stats(t.s, &st);
+	}
+	assert_true(st.bytes_received > 0); /* killed while copying ram1 */
+	kill(pid, SIGKILL);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	pthread_join(thread, NULL);
+	assert_int_not_equal(t.rc, 0);
+	assert_non_null(strstr(lmt_session_error(t.s)->message, "source"));
+	uint8_t *own = m.ram.blocks[0].host;
+	assert_int_equal(pwrite(m.fd, "own", 3, 0), 3); /* still its own memfd */
+	assert_memory_equal(own, "own", 3);
+	lmt_session_free(t.s);
+	memory_release(&m);
+	census_check(before);
+	assert_int_equal(access(path, F_OK), -1);
+}
+
 /* ---- lmt_session_add_block_fd's checks ---- */
 
 static lmt_session *bare_session(void)
@@ -522,6 +591,7 @@ int main(void)
 	        cmocka_unit_test(test_with_tls_every_block_is_copied),
 	        cmocka_unit_test(test_a_wrong_auth_key_is_refused),
 	        cmocka_unit_test(test_a_destination_killed_at_the_switchover_leaves_the_source_whole),
+	        cmocka_unit_test(test_a_source_killed_while_copying_leaves_the_destination_its_own),
 	        cmocka_unit_test(test_add_block_fd_refuses_what_is_not_the_blocks_memory),
 	        cmocka_unit_test(test_a_private_mapping_of_the_file_is_refused),
 	        cmocka_unit_test(test_listen_refuses_to_replace_a_file_and_replaces_a_stale_socket),
