@@ -452,8 +452,11 @@ static void test_a_source_killed_while_copying_leaves_the_destination_its_own(vo
 	int status;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	pthread_join(thread, NULL);
-	assert_int_not_equal(t.rc, 0);
-	assert_non_null(strstr(lmt_session_error(t.s)->message, "source"));
+	/* The control connection or a data channel notices first. */
+	const char *why = lmt_session_error(t.s)->message;
+	if (t.rc == 0 || (!strstr(why, "source") && !strstr(why, "channel")))
+		fail_msg("load returned %d: '%s'", t.rc, why);
+	print_message("    the destination: %s\n", why);
 	uint8_t *own = m.ram.blocks[0].host;
 	assert_int_equal(pwrite(m.fd, "own", 3, 0), 3); /* still its own memfd */
 	assert_memory_equal(own, "own", 3);
