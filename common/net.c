@@ -158,8 +158,10 @@ static int unix_clear_path(const struct sockaddr *addr, socklen_t len, struct lm
 	if (lstat(path, &st) != 0)
 		return errno == ENOENT ? 0 : fail(e, LMT_EIO, "unix:%s: %s", path, strerror(errno));
 	if (!S_ISSOCK(st.st_mode))
-		return fail(e, LMT_EINVAL, "unix:%s: a file that is not a socket is there: refusing "
-		            "to replace it", path);
+		return fail(e, LMT_EINVAL,
+		            "unix:%s: a file that is not a socket is there: refusing "
+		            "to replace it",
+		            path);
 	if (st.st_uid != geteuid())
 		return fail(e, LMT_EINVAL, "unix:%s: a socket of another user (uid %u) is there",
 		            path, (unsigned)st.st_uid);

@@ -486,7 +486,8 @@ int lmt__ctrl_send_fds(struct lmt_session *s, const int *fds, unsigned count)
 	struct lmt__ctrl *c = s->ctrl;
 	struct lmt__net_error e;
 	if (!c || !s->ctrl_unix || s->ctrl_tls)
-		return lmt__fail(s, LMT_ESTATE, "passing descriptors: not over a plain unix socket");
+		return lmt__fail(s, LMT_ESTATE,
+		                 "passing descriptors: not over a plain unix socket");
 	struct lmt__wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
 	pthread_mutex_lock(&c->send_lock);
 	int rc = lmt__net_send_fds(s->ctrl_fd, s->out.data, s->out.len, fds, count, &w, &e);
@@ -539,8 +540,8 @@ static int take_fds(struct lmt_session *s, struct ctrl_msg *m)
 	if (m->fds_overflow) {
 		msg_free(m);
 		return lmt__fail(s, LMT_EPROTO,
-		                 "FD_HANDOVER: the %s passed more than %u descriptors", peer_name(s),
-		                 LMT_NET_MAX_FDS);
+		                 "FD_HANDOVER: the %s passed more than %u descriptors",
+		                 peer_name(s), LMT_NET_MAX_FDS);
 	}
 	s->in_fds = m->fds;
 	s->in_nfds = m->nfds;

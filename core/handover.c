@@ -115,7 +115,8 @@ static int check_fd(struct lmt_session *s, const char *name, int fd, uint64_t le
 		                  name, fd);
 	if (page_size && offset % page_size)
 		return lmt__usage(s, LMT_EINVAL,
-		                  "block '%s': offset %" PRIu64 " is not aligned to the page size %u",
+		                  "block '%s': offset %" PRIu64
+		                  " is not aligned to the page size %u",
 		                  name, offset, page_size);
 	if (offset > UINT64_MAX - length || (uint64_t)st->st_size < offset + length)
 		return lmt__usage(s, LMT_EINVAL,
@@ -236,7 +237,8 @@ int lmt__handover_negotiate_source(struct lmt_session *s, uint64_t deadline)
 	struct lmt_msg_fd_flags offer = {.count = s->nblocks}, taken;
 	uint32_t offered = 0;
 	for (uint32_t i = 0; i < s->nblocks; i++) {
-		offer.flags[i] = can_pass_fds(s) && s->blocks[i].fd >= 0 && offered < LMT_NET_MAX_FDS;
+		offer.flags[i] =
+		        can_pass_fds(s) && s->blocks[i].fd >= 0 && offered < LMT_NET_MAX_FDS;
 		offered += offer.flags[i];
 	}
 	int rc = send_flags(s, LMT_MSG_FD_OFFER, &offer);
@@ -244,10 +246,11 @@ int lmt__handover_negotiate_source(struct lmt_session *s, uint64_t deadline)
 		rc = recv_flags(s, LMT_MSG_FD_ACCEPT, deadline, &taken);
 	for (uint32_t i = 0; i < s->nblocks && !rc; i++) {
 		if (taken.flags[i] && !offer.flags[i])
-			return lmt__fail(s, LMT_EPROTO,
-			                 "FD_ACCEPT: the destination takes block '%s' by descriptor, "
-			                 "which was not offered",
-			                 s->blocks[i].name);
+			return lmt__fail(
+			        s, LMT_EPROTO,
+			        "FD_ACCEPT: the destination takes block '%s' by descriptor, "
+			        "which was not offered",
+			        s->blocks[i].name);
 		if (taken.flags[i])
 			mark_handover(&s->blocks[i]);
 	}
@@ -415,8 +418,7 @@ static int move_into_place(struct lmt_session *s, struct incoming *in)
 	return 0;
 }
 
-static int take_all(struct lmt_session *s, const struct lmt_msg_fd_handover *m,
-                    struct incoming *in)
+static int take_all(struct lmt_session *s, const struct lmt_msg_fd_handover *m, struct incoming *in)
 {
 	int rc = 0;
 	for (uint32_t i = 0; i < m->count && !rc; i++) {
@@ -495,8 +497,8 @@ int lmt_load_block_fd(lmt_session *s, uint32_t block, int *fd, uint64_t *offset)
 		                  "block fd: block '%s' was copied, not handed over", b->name);
 	int copy = fcntl(b->received_fd, F_DUPFD_CLOEXEC, 3);
 	if (copy < 0)
-		return lmt__usage(s, LMT_EIO, "block fd: block '%s': cannot duplicate: %s",
-		                  b->name, strerror(errno));
+		return lmt__usage(s, LMT_EIO, "block fd: block '%s': cannot duplicate: %s", b->name,
+		                  strerror(errno));
 	*fd = copy;
 	if (offset)
 		*offset = b->received_offset;

@@ -118,7 +118,8 @@ static void read_all(int fd, void *buf, size_t len)
 	while (len) {
 		ssize_t n = read(fd, p, len);
 		if (n <= 0)
-			fail_msg("the destination child went away (%s)", n ? strerror(errno) : "EOF");
+			fail_msg("the destination child went away (%s)",
+			         n ? strerror(errno) : "EOF");
 		p += n;
 		len -= (size_t)n;
 	}
@@ -593,7 +594,8 @@ int main(void)
 	        cmocka_unit_test(test_handover_with_auth_key_and_pin_all),
 	        cmocka_unit_test(test_with_tls_every_block_is_copied),
 	        cmocka_unit_test(test_a_wrong_auth_key_is_refused),
-	        cmocka_unit_test(test_a_destination_killed_at_the_switchover_leaves_the_source_whole),
+	        cmocka_unit_test(
+	                test_a_destination_killed_at_the_switchover_leaves_the_source_whole),
 	        cmocka_unit_test(test_a_source_killed_while_copying_leaves_the_destination_its_own),
 	        cmocka_unit_test(test_add_block_fd_refuses_what_is_not_the_blocks_memory),
 	        cmocka_unit_test(test_a_private_mapping_of_the_file_is_refused),

@@ -64,8 +64,8 @@ static struct dest *start_dest_at(const char *opts, const char *unix_path)
 	if (unix_path) {
 		d->memfd = memfd_create("ram0", MFD_CLOEXEC);
 		assert_int_equal(ftruncate(d->memfd, BLOCK_BYTES), 0);
-		assert_true(mmap(d->ram, BLOCK_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-		                 d->memfd, 0) == d->ram);
+		assert_true(mmap(d->ram, BLOCK_BYTES, PROT_READ | PROT_WRITE,
+		                 MAP_SHARED | MAP_FIXED, d->memfd, 0) == d->ram);
 		snprintf(d->path, sizeof(d->path), "%s", unix_path);
 	}
 	struct lmt_error err = {0};
@@ -75,8 +75,8 @@ static struct dest *start_dest_at(const char *opts, const char *unix_path)
 		                                          PAGE, d->memfd, 0),
 		                 0);
 	else
-		assert_int_equal(lmt_session_add_block(d->session, "ram0", d->ram, BLOCK_BYTES, PAGE),
-		                 0);
+		assert_int_equal(
+		        lmt_session_add_block(d->session, "ram0", d->ram, BLOCK_BYTES, PAGE), 0);
 	char uri[128];
 	snprintf(uri, sizeof(uri), "unix:%s", d->path);
 	assert_int_equal(lmt_load_listen(d->session, unix_path ? uri : "127.0.0.1:0", &d->port), 0);
@@ -608,7 +608,8 @@ static struct fake *fake_unix_connected(struct abi_source *src)
 	send_buf(f->fd, &f->out);
 	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_FD_ACCEPT);
 	struct lmt_error err = {0};
-	assert_int_equal(lmt__dec_fd_flags(f->in, reply_length, LMT_MSG_FD_ACCEPT, &offer, &err), 0);
+	assert_int_equal(lmt__dec_fd_flags(f->in, reply_length, LMT_MSG_FD_ACCEPT, &offer, &err),
+	                 0);
 	assert_int_equal(offer.flags[0], 1);
 	connect_channel(f, src);
 	return f;
@@ -771,7 +772,8 @@ int main(void)
 	        cmocka_unit_test(test_handover_of_a_socket_is_refused),
 	        cmocka_unit_test(test_handover_with_more_descriptors_than_blocks_is_refused),
 	        cmocka_unit_test(test_handover_of_a_file_that_is_not_the_guest_is_refused),
-	        cmocka_unit_test(test_a_source_gone_after_the_handover_leaves_the_destination_its_own),
+	        cmocka_unit_test(
+	                test_a_source_gone_after_the_handover_leaves_the_destination_its_own),
 	        cmocka_unit_test(test_descriptors_with_another_message_are_refused),
 	        cmocka_unit_test(test_registration_of_a_block_handed_over_is_refused),
 	};

@@ -293,7 +293,8 @@ static void test_fd_handover_round_trips_and_refuses_blocks_out_of_order(void **
 	struct lmt_msg_fd_handover *in = calloc(1, sizeof(*in));
 	in->count = 2;
 	in->entries[0] = (struct lmt_msg_fd_entry){.block = 1, .offset = 4096, .digest = 7};
-	in->entries[1] = (struct lmt_msg_fd_entry){.block = 4, .offset = 1ull << 40, .digest = ~0ull};
+	in->entries[1] =
+	        (struct lmt_msg_fd_entry){.block = 4, .offset = 1ull << 40, .digest = ~0ull};
 	assert_int_equal(lmt__enc_fd_handover(&buf, in), 0);
 	size_t len;
 	const uint8_t *p = payload(LMT_MSG_FD_HANDOVER, &len);

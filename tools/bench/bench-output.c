@@ -258,8 +258,10 @@ static void print_preamble(const struct bench_report *rep)
 	bool handover = cfg->local && !cfg->local_anonymous;
 	fprintf(f, "options: %s; source RAM %s; destination RAM %s\n",
 	        rep->common_options ? rep->common_options : "(defaults)",
-	        handover ? "in a memfd" : cfg->thp ? "on huge pages where granted" : "on 4 KiB pages",
-	        handover ? "handed over over unix:PATH (not pre-faulted)"
+	        handover   ? "in a memfd"
+	        : cfg->thp ? "on huge pages where granted"
+	                   : "on 4 KiB pages",
+	        handover        ? "handed over over unix:PATH (not pre-faulted)"
 	        : cfg->prefault ? "pre-faulted"
 	                        : "not pre-faulted");
 	if (rep->repeat > 1)

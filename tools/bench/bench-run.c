@@ -110,9 +110,8 @@ static int add_blocks(lmt_session *session, const struct guest_ram *ram, int mem
 	for (uint32_t i = 0; i < ram->nblocks; i++) {
 		const struct guest_block *b = &ram->blocks[i];
 		uint64_t offset = (uint64_t)(b->host - ram->base);
-		int rc = memfd >= 0 ? lmt_session_add_block_fd(session, b->name, b->host,
-		                                               b->length, GUEST_PAGE_SIZE, memfd,
-		                                               offset)
+		int rc = memfd >= 0 ? lmt_session_add_block_fd(session, b->name, b->host, b->length,
+		                                               GUEST_PAGE_SIZE, memfd, offset)
 		                    : lmt_session_add_block(session, b->name, b->host, b->length,
 		                                            GUEST_PAGE_SIZE);
 
@@ -307,7 +306,8 @@ static int dest_check_handover(lmt_session *session, const struct guest_ram *ram
 		uint64_t offset = (uint64_t)(b->host - ram->base), at = 0;
 		int fd = -1;
 		rc = lmt_load_block_fd(session, i, &fd, &at);
-		if (rc == 0 && (fstat(fd, &got) != 0 || got.st_ino != theirs.st_ino || at != offset))
+		if (rc == 0 &&
+		    (fstat(fd, &got) != 0 || got.st_ino != theirs.st_ino || at != offset))
 			rc = -LMT_EVERIFY;
 		if (rc == 0 && !same_data(b->host, src + offset, src_memfd, offset, b->length))
 			rc = -LMT_EVERIFY;
@@ -797,7 +797,8 @@ static bool compare_ram(struct run *run)
 static bool handover_checked(struct run *run)
 {
 	if (run->cfg->test_corrupt)
-		note(run->out, "--test-corrupt: a byte flipped in handed-over RAM flips on both sides");
+		note(run->out,
+		     "--test-corrupt: a byte flipped in handed-over RAM flips on both sides");
 	else if (!run->report.handover_checked)
 		note(run->out, "the destination did not check its memory");
 	return run->report.handover_checked && !run->cfg->test_corrupt;

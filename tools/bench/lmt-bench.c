@@ -381,7 +381,8 @@ static void apply_flag(struct args *args, int flag, const char *value)
 		}
 		if (strncmp(value, "file:", 5) != 0 || !value[5])
 			bad_arg("--target",
-			        "file:DIR (a directory to save the guest in), local or local:anonymous",
+			        "file:DIR (a directory to save the guest in), local or "
+			        "local:anonymous",
 			        value);
 		cfg->target_dir = value + 5;
 		break;
