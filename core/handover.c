@@ -23,11 +23,6 @@
 #include "net.h"
 #include "session.h"
 
-bool lmt__is_unix_uri(const char *uri)
-{
-	return uri && strncmp(uri, "unix:", 5) == 0;
-}
-
 /* ---- lmt_session_add_block_fd ---- */
 
 /* One line of /proc/self/maps, the fields the check needs. */

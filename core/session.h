@@ -318,7 +318,6 @@ uint64_t lmt__verify_bytes(const struct lmt_block *b, const struct lmt_stripe_se
 
 /* ---- handover.c: RAM handed over by descriptor on a unix: target ---- */
 
-bool lmt__is_unix_uri(const char *uri);
 /* After connecting or accepting over unix: the peer must run as this
  * user, or as root (SO_PEERCRED). */
 int lmt__handover_check_peer(struct lmt_session *s);
