@@ -27,6 +27,10 @@
 
 struct ctrl_msg {
 	struct ctrl_msg *next;
+	/* unix: the descriptors that came with the message (SCM_RIGHTS) */
+	int *fds;
+	unsigned nfds;
+	bool fds_overflow;
 	struct lmt_msg_header h;
 	uint8_t payload[];
 };
@@ -102,12 +106,44 @@ static int ctrl_write(struct lmt_session *s, const void *buf, size_t len, const 
 	return lmt__net_send_all(s->ctrl_fd, buf, len, w, e);
 }
 
+/* Over unix: (never inside TLS) `sink` keeps the descriptors passed. */
 static int ctrl_read(struct lmt_session *s, void *buf, size_t len, const struct lmt__wait *w,
-                     struct lmt__net_error *e)
+                     struct lmt__net_error *e, struct lmt__fd_sink *sink)
 {
 	if (s->ctrl_tls)
 		return lmt__tls_recv_all(s->ctrl_tls, buf, len, w, e);
-	return lmt__net_recv_all(s->ctrl_fd, buf, len, w, e);
+	return lmt__net_recv_fds(s->ctrl_fd, buf, len, s->ctrl_unix ? sink : NULL, w, e);
+}
+
+static void close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+static void msg_free(struct ctrl_msg *m)
+{
+	if (!m)
+		return;
+	close_fds(m->fds, m->nfds);
+	free(m->fds);
+	free(m);
+}
+
+/* The descriptors of a message read, now the message's. */
+static int attach_fds(struct ctrl_msg *m, struct lmt__fd_sink *sink)
+{
+	m->fds_overflow = sink->overflow;
+	if (!sink->count)
+		return 0;
+	m->fds = malloc(sink->count * sizeof(int));
+	if (!m->fds) {
+		close_fds(sink->fds, sink->count);
+		return -LMT_ENOMEM;
+	}
+	memcpy(m->fds, sink->fds, sink->count * sizeof(int));
+	m->nfds = sink->count;
+	return 0;
 }
 
 /* ---- the service thread ---- */
@@ -193,27 +229,36 @@ static struct ctrl_msg *read_message(struct lmt__ctrl *c)
 	struct lmt__wait w = {.deadline_ns = lmt__now() + s->idle_timeout_ns,
 	                      .cancelled = thread_stopping,
 	                      .ctx = c};
-	int rc = ctrl_read(s, hdr, sizeof(hdr), &w, &e);
+	int fds[LMT_NET_MAX_FDS];
+	struct lmt__fd_sink sink = {.fds = fds, .cap = LMT_NET_MAX_FDS};
+	int rc = ctrl_read(s, hdr, sizeof(hdr), &w, &e, &sink);
 	struct lmt_msg_header h;
 	struct lmt_error err = {0};
 	if (!rc && (rc = lmt__dec_header(hdr, sizeof(hdr), &h, &err))) {
+		close_fds(fds, sink.count);
 		ctrl_failed(c, rc, "%s", err.message);
 		return NULL;
 	}
-	struct ctrl_msg *m = rc ? NULL : malloc(sizeof(*m) + h.length);
+	struct ctrl_msg *m = rc ? NULL : calloc(1, sizeof(*m) + h.length);
 	if (!rc && !m) {
+		close_fds(fds, sink.count);
 		ctrl_failed(c, LMT_ENOMEM, "out of memory for a %u-byte %s", h.length,
 		            lmt__msg_name(h.type));
 		return NULL;
 	}
 	if (!rc) {
-		m->next = NULL;
 		m->h = h;
 		w.deadline_ns = lmt__now() + s->idle_timeout_ns;
-		rc = ctrl_read(s, m->payload, h.length, &w, &e);
+		rc = ctrl_read(s, m->payload, h.length, &w, &e, &sink);
+	}
+	if (!m)
+		close_fds(fds, sink.count);
+	else if (attach_fds(m, &sink) && !rc) {
+		rc = -LMT_ENOMEM;
+		snprintf(e.msg, sizeof(e.msg), "out of memory for the descriptors passed");
 	}
 	if (rc) {
-		free(m);
+		msg_free(m);
 		pthread_mutex_lock(&c->lock);
 		bool orderly = c->closing;
 		pthread_mutex_unlock(&c->lock);
@@ -295,12 +340,12 @@ static void *service(void *arg)
 				break;
 			if (m->h.type == LMT_MSG_PING) {
 				send_keepalive(c, LMT_MSG_PONG);
-				free(m);
+				msg_free(m);
 			} else if (m->h.type == LMT_MSG_PONG) {
-				free(m);
+				msg_free(m);
 			} else if (m->h.type == LMT_MSG_ERROR) {
 				take_error(c, m);
-				free(m);
+				msg_free(m);
 				break;
 			} else {
 				enqueue(c, m);
@@ -374,7 +419,7 @@ static void ctrl_stop(struct lmt_session *s)
 	while (c->head) {
 		struct ctrl_msg *m = c->head;
 		c->head = m->next;
-		free(m);
+		msg_free(m);
 	}
 	close(c->wake_fd);
 	pthread_cond_destroy(&c->cond);
@@ -387,6 +432,7 @@ static void ctrl_stop(struct lmt_session *s)
 void lmt__ctrl_close(struct lmt_session *s)
 {
 	ctrl_stop(s);
+	lmt__ctrl_drop_fds(s);
 	lmt__tls_free(s->ctrl_tls);
 	s->ctrl_tls = NULL;
 	if (s->ctrl_fd >= 0) {
@@ -435,6 +481,20 @@ int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline)
 	return rc ? net_fail(s, rc, lmt__msg_name(type), &e) : 0;
 }
 
+int lmt__ctrl_send_fds(struct lmt_session *s, const int *fds, unsigned count)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	struct lmt__net_error e;
+	if (!c || !s->ctrl_unix || s->ctrl_tls)
+		return lmt__fail(s, LMT_ESTATE,
+		                 "passing descriptors: not over a plain unix socket");
+	struct lmt__wait w = lmt__wait_until(s, lmt__now() + s->idle_timeout_ns);
+	pthread_mutex_lock(&c->send_lock);
+	int rc = lmt__net_send_fds(s->ctrl_fd, s->out.data, s->out.len, fds, count, &w, &e);
+	pthread_mutex_unlock(&c->send_lock);
+	return rc ? net_fail(s, rc, lmt__msg_name(lmt__get16(s->out.data)), &e) : 0;
+}
+
 int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type)
 {
 	int rc = lmt__enc_empty(&s->out, type);
@@ -454,6 +514,41 @@ void lmt__ctrl_send_error(struct lmt_session *s, const struct lmt_msg_status *st
 		struct lmt__wait w = {.deadline_ns = deadline};
 		ctrl_write(s, s->out.data, s->out.len, &w, &e);
 	}
+}
+
+void lmt__ctrl_drop_fds(struct lmt_session *s)
+{
+	close_fds(s->in_fds, s->in_nfds);
+	free(s->in_fds);
+	s->in_fds = NULL;
+	s->in_nfds = 0;
+}
+
+/* Descriptors come with FD_HANDOVER only, and go to the engine with it;
+ * anywhere else they are closed and the message refused. */
+static int take_fds(struct lmt_session *s, struct ctrl_msg *m)
+{
+	lmt__ctrl_drop_fds(s);
+	bool passed = m->nfds || m->fds_overflow;
+	if (passed && m->h.type != LMT_MSG_FD_HANDOVER) {
+		unsigned n = m->nfds;
+		uint16_t type = m->h.type;
+		msg_free(m);
+		return lmt__fail(s, LMT_EPROTO, "the %s passed %u descriptor(s) with %s",
+		                 peer_name(s), n, lmt__msg_name(type));
+	}
+	if (m->fds_overflow) {
+		msg_free(m);
+		return lmt__fail(s, LMT_EPROTO,
+		                 "FD_HANDOVER: the %s passed more than %u descriptors",
+		                 peer_name(s), LMT_NET_MAX_FDS);
+	}
+	s->in_fds = m->fds;
+	s->in_nfds = m->nfds;
+	m->fds = NULL;
+	m->nfds = 0;
+	msg_free(m);
+	return 0;
 }
 
 int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns)
@@ -491,8 +586,7 @@ int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t dea
 	pthread_mutex_unlock(&c->lock);
 	*h = m->h;
 	memcpy(s->in, m->payload, m->h.length);
-	free(m);
-	return 0;
+	return take_fds(s, m);
 }
 
 int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,

@@ -25,6 +25,7 @@
 
 struct lmt_destination_engine {
 	int listen_fd; /* until the source connects */
+	char *unix_path; /* a unix: listener's socket file, removed with it */
 	/* The device state grows with the pieces that arrived, up to the
 	 * total the first piece announced (at most max-device-state). */
 	uint8_t *state_buf;
@@ -50,12 +51,22 @@ int lmt__destination_new(struct lmt_destination_engine **out)
 	return 0;
 }
 
+static void close_listener(struct lmt_destination_engine *d)
+{
+	if (d->listen_fd >= 0)
+		close(d->listen_fd);
+	d->listen_fd = -1;
+	if (d->unix_path)
+		unlink(d->unix_path);
+	free(d->unix_path);
+	d->unix_path = NULL;
+}
+
 void lmt__destination_free(struct lmt_destination_engine *d)
 {
 	if (!d)
 		return;
-	if (d->listen_fd >= 0)
-		close(d->listen_fd);
+	close_listener(d);
 	if (d->state_buf)
 		explicit_bzero(d->state_buf, d->state_cap); /* the guest's device state */
 	free(d->state_buf);
@@ -102,6 +113,13 @@ int lmt_load_listen(lmt_session *s, const char *uri, uint16_t *port)
 	}
 	if (port)
 		*port = lmt__net_local_port(d->listen_fd);
+	s->ctrl_unix = addr.ss_family == AF_UNIX;
+	if (s->ctrl_unix && !(d->unix_path = strdup(uri + 5))) {
+		close(d->listen_fd);
+		d->listen_fd = -1;
+		atomic_store(&s->state, LMT_STATE_NEW);
+		return lmt__usage(s, LMT_ENOMEM, "load listen: out of memory");
+	}
 	return 0;
 }
 
@@ -600,9 +618,14 @@ static void lobby_add(struct lobby *l, int fd)
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	snprintf(c->peer, sizeof(c->peer), "?");
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
 	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
 	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
 		lmt__net_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0)
+		snprintf(c->peer, sizeof(c->peer), "pid %d (uid %u)", (int)cred.pid,
+		         (unsigned)cred.uid); /* a unix: socket's peer */
 	l->n++;
 	if (!c->payload)
 		lobby_drop(l, l->n - 1, LMT_ENOMEM, "out of memory");
@@ -826,6 +849,10 @@ static int register_window(struct lmt_session *s, uint32_t block, uint64_t offse
 		        "REG_REQ: block %u offset %llu length %llu is not a window of a RAM "
 		        "block",
 		        block, (unsigned long long)offset, (unsigned long long)length);
+	if (b->handover)
+		return lmt__fail(s, LMT_EPROTO,
+		                 "REG_REQ: block '%s' is handed over by descriptor, not written",
+		                 b->name);
 	if (b->mrs[w])
 		return lmt__fail(s, LMT_EPROTO, "REG_REQ: block '%s' offset %llu registered twice",
 		                 b->name, (unsigned long long)offset);
@@ -854,6 +881,8 @@ static int register_all(struct lmt_session *s)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
 	int rc = 0;
 	for (uint32_t i = 0; i < s->nblocks && !rc; i++) {
+		if (!lmt__block_copied(&s->blocks[i]))
+			continue;
 		struct lmt_msg_reg *g = &r->regs[r->count++];
 		*g = (struct lmt_msg_reg){.block = i, .offset = 0, .length = s->blocks[i].length};
 		rc = register_window(s, i, 0, g->length, &g->key);
@@ -1069,6 +1098,15 @@ static int handle_state(struct lmt_session *s, size_t length)
 	return 0;
 }
 
+/* The first block taken by descriptor that was not handed over yet. */
+static const char *handover_missing(const struct lmt_session *s)
+{
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		if (s->blocks[i].handover && s->blocks[i].received_fd < 0)
+			return s->blocks[i].name;
+	return NULL;
+}
+
 /* Returns 1 when the migration completed. */
 static int handle_complete(struct lmt_session *s, size_t length)
 {
@@ -1085,6 +1123,9 @@ static int handle_complete(struct lmt_session *s, size_t length)
 		            "device state: %llu bytes announced, %llu received",
 		            (unsigned long long)m->state_length,
 		            (unsigned long long)d->state_received);
+	else if (handover_missing(s))
+		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
+		            "COMPLETE before block '%s' was handed over", handover_missing(s));
 	else if (m->digest_count != (s->verify ? s->nblocks : 0))
 		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
 		            "COMPLETE carries %u digests, expected %u", m->digest_count,
@@ -1123,6 +1164,8 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return handle_complete(s, h->length);
 	case LMT_MSG_LANDED:
 		return handle_landed(s, h->length);
+	case LMT_MSG_FD_HANDOVER:
+		return lmt__handover_receive(s, h->length);
 	default:
 		return lmt__fail(s, LMT_EPROTO,
 		                 "unexpected %s from the source during the migration",
@@ -1178,13 +1221,13 @@ static int accept_source(struct lmt_session *s, int fd)
 	lmt__tls *tls = NULL;
 	int rc = find_source(s, d->listen_fd, fd >= 0 ? 0 : s->idle_timeout_ns, &fd, &tls,
 	                     &accepted_ns);
-	if (d->listen_fd >= 0)
-		close(d->listen_fd);
-	d->listen_fd = -1;
+	close_listener(d);
 	if (rc)
 		return rc;
 	s->ctrl_fd = fd;
 	lmt__net_tune(s->ctrl_fd, 1, 0);
+	if (s->ctrl_unix && (rc = lmt__handover_check_peer(s)))
+		return rc;
 	pthread_mutex_lock(&s->lock);
 	s->start_ns = accepted_ns;
 	pthread_mutex_unlock(&s->lock);
@@ -1199,7 +1242,11 @@ static int serve(struct lmt_session *s)
 {
 	int rc;
 	uint64_t deadline = s->start_ns + s->connect_timeout_ns;
-	if ((rc = check_blocks(s, deadline)) || (rc = open_channels(s, deadline)))
+	if ((rc = check_blocks(s, deadline)))
+		return rc;
+	if (s->ctrl_unix && (rc = lmt__handover_negotiate_destination(s, deadline)))
+		return rc;
+	if ((rc = open_channels(s, deadline)))
 		return rc;
 	if (s->pin_all && (rc = register_all(s)))
 		return rc;
@@ -1229,6 +1276,8 @@ static int begin_load(struct lmt_session *s, int from_state)
 
 static int end_load(struct lmt_session *s, int rc)
 {
+	if (rc)
+		lmt__handover_undo(s);
 	if (rc)
 		return lmt__abort(s, rc);
 	lmt__transport_close(s);

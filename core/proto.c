@@ -193,6 +193,30 @@ int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m)
 	return finish(b);
 }
 
+int lmt__enc_fd_flags(struct lmt_buf *b, uint16_t type, const struct lmt_msg_fd_flags *m)
+{
+	if (m->count > LMT_PROTO_MAX_BLOCKS)
+		return -LMT_EOVERFLOW;
+	begin(b, type);
+	put_u32(b, m->count);
+	put(b, m->flags, m->count);
+	return finish(b);
+}
+
+int lmt__enc_fd_handover(struct lmt_buf *b, const struct lmt_msg_fd_handover *m)
+{
+	if (m->count > LMT_PROTO_MAX_BLOCKS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_FD_HANDOVER);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		put_u32(b, m->entries[i].block);
+		put_u64(b, m->entries[i].offset);
+		put_u64(b, m->entries[i].digest);
+	}
+	return finish(b);
+}
+
 int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF])
 {
 	begin(b, LMT_MSG_AUTH);
@@ -338,7 +362,8 @@ static const char *const msg_names[] = {
         [LMT_MSG_COMPLETE] = "COMPLETE",   [LMT_MSG_COMPLETE_ACK] = "COMPLETE_ACK",
         [LMT_MSG_ERROR] = "ERROR",         [LMT_MSG_PING] = "PING",
         [LMT_MSG_PONG] = "PONG",           [LMT_MSG_AUTH] = "AUTH",
-        [LMT_MSG_LANDED] = "LANDED",
+        [LMT_MSG_LANDED] = "LANDED",       [LMT_MSG_FD_OFFER] = "FD_OFFER",
+        [LMT_MSG_FD_ACCEPT] = "FD_ACCEPT", [LMT_MSG_FD_HANDOVER] = "FD_HANDOVER",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -520,5 +545,33 @@ int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error
 {
 	struct reader r = reader(p, len, type, err);
 	(void)p;
+	return done(&r);
+}
+
+int lmt__dec_fd_flags(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_fd_flags *m,
+                      struct lmt_error *err)
+{
+	struct reader r = reader(p, len, type, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_BLOCKS, "too many blocks");
+	take(&r, m->flags, m->count, "truncated block flags");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++)
+		if (m->flags[i] > 1)
+			return bad(&r, "a block flag must be 0 or 1");
+	return done(&r);
+}
+
+int lmt__dec_fd_handover(const uint8_t *p, size_t len, struct lmt_msg_fd_handover *m,
+                         struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_FD_HANDOVER, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_BLOCKS, "too many descriptors");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
+		struct lmt_msg_fd_entry *e = &m->entries[i];
+		e->block = get_u32(&r, "truncated block index");
+		e->offset = get_u64(&r, "truncated file offset");
+		e->digest = get_u64(&r, "truncated digest");
+		if (!r.rc && i > 0 && e->block <= m->entries[i - 1].block)
+			return bad(&r, "block indexes must increase");
+	}
 	return done(&r);
 }

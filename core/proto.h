@@ -41,7 +41,14 @@ enum lmt_msg_type {
 	/* S->D: bytes landed per channel so far; with verify=on, the
 	 * stripes written since the last LANDED */
 	LMT_MSG_LANDED = 15,
-	LMT_MSG_TYPE_MAX = 15,
+	/* unix: targets only (docs/protocol.md, "Handover"). S->D: which
+	 * blocks the source can hand over by descriptor; D->S: which of them
+	 * the destination takes that way; S->D, with the descriptors attached
+	 * (SCM_RIGHTS): where each block lies in its file, and a digest. */
+	LMT_MSG_FD_OFFER = 16,
+	LMT_MSG_FD_ACCEPT = 17,
+	LMT_MSG_FD_HANDOVER = 18,
+	LMT_MSG_TYPE_MAX = 18,
 };
 
 struct lmt_msg_header {
@@ -131,6 +138,22 @@ struct lmt_msg_landed {
 	struct lmt_msg_range ranges[LMT_PROTO_MAX_RANGES];
 };
 
+struct lmt_msg_fd_flags { /* FD_OFFER, FD_ACCEPT: 0 or 1 per block */
+	uint32_t count;
+	uint8_t flags[LMT_PROTO_MAX_BLOCKS];
+};
+
+struct lmt_msg_fd_entry {
+	uint32_t block;
+	uint64_t offset; /* of the block's first byte in the file */
+	uint64_t digest; /* XXH3-64 of the block's sampled pages */
+};
+
+struct lmt_msg_fd_handover { /* one entry per descriptor, in their order */
+	uint32_t count;
+	struct lmt_msg_fd_entry entries[LMT_PROTO_MAX_BLOCKS];
+};
+
 /* A growable output buffer; `failed` latches an allocation or size error. */
 struct lmt_buf {
 	uint8_t *data;
@@ -153,6 +176,8 @@ int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m);
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type); /* READY, PING, PONG */
 int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
 int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m);
+int lmt__enc_fd_flags(struct lmt_buf *b, uint16_t type, const struct lmt_msg_fd_flags *m);
+int lmt__enc_fd_handover(struct lmt_buf *b, const struct lmt_msg_fd_handover *m);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
@@ -174,6 +199,10 @@ int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error
 int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
                   struct lmt_error *err);
 int lmt__dec_landed(const uint8_t *p, size_t len, struct lmt_msg_landed *m, struct lmt_error *err);
+int lmt__dec_fd_flags(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_fd_flags *m,
+                      struct lmt_error *err);
+int lmt__dec_fd_handover(const uint8_t *p, size_t len, struct lmt_msg_fd_handover *m,
+                         struct lmt_error *err);
 
 const char *lmt__msg_name(uint16_t type);
 

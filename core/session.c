@@ -177,6 +177,7 @@ static void blocks_free(struct lmt_session *s)
 		free(b->mrs);
 		free(b->present);
 		lmt__verify_free(b);
+		lmt__handover_block_free(b);
 	}
 	free(s->blocks);
 	s->blocks = NULL;
@@ -443,6 +444,7 @@ int lmt_session_add_block(lmt_session *s, const char *name, void *host, uint64_t
 	b->page_shift = (uint32_t)__builtin_ctz(page_size);
 	b->npages = length >> b->page_shift;
 	b->words = (b->npages + 63) / 64;
+	b->fd = b->received_fd = -1;
 	return 0;
 }
 

@@ -60,6 +60,18 @@ struct lmt_block {
 	/* source: written (or skipped as zero) since the last LANDED;
 	 * destination: named in a LANDED since last hashed */
 	struct lmt_stripe_set landed;
+	/* lmt_session_add_block_fd: the session's own dup of the file the
+	 * block is mapped from, and the block's offset in it; fd is -1 for a
+	 * block of lmt_session_add_block. */
+	int fd;
+	uint64_t fd_offset;
+	/* unix: target: the block is handed over by descriptor at the
+	 * switchover, never copied (handover.c) */
+	bool handover;
+	/* destination: the source's file, once mapped at host in place of
+	 * the block's own mapping (-1 before) */
+	int received_fd;
+	uint64_t received_offset;
 };
 
 /* Each role's engine, defined in its own file; the control connection's
@@ -101,9 +113,12 @@ struct lmt_session {
 	/* The control connection (control.c): the socket, its service thread
 	 * and inbox, and the engine's buffers for one message each way. */
 	int ctrl_fd;
+	bool ctrl_unix; /* a unix: target: descriptors may be passed */
 	struct lmt__ctrl *ctrl;
 	struct lmt_buf out;
 	uint8_t *in; /* LMT_PROTO_MAX_PAYLOAD bytes */
+	int *in_fds; /* passed with the message in `in` (FD_HANDOVER only) */
+	unsigned in_nfds;
 	/* The peer hung up the control connection (lmt__peer_gone), and when
 	 * that was last looked at. */
 	_Atomic int peer_gone;
@@ -213,6 +228,11 @@ int lmt__ctrl_send(struct lmt_session *s);
 /* The same, giving up at `deadline` rather than after idle-timeout. */
 int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline);
 int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type);
+/* Send s->out with `fds` attached (SCM_RIGHTS); a plain unix: socket only. */
+int lmt__ctrl_send_fds(struct lmt_session *s, const int *fds, unsigned count);
+/* Close the descriptors that came with the last message, if the engine
+ * did not take them (s->in_fds). */
+void lmt__ctrl_drop_fds(struct lmt_session *s);
 /* Tell the peer this side failed, briefly and on a best-effort basis. */
 void lmt__ctrl_send_error(struct lmt_session *s, const struct lmt_msg_status *st);
 /* The next queued message (payload in s->in), waiting until `deadline_ns`.
@@ -295,6 +315,30 @@ void lmt__verify_hash(struct lmt_block *b, uint64_t i);
 uint64_t lmt__verify_digest(const struct lmt_block *b);
 /* Bytes of b's stripes in `set`. */
 uint64_t lmt__verify_bytes(const struct lmt_block *b, const struct lmt_stripe_set *set);
+
+/* ---- handover.c: RAM handed over by descriptor on a unix: target ---- */
+
+/* After connecting or accepting over unix: the peer must run as this
+ * user, or as root (SO_PEERCRED). */
+int lmt__handover_check_peer(struct lmt_session *s);
+/* Source, after BLOCKS: FD_OFFER, and the destination's FD_ACCEPT. */
+int lmt__handover_negotiate_source(struct lmt_session *s, uint64_t deadline);
+/* Destination, after BLOCKS: the source's FD_OFFER answered. */
+int lmt__handover_negotiate_destination(struct lmt_session *s, uint64_t deadline);
+/* Source, guest paused: FD_HANDOVER with the descriptors. */
+int lmt__handover_send(struct lmt_session *s);
+/* Destination: check and map what FD_HANDOVER brought. */
+int lmt__handover_receive(struct lmt_session *s, size_t length);
+/* Destination, failed: each block mapped from the source's file gets its
+ * own mapping back, and the received descriptors are closed. */
+void lmt__handover_undo(struct lmt_session *s);
+/* Close what a block holds of handover (at lmt_session_free). */
+void lmt__handover_block_free(struct lmt_block *b);
+/* Whether a block is left out of the passes. */
+static inline bool lmt__block_copied(const struct lmt_block *b)
+{
+	return !b->handover;
+}
 
 /* ---- source.c and destination.c: the engines ---- */
 

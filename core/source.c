@@ -338,7 +338,11 @@ static int handshake(struct lmt_session *s, uint64_t deadline)
 	if (!rc)
 		rc = authenticate(s, hello, &st);
 	free(hello);
-	return rc ? rc : send_blocks(s);
+	if (!rc)
+		rc = send_blocks(s);
+	if (!rc && s->ctrl_unix)
+		rc = lmt__handover_negotiate_source(s, deadline);
+	return rc;
 }
 
 static int open_channels(struct lmt_session *s, uint64_t deadline)
@@ -437,7 +441,7 @@ static int wait_ready(struct lmt_session *s)
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
 	for (uint32_t i = 0; i < s->nblocks && s->pin_all; i++)
-		if (!s->blocks[i].rkeys[0])
+		if (lmt__block_copied(&s->blocks[i]) && !s->blocks[i].rkeys[0])
 			return lmt__fail(s, LMT_EPROTO,
 			                 "pin-all: the destination sent no key for '%s'",
 			                 s->blocks[i].name);
@@ -514,6 +518,9 @@ static int connect_control(struct lmt_session *s, const char *uri, uint64_t dead
 	if (rc)
 		return lmt__fail(s, rc, "control connection: %s", ne.msg);
 	lmt__net_tune(s->ctrl_fd, 1, 0);
+	s->ctrl_unix = addr.ss_family == AF_UNIX;
+	if (s->ctrl_unix && (rc = lmt__handover_check_peer(s)))
+		return rc;
 	rc = lmt__tls_session_connect(s, deadline);
 	return rc ? rc : lmt__ctrl_start(s);
 }
@@ -542,7 +549,8 @@ static int setup(struct lmt_session *s, const char *uri, int fd)
 		return rc;
 	if (s->pin_all && (s->caps & LMT_CAP_LOCAL_MR))
 		for (uint32_t i = 0; i < s->nblocks && !rc; i++)
-			rc = register_local(s, &s->blocks[i], 0);
+			if (lmt__block_copied(&s->blocks[i]))
+				rc = register_local(s, &s->blocks[i], 0);
 	if (rc || (rc = wait_ready(s)))
 		return rc;
 	return alloc_slots(s);
@@ -668,6 +676,8 @@ static int sync_dirty(struct lmt_session *s, uint64_t *new_bytes)
 	uint64_t added = 0, since = lmt__now();
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
+		if (!lmt__block_copied(b))
+			continue; /* handed over at the switchover */
 		memset(b->sync, 0, b->words * sizeof(uint64_t));
 		int rc = e->dirty_fn(e->dirty_opaque, i, b->sync, b->npages);
 		if (rc)
@@ -703,6 +713,8 @@ static int start_first_pass(struct lmt_session *s)
 	e->dirty_bytes = 0;
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
+		if (!lmt__block_copied(b))
+			continue;
 		lmt__bitmap_range(b->dirty, 0, b->npages, LMT_BITS_SET);
 		e->dirty_bytes += b->length;
 	}
@@ -1619,6 +1631,8 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	}
 	if ((rc = send_rest(s)) || (rc = report_landed(s, false)) ||
 	    (rc = send_device_state(s, state, length)))
+		return rc;
+	if (s->ctrl_unix && (rc = lmt__handover_send(s)))
 		return rc;
 	return send_complete(s, length);
 }

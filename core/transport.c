@@ -11,7 +11,8 @@
 #include "error.h"
 #include "session.h"
 
-/* The numeric IP of a socket's local (peer false) or remote end. */
+/* The numeric IP of a socket's local (peer false) or remote end. Over a
+ * unix: target both ends are this host: loopback. */
 static void numeric_host(int fd, bool peer, char *buf, size_t size)
 {
 	struct sockaddr_storage ss;
@@ -23,6 +24,8 @@ static void numeric_host(int fd, bool peer, char *buf, size_t size)
 		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, buf, (socklen_t)size);
 	else if (rc == 0 && ss.ss_family == AF_INET6)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, buf, (socklen_t)size);
+	else if (rc == 0 && ss.ss_family == AF_UNIX)
+		snprintf(buf, size, "127.0.0.1");
 }
 
 /* The instance learns both ends' addresses from the control connection. */

@@ -21,6 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct lmt_msg_regs regs;
 	static struct lmt_msg_complete complete;
 	static struct lmt_msg_landed landed;
+	static struct lmt_msg_fd_flags flags;
+	static struct lmt_msg_fd_handover handover;
 	struct lmt_msg_status status;
 	struct lmt_msg_state state;
 	struct lmt_msg_header header;
@@ -60,6 +62,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case LMT_MSG_LANDED:
 		lmt__dec_landed(p, n, &landed, &err);
+		break;
+	case LMT_MSG_FD_OFFER:
+	case LMT_MSG_FD_ACCEPT:
+		lmt__dec_fd_flags(p, n, pick, &flags, &err);
+		break;
+	case LMT_MSG_FD_HANDOVER:
+		lmt__dec_fd_handover(p, n, &handover, &err);
 		break;
 	default:
 		lmt__dec_empty(p, n, pick, &err);

@@ -126,6 +126,20 @@ static void proto_and_destination(void)
 	stream.len += b.len;
 	free(c);
 
+	/* unix: targets only (the harnesses' sessions are not): the codec. */
+	struct lmt_msg_fd_flags fl = {.count = 2, .flags = {1, 0}};
+	lmt__enc_fd_flags(&b, LMT_MSG_FD_OFFER, &fl);
+	save_msg("fd-offer", &b);
+	lmt__enc_fd_flags(&b, LMT_MSG_FD_ACCEPT, &fl);
+	save_msg("fd-accept", &b);
+	struct lmt_msg_fd_handover *fh = calloc(1, sizeof(*fh));
+	fh->count = 2;
+	fh->entries[0] = (struct lmt_msg_fd_entry){.block = 0, .offset = 0, .digest = 1};
+	fh->entries[1] = (struct lmt_msg_fd_entry){.block = 3, .offset = 1 << 21, .digest = 2};
+	lmt__enc_fd_handover(&b, fh);
+	save_msg("fd-handover", &b);
+	free(fh);
+
 	lmt__enc_empty(&b, LMT_MSG_PING);
 	save_msg("ping", &b);
 	uint8_t proof[LMT_PROTO_PROOF] = {1, 2, 3};

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include <lmt/lmt.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "net.h"
 #include "plugin_harness.h"
@@ -32,6 +34,8 @@
 struct dest {
 	uint8_t *map;
 	uint8_t *ram;
+	int memfd;      /* unix: the block's own file, or -1 */
+	char path[108]; /* unix: the socket */
 	lmt_session *session;
 	uint16_t port;
 	pthread_t thread;
@@ -47,19 +51,42 @@ static void *run_dest(void *arg)
 	return NULL;
 }
 
-static struct dest *start_dest(const char *opts)
+/* With `unix_path`, the block is a memfd's and the destination listens
+ * there. */
+static struct dest *start_dest_at(const char *opts, const char *unix_path)
 {
 	struct dest *d = calloc(1, sizeof(*d));
+	d->memfd = -1;
 	d->map = mmap(NULL, BLOCK_BYTES + 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(d->map != MAP_FAILED);
 	d->ram = d->map + PAGE;
 	assert_int_equal(mprotect(d->ram, BLOCK_BYTES, PROT_READ | PROT_WRITE), 0);
+	if (unix_path) {
+		d->memfd = memfd_create("ram0", MFD_CLOEXEC);
+		assert_int_equal(ftruncate(d->memfd, BLOCK_BYTES), 0);
+		assert_true(mmap(d->ram, BLOCK_BYTES, PROT_READ | PROT_WRITE,
+		                 MAP_SHARED | MAP_FIXED, d->memfd, 0) == d->ram);
+		snprintf(d->path, sizeof(d->path), "%s", unix_path);
+	}
 	struct lmt_error err = {0};
 	assert_int_equal(lmt_session_new(&d->session, LMT_ROLE_DESTINATION, "tcp", opts, &err), 0);
-	assert_int_equal(lmt_session_add_block(d->session, "ram0", d->ram, BLOCK_BYTES, PAGE), 0);
-	assert_int_equal(lmt_load_listen(d->session, "127.0.0.1:0", &d->port), 0);
+	if (unix_path)
+		assert_int_equal(lmt_session_add_block_fd(d->session, "ram0", d->ram, BLOCK_BYTES,
+		                                          PAGE, d->memfd, 0),
+		                 0);
+	else
+		assert_int_equal(
+		        lmt_session_add_block(d->session, "ram0", d->ram, BLOCK_BYTES, PAGE), 0);
+	char uri[128];
+	snprintf(uri, sizeof(uri), "unix:%s", d->path);
+	assert_int_equal(lmt_load_listen(d->session, unix_path ? uri : "127.0.0.1:0", &d->port), 0);
 	assert_int_equal(pthread_create(&d->thread, NULL, run_dest, d), 0);
 	return d;
+}
+
+static struct dest *start_dest(const char *opts)
+{
+	return start_dest_at(opts, NULL);
 }
 
 /* Join the destination, check it failed with `code` and a message holding
@@ -73,6 +100,13 @@ static void finish_dest(struct dest *d, int code, const char *text)
 	for (uint32_t i = 0; i < BLOCK_BYTES; i++)
 		if (d->ram[i])
 			fail_msg("destination RAM written at %u", i);
+	if (d->memfd >= 0) {
+		/* Still the block's own file at its address: nothing of the
+		 * source's is mapped there. */
+		assert_int_equal(pwrite(d->memfd, "own", 3, 0), 3);
+		assert_memory_equal(d->ram, "own", 3);
+		close(d->memfd);
+	}
 	lmt_session_free(d->session);
 	munmap(d->map, BLOCK_BYTES + 2 * PAGE);
 	free(d);
@@ -172,6 +206,19 @@ static struct fake *fake_start(const char *opts)
 	f->fd = connect_to(f->d->port);
 	f->in = malloc(LMT_PROTO_MAX_PAYLOAD);
 	return f;
+}
+
+static int connect_unix(const char *path)
+{
+	struct sockaddr_storage a;
+	socklen_t len;
+	char uri[128];
+	snprintf(uri, sizeof(uri), "unix:%s", path);
+	assert_int_equal(lmt__net_parse(uri, &a, &len, NULL), 0);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, len), 0);
+	return fd;
 }
 
 static void fake_end(struct fake *f, int code, const char *text)
@@ -337,14 +384,9 @@ static void abi_source_open(struct abi_source *src)
 	src->inst = src->side.inst;
 }
 
-/* Handshake with blocks and one connected channel; the destination then
- * waits for REG_REQ and friends. */
-static struct fake *fake_connected(struct abi_source *src)
+/* One channel connected through the ABI; READY follows. */
+static void connect_channel(struct fake *f, struct abi_source *src)
 {
-	struct fake *f = fake_start("");
-	hello_ok(f->fd, &f->out, f->in);
-	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
-
 	abi_source_open(src);
 	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
 	a->count = 1;
@@ -357,6 +399,16 @@ static struct fake *fake_connected(struct abi_source *src)
 	assert_int_equal(src->p->ops.ep_connect(src->ep, &a->addrs[0]), 0);
 	free(a);
 	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_READY);
+}
+
+/* Handshake with blocks and one connected channel; the destination then
+ * waits for REG_REQ and friends. */
+static struct fake *fake_connected(struct abi_source *src)
+{
+	struct fake *f = fake_start("");
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
+	connect_channel(f, src);
 	return f;
 }
 
@@ -532,6 +584,164 @@ static void test_fake_source_can_complete_a_load(void **state)
 	free(f);
 }
 
+/* ---- unix: a hostile source at the handover ---- */
+
+static void socket_path(char *buf, size_t size)
+{
+	const char *dir = getenv("TMPDIR");
+	snprintf(buf, size, "%s/lmt-malformed-%d.sock", dir && *dir ? dir : "/tmp", (int)getpid());
+}
+
+/* Over unix: up to READY, ram0 taken by descriptor. */
+static struct fake *fake_unix_connected(struct abi_source *src)
+{
+	char path[108];
+	socket_path(path, sizeof(path));
+	struct fake *f = calloc(1, sizeof(*f));
+	f->d = start_dest_at("", path);
+	f->fd = connect_unix(path);
+	f->in = malloc(LMT_PROTO_MAX_PAYLOAD);
+	hello_ok(f->fd, &f->out, f->in);
+	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
+	struct lmt_msg_fd_flags offer = {.count = 1, .flags = {1}};
+	assert_int_equal(lmt__enc_fd_flags(&f->out, LMT_MSG_FD_OFFER, &offer), 0);
+	send_buf(f->fd, &f->out);
+	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_FD_ACCEPT);
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_fd_flags(f->in, reply_length, LMT_MSG_FD_ACCEPT, &offer, &err),
+	                 0);
+	assert_int_equal(offer.flags[0], 1);
+	connect_channel(f, src);
+	return f;
+}
+
+/* The digest of the pages the destination samples (docs/protocol.md). */
+static uint64_t sampled_digest(int fd)
+{
+	uint8_t *p = mmap(NULL, BLOCK_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	uint64_t n = BLOCK_BYTES / PAGE, pages[3] = {0, n / 2, n - 1};
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	for (int i = 0; i < 3; i++)
+		XXH3_64bits_update(&st, p + pages[i] * PAGE, PAGE);
+	munmap(p, BLOCK_BYTES);
+	return XXH3_64bits_digest(&st);
+}
+
+static int guest_file(uint64_t size, uint8_t fill)
+{
+	int fd = memfd_create("guest", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	uint8_t page[PAGE];
+	memset(page, fill, sizeof(page));
+	assert_int_equal(pwrite(fd, page, sizeof(page), 0), PAGE);
+	return fd;
+}
+
+/* FD_HANDOVER for ram0 at offset 0 with `digest`, passing fds[0..n). */
+static void send_handover(struct fake *f, const int *fds, unsigned n, uint64_t digest)
+{
+	struct lmt_msg_fd_handover *m = calloc(1, sizeof(*m));
+	m->count = 1;
+	m->entries[0] = (struct lmt_msg_fd_entry){.block = 0, .offset = 0, .digest = digest};
+	assert_int_equal(lmt__enc_fd_handover(&f->out, m), 0);
+	free(m);
+	struct lmt__wait w = {.deadline_ns = lmt__now_ns() + 5000000000ull};
+	assert_int_equal(lmt__net_send_fds(f->fd, f->out.data, f->out.len, fds, n, &w, NULL), 0);
+}
+
+static void hostile_handover(const int *fds, unsigned n, uint64_t digest, int code,
+                             const char *text)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_unix_connected(&src);
+	send_handover(f, fds, n, digest);
+	fake_end(f, code, text);
+	abi_source_close(&src);
+}
+
+static void test_handover_of_a_too_small_file_is_refused(void **state)
+{
+	int fd = guest_file(BLOCK_BYTES / 2, 1);
+	hostile_handover(&fd, 1, 0, -LMT_EPROTO,
+	                 "block 'ram0': the file holds 524288 bytes, fewer than offset 0 + length "
+	                 "1048576: refused");
+	close(fd);
+}
+
+static void test_handover_of_a_pipe_is_refused(void **state)
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	hostile_handover(&p[0], 1, 0, -LMT_EPROTO,
+	                 "block 'ram0': the descriptor is not a memory file");
+	close(p[0]);
+	close(p[1]);
+}
+
+static void test_handover_of_a_socket_is_refused(void **state)
+{
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	hostile_handover(&sv[0], 1, 0, -LMT_EPROTO,
+	                 "block 'ram0': the descriptor is not a memory file");
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void test_handover_with_more_descriptors_than_blocks_is_refused(void **state)
+{
+	int fds[3] = {guest_file(BLOCK_BYTES, 1), guest_file(BLOCK_BYTES, 2),
+	              guest_file(BLOCK_BYTES, 3)};
+	hostile_handover(fds, 3, sampled_digest(fds[0]), -LMT_EPROTO,
+	                 "FD_HANDOVER: 3 descriptors passed for 1 blocks: refused");
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+}
+
+static void test_handover_of_a_file_that_is_not_the_guest_is_refused(void **state)
+{
+	int fd = guest_file(BLOCK_BYTES, 7);
+	hostile_handover(&fd, 1, sampled_digest(fd) ^ 1, -LMT_EVERIFY,
+	                 "block 'ram0': the file is not the guest's memory the source describes");
+	close(fd);
+}
+
+/* A good file handed over, then the source goes: the destination gives
+ * the block its own memory back. */
+static void test_a_source_gone_after_the_handover_leaves_the_destination_its_own(void **state)
+{
+	int fd = guest_file(BLOCK_BYTES, 9);
+	hostile_handover(&fd, 1, sampled_digest(fd), -LMT_ECONN, "source");
+	close(fd);
+}
+
+static void test_descriptors_with_another_message_are_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_unix_connected(&src);
+	int fd = guest_file(BLOCK_BYTES, 1);
+	uint8_t data[8] = {0};
+	struct lmt_msg_state m = {.offset = 0, .total = 8, .length = 8, .data = data};
+	assert_int_equal(lmt__enc_state(&f->out, &m), 0);
+	struct lmt__wait w = {.deadline_ns = lmt__now_ns() + 5000000000ull};
+	assert_int_equal(lmt__net_send_fds(f->fd, f->out.data, f->out.len, &fd, 1, &w, NULL), 0);
+	fake_end(f, -LMT_EPROTO, "the source passed 1 descriptor(s) with DEVICE_STATE");
+	abi_source_close(&src);
+	close(fd);
+}
+
+static void test_registration_of_a_block_handed_over_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_unix_connected(&src);
+	send_reg_req(f, 0, 0, BLOCK_BYTES);
+	fake_end(f, -LMT_EPROTO, "REG_REQ: block 'ram0' is handed over by descriptor, not written");
+	abi_source_close(&src);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -557,6 +767,15 @@ int main(void)
 	        cmocka_unit_test(test_device_state_out_of_order_is_refused),
 	        cmocka_unit_test(test_complete_without_the_announced_state_is_refused),
 	        cmocka_unit_test(test_fake_source_can_complete_a_load),
+	        cmocka_unit_test(test_handover_of_a_too_small_file_is_refused),
+	        cmocka_unit_test(test_handover_of_a_pipe_is_refused),
+	        cmocka_unit_test(test_handover_of_a_socket_is_refused),
+	        cmocka_unit_test(test_handover_with_more_descriptors_than_blocks_is_refused),
+	        cmocka_unit_test(test_handover_of_a_file_that_is_not_the_guest_is_refused),
+	        cmocka_unit_test(
+	                test_a_source_gone_after_the_handover_leaves_the_destination_its_own),
+	        cmocka_unit_test(test_descriptors_with_another_message_are_refused),
+	        cmocka_unit_test(test_registration_of_a_block_handed_over_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -272,6 +272,47 @@ static void test_landed_round_trips_bytes_and_stripes(void **state)
 	free(out);
 }
 
+static void test_fd_flags_round_trip_and_refuse_a_flag_other_than_0_or_1(void **state)
+{
+	struct lmt_msg_fd_flags in = {.count = 3, .flags = {1, 0, 1}}, out;
+	assert_int_equal(lmt__enc_fd_flags(&buf, LMT_MSG_FD_OFFER, &in), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_FD_OFFER, &len);
+	assert_int_equal(lmt__dec_fd_flags(p, len, LMT_MSG_FD_OFFER, &out, &err), 0);
+	assert_int_equal(out.count, 3);
+	assert_memory_equal(out.flags, in.flags, 3);
+	in.flags[1] = 2;
+	assert_int_equal(lmt__enc_fd_flags(&buf, LMT_MSG_FD_ACCEPT, &in), 0);
+	p = payload(LMT_MSG_FD_ACCEPT, &len);
+	assert_int_equal(lmt__dec_fd_flags(p, len, LMT_MSG_FD_ACCEPT, &out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "FD_ACCEPT message: a block flag must be 0 or 1");
+}
+
+static void test_fd_handover_round_trips_and_refuses_blocks_out_of_order(void **state)
+{
+	struct lmt_msg_fd_handover *in = calloc(1, sizeof(*in));
+	in->count = 2;
+	in->entries[0] = (struct lmt_msg_fd_entry){.block = 1, .offset = 4096, .digest = 7};
+	in->entries[1] =
+	        (struct lmt_msg_fd_entry){.block = 4, .offset = 1ull << 40, .digest = ~0ull};
+	assert_int_equal(lmt__enc_fd_handover(&buf, in), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_FD_HANDOVER, &len);
+	struct lmt_msg_fd_handover *out = malloc(sizeof(*out));
+	assert_int_equal(lmt__dec_fd_handover(p, len, out, &err), 0);
+	assert_int_equal(out->count, 2);
+	assert_int_equal(out->entries[1].block, 4);
+	assert_int_equal(out->entries[1].offset, 1ull << 40);
+	assert_int_equal(out->entries[1].digest, ~0ull);
+	in->entries[1].block = 1;
+	assert_int_equal(lmt__enc_fd_handover(&buf, in), 0);
+	p = payload(LMT_MSG_FD_HANDOVER, &len);
+	assert_int_equal(lmt__dec_fd_handover(p, len, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "FD_HANDOVER message: block indexes must increase");
+	free(in);
+	free(out);
+}
+
 static void test_addresses_round_trip(void **state)
 {
 	struct lmt_msg_addrs *in = calloc(1, sizeof(*in));
@@ -364,6 +405,10 @@ int main(void)
 	        cmocka_unit_test_teardown(test_hello_reply_carries_challenge_and_proof, teardown),
 	        cmocka_unit_test_teardown(test_auth_flag_other_than_0_or_1_is_refused, teardown),
 	        cmocka_unit_test_teardown(test_auth_message_is_exactly_one_proof, teardown),
+	        cmocka_unit_test_teardown(
+	                test_fd_flags_round_trip_and_refuse_a_flag_other_than_0_or_1, teardown),
+	        cmocka_unit_test_teardown(
+	                test_fd_handover_round_trips_and_refuses_blocks_out_of_order, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -255,16 +255,23 @@ static void print_preamble(const struct bench_report *rep)
 	} else {
 		fprintf(f, "idle\n");
 	}
-	fprintf(f, "options: %s; source RAM on %s; destination RAM %s\n",
+	bool handover = cfg->local && !cfg->local_anonymous;
+	fprintf(f, "options: %s; source RAM %s; destination RAM %s\n",
 	        rep->common_options ? rep->common_options : "(defaults)",
-	        cfg->thp ? "huge pages where granted" : "4 KiB pages",
-	        cfg->prefault ? "pre-faulted" : "not pre-faulted");
+	        handover   ? "in a memfd"
+	        : cfg->thp ? "on huge pages where granted"
+	                   : "on 4 KiB pages",
+	        handover        ? "handed over over unix:PATH (not pre-faulted)"
+	        : cfg->prefault ? "pre-faulted"
+	                        : "not pre-faulted");
 	if (rep->repeat > 1)
 		fprintf(f, "runs: %u per row; median, min and max over the verified runs\n",
 		        rep->repeat);
 	if (rep->memcpy_gibps > 0)
 		fprintf(f, "memcpy yardstick: %.2f GiB/s (%.2f Gb/s; one thread, median of 3)\n",
 		        rep->memcpy_gibps, rep->memcpy_gibps * GIB * 8 / 1e9);
+	else if (handover)
+		fprintf(f, "memcpy yardstick: not measured (a handover copies nothing)\n");
 	else
 		fprintf(f, "memcpy yardstick: unavailable (not enough memory)\n");
 	for (size_t i = 0; i < rep->nplugins; i++) {

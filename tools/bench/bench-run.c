@@ -1,5 +1,7 @@
 /* lmt-bench: one migration run — a forked destination process over a memfd,
- * the source session in this process, then the bit-for-bit check. */
+ * the source session in this process, then the bit-for-bit check; or, for
+ * --target local, a handover of a memfd guest over unix:PATH, checked by
+ * the destination itself. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +41,7 @@ struct child_msg {
 	uint64_t prefault_ns;
 	uint64_t state_length;
 	uint64_t state_checksum;
+	int32_t handover_checked; /* --target local: the destination compared */
 	char error[BENCH_ERROR_MAX];
 };
 
@@ -48,6 +51,7 @@ struct run {
 	struct bench_result *out;
 	uint64_t deadline_ns;
 	int memfd;
+	int src_memfd; /* --target local: the source guest's RAM, handed over */
 	int pipe_fd;
 	pid_t child;
 	struct guest_ram src;
@@ -100,12 +104,16 @@ static const char *lmt_message(int rc, const struct lmt_error *err)
 	return err && err->message[0] ? err->message : lmt_strerror(rc);
 }
 
-static int add_blocks(lmt_session *session, const struct guest_ram *ram)
+/* With memfd >= 0, each block is that file's, from its offset in RAM. */
+static int add_blocks(lmt_session *session, const struct guest_ram *ram, int memfd)
 {
 	for (uint32_t i = 0; i < ram->nblocks; i++) {
 		const struct guest_block *b = &ram->blocks[i];
-		int rc = lmt_session_add_block(session, b->name, b->host, b->length,
-		                               GUEST_PAGE_SIZE);
+		uint64_t offset = (uint64_t)(b->host - ram->base);
+		int rc = memfd >= 0 ? lmt_session_add_block_fd(session, b->name, b->host, b->length,
+		                                               GUEST_PAGE_SIZE, memfd, offset)
+		                    : lmt_session_add_block(session, b->name, b->host, b->length,
+		                                            GUEST_PAGE_SIZE);
 
 		if (rc < 0)
 			return rc;
@@ -229,15 +237,25 @@ static uint64_t prefault(uint8_t *base, uint64_t bytes)
 	return guest_now_ns() - start;
 }
 
+/* Where a --target local destination listens. */
+static void local_uri(pid_t bench, char *buf, size_t size)
+{
+	const char *dir = getenv("TMPDIR");
+	snprintf(buf, size, "unix:%s/lmt-bench-%d.sock", dir && *dir ? dir : "/tmp", (int)bench);
+}
+
 static int dest_load(const struct bench_config *cfg, lmt_session *session, int fd,
                      uint64_t deadline_ns, bool *fired)
 {
 	struct child_msg listening = {.kind = CHILD_LISTENING};
 	struct watchdog wd;
-	char uri[32];
+	char uri[PATH_MAX];
 	int rc;
 
-	snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)cfg->port);
+	if (cfg->local)
+		local_uri(getppid(), uri, sizeof(uri));
+	else
+		snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)cfg->port);
 	rc = lmt_load_listen(session, uri, &listening.port);
 	if (rc < 0)
 		return rc;
@@ -249,9 +267,64 @@ static int dest_load(const struct bench_config *cfg, lmt_session *session, int f
 	return rc;
 }
 
+/* The pages of the source's file that hold data (the rest are holes,
+ * which read as zero on both sides, and are not faulted in here). */
+static bool same_data(const uint8_t *mine, const uint8_t *theirs, int file, uint64_t offset,
+                      uint64_t length)
+{
+	uint64_t end = offset + length;
+	off_t at = (off_t)offset;
+	while ((uint64_t)at < end) {
+		off_t data = lseek(file, at, SEEK_DATA);
+		if (data < 0 || (uint64_t)data >= end)
+			return true;
+		off_t hole = lseek(file, data, SEEK_HOLE);
+		uint64_t stop = hole < 0 || (uint64_t)hole > end ? end : (uint64_t)hole;
+		uint64_t from = (uint64_t)data - offset;
+		if (memcmp(mine + from, theirs + from, stop - (uint64_t)data) != 0)
+			return false;
+		at = (off_t)stop;
+	}
+	return true;
+}
+
+/* --target local: every block's memory, as this process's pointer shows
+ * it, is the source's file (the descriptor lmt received is that file) and
+ * holds what the paused source holds, byte for byte. */
+static int dest_check_handover(lmt_session *session, const struct guest_ram *ram, int src_memfd,
+                               struct child_msg *msg)
+{
+	struct stat theirs, got;
+	uint8_t *src = mmap(NULL, ram->bytes, PROT_READ, MAP_SHARED, src_memfd, 0);
+	if (src == MAP_FAILED || fstat(src_memfd, &theirs) != 0) {
+		child_fail(msg, -LMT_EIO, "handover check", strerror(errno));
+		return -1;
+	}
+	int rc = 0;
+	for (uint32_t i = 0; i < ram->nblocks && rc == 0; i++) {
+		const struct guest_block *b = &ram->blocks[i];
+		uint64_t offset = (uint64_t)(b->host - ram->base), at = 0;
+		int fd = -1;
+		rc = lmt_load_block_fd(session, i, &fd, &at);
+		if (rc == 0 &&
+		    (fstat(fd, &got) != 0 || got.st_ino != theirs.st_ino || at != offset))
+			rc = -LMT_EVERIFY;
+		if (rc == 0 && !same_data(b->host, src + offset, src_memfd, offset, b->length))
+			rc = -LMT_EVERIFY;
+		if (fd >= 0)
+			close(fd);
+		if (rc)
+			child_fail(msg, rc, "handover check",
+			           "the block's memory is not the source's file");
+	}
+	munmap(src, ram->bytes);
+	msg->handover_checked = rc == 0;
+	return rc;
+}
+
 static void dest_migrate(const struct bench_config *cfg, const char *plugin,
-                         const struct guest_ram *ram, int fd, uint64_t deadline_ns,
-                         struct child_msg *msg)
+                         const struct guest_ram *ram, int memfd, int src_memfd, int fd,
+                         uint64_t deadline_ns, struct child_msg *msg)
 {
 	struct lmt_error err = {0};
 	lmt_session *session;
@@ -266,7 +339,7 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 		child_fail(msg, rc, "", lmt_message(rc, &err));
 		return;
 	}
-	rc = add_blocks(session, ram);
+	rc = add_blocks(session, ram, src_memfd >= 0 ? memfd : -1);
 	if (rc == 0)
 		rc = dest_load(cfg, session, fd, deadline_ns, &fired);
 	if (rc == 0)
@@ -274,6 +347,8 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 	if (rc == 0) {
 		msg->state_length = length;
 		msg->state_checksum = guest_checksum(state, length);
+		if (src_memfd >= 0 && dest_check_handover(session, ram, src_memfd, msg))
+			rc = msg->rc;
 	} else {
 		if (fired)
 			timeout_text(cfg, why, sizeof(why));
@@ -282,8 +357,9 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 	lmt_session_free(session);
 }
 
+/* src_memfd: the source guest's file when it is handed over, or -1. */
 static noreturn void dest_main(const struct bench_config *cfg, const char *plugin, int memfd,
-                               int fd, pid_t parent, uint64_t deadline_ns)
+                               int src_memfd, int fd, pid_t parent, uint64_t deadline_ns)
 {
 	struct child_msg msg = {.kind = CHILD_DONE};
 	struct guest_ram ram;
@@ -298,10 +374,11 @@ static noreturn void dest_main(const struct bench_config *cfg, const char *plugi
 	if (base == MAP_FAILED) {
 		child_fail(&msg, -LMT_ENOMEM, "mapping the destination RAM", strerror(errno));
 	} else {
-		if (cfg->prefault)
+		/* Handed-over RAM replaces this memory: nothing to fault in. */
+		if (cfg->prefault && src_memfd < 0)
 			msg.prefault_ns = prefault(base, cfg->ram_bytes);
 		guest_ram_layout(&ram, base, cfg->ram_bytes);
-		dest_migrate(cfg, plugin, &ram, fd, deadline_ns, &msg);
+		dest_migrate(cfg, plugin, &ram, memfd, src_memfd, fd, deadline_ns, &msg);
 		munmap(base, cfg->ram_bytes);
 	}
 	child_send(fd, &msg);
@@ -481,7 +558,7 @@ static int source_migrate(struct run *run, const char *uri)
 		note(run->out, "source: %s", lmt_message(rc, &err));
 		return rc;
 	}
-	rc = add_blocks(session, &run->src);
+	rc = add_blocks(session, &run->src, run->src_memfd);
 	if (rc == 0)
 		rc = lmt_session_set_dirty_sync(session, guest_dirty_sync, &run->src);
 	if (rc == 0)
@@ -497,6 +574,19 @@ static int source_migrate(struct run *run, const char *uri)
 
 /* ---- The run ------------------------------------------------------------ */
 
+/* Anonymous memory, or for a handover a memfd of the guest's own. */
+static uint8_t *source_ram(struct run *run)
+{
+	const struct bench_config *cfg = run->cfg;
+	if (!cfg->local || cfg->local_anonymous)
+		return mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE,
+		            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	run->src_memfd = memfd_create("lmt-bench-guest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (run->src_memfd < 0 || ftruncate(run->src_memfd, (off_t)cfg->ram_bytes) < 0)
+		return MAP_FAILED;
+	return mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, run->src_memfd, 0);
+}
+
 static int prepare(struct run *run)
 {
 	const struct bench_config *cfg = run->cfg;
@@ -508,8 +598,7 @@ static int prepare(struct run *run)
 		note(run->out, "destination RAM memfd: %s", strerror(errno));
 		return -1;
 	}
-	src = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-	           0);
+	src = source_ram(run);
 	if (src == MAP_FAILED) {
 		note(run->out, "source RAM: %s", strerror(errno));
 		return -1;
@@ -544,7 +633,8 @@ static int spawn(struct run *run)
 	run->child = fork();
 	if (run->child == 0) {
 		close(fds[0]);
-		dest_main(run->cfg, run->plugin, run->memfd, fds[1], parent, run->deadline_ns);
+		dest_main(run->cfg, run->plugin, run->memfd, run->src_memfd, fds[1], parent,
+		          run->deadline_ns);
 	}
 	close(fds[1]);
 	run->pipe_fd = fds[0];
@@ -677,7 +767,8 @@ static bool compare_block(struct bench_result *out, const struct guest_block *b,
 	return false;
 }
 
-static void verify(struct run *run)
+/* The destination's RAM against the paused source's. */
+static bool compare_ram(struct run *run)
 {
 	const struct bench_config *cfg = run->cfg;
 	int prot = cfg->test_corrupt ? PROT_READ | PROT_WRITE : PROT_READ;
@@ -686,7 +777,7 @@ static void verify(struct run *run)
 
 	if (dst == MAP_FAILED) {
 		note(run->out, "verify: mapping the destination RAM: %s", strerror(errno));
-		return;
+		return false;
 	}
 	/* Proves that the check catches a wrong byte (tests only). */
 	if (cfg->test_corrupt)
@@ -698,6 +789,25 @@ static void verify(struct run *run)
 		same = compare_block(run->out, b, dst + offset, offset);
 	}
 	munmap(dst, cfg->ram_bytes);
+	return same;
+}
+
+/* Handed over, the RAM is one file that only the destination can show
+ * it maps: it compared (dest_check_handover). */
+static bool handover_checked(struct run *run)
+{
+	if (run->cfg->test_corrupt)
+		note(run->out,
+		     "--test-corrupt: a byte flipped in handed-over RAM flips on both sides");
+	else if (!run->report.handover_checked)
+		note(run->out, "the destination did not check its memory");
+	return run->report.handover_checked && !run->cfg->test_corrupt;
+}
+
+static void verify(struct run *run)
+{
+	bool same = run->src_memfd >= 0 ? handover_checked(run) : compare_ram(run);
+
 	if (run->report.state_length != sizeof(run->device_state) ||
 	    run->report.state_checksum !=
 	            guest_checksum(run->device_state, sizeof(run->device_state))) {
@@ -716,6 +826,8 @@ static void release(struct run *run)
 		close(run->pipe_fd);
 	if (run->memfd >= 0)
 		close(run->memfd);
+	if (run->src_memfd >= 0)
+		close(run->src_memfd);
 	if (run->src.base)
 		munmap(run->src.base, run->src.bytes);
 	guest_ram_free_dirty(&run->src);
@@ -751,7 +863,7 @@ static int file_restore(struct run *run, const char *uri)
 		munmap(base, cfg->ram_bytes);
 		return rc;
 	}
-	rc = add_blocks(session, &ram);
+	rc = add_blocks(session, &ram, -1);
 	if (rc == 0)
 		rc = watchdog_start(&wd, session, 0, run->deadline_ns) < 0 ? -LMT_ENOMEM : 0;
 	if (rc == 0) {
@@ -811,6 +923,7 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 	        .plugin = plugin,
 	        .out = out,
 	        .memfd = -1,
+	        .src_memfd = -1,
 	        .pipe_fd = -1,
 	        .child = -1,
 	        .workload_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -819,7 +932,8 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 	bool source_ok = false;
 
 	memset(out, 0, sizeof(*out));
-	out->prefaulted = cfg->prefault;
+	/* Handed-over RAM replaces the destination's: nothing is faulted in. */
+	out->prefaulted = cfg->prefault && !(cfg->local && !cfg->local_anonymous);
 	run.deadline_ns = guest_now_ns() + cfg->timeout_ns;
 	if (cfg->target_dir) {
 		if (prepare(&run) == 0)
@@ -829,9 +943,12 @@ void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_
 		return;
 	}
 	if (prepare(&run) == 0 && spawn(&run) == 0) {
-		char uri[32];
+		char uri[PATH_MAX];
 		if (wait_listening(&run, &port) == 0) {
-			snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)port);
+			if (cfg->local)
+				local_uri(getpid(), uri, sizeof(uri));
+			else
+				snprintf(uri, sizeof(uri), "127.0.0.1:%u", (unsigned)port);
 			source_ok = source_migrate(&run, uri) == 0;
 		}
 		collect_child(&run, source_ok);

@@ -35,6 +35,12 @@ struct bench_config {
 	/* --target file:DIR: save to a file in DIR, then restore it into a
 	 * fresh destination in this process; NULL: migrate to a forked one. */
 	const char *target_dir;
+	/* --target local[:anonymous]: a same-host live update, to a forked
+	 * destination over unix:PATH. The guest's RAM is a memfd handed over
+	 * by descriptor, or with `local_anonymous` anonymous memory the
+	 * plugin copies. */
+	bool local;
+	bool local_anonymous;
 };
 
 /* The outcome of one migration. */

@@ -161,6 +161,14 @@ static void usage(FILE *f)
 	        "                       into a fresh destination in this process and check it;\n"
 	        "                       adds the file's size and the restore's time and rate\n"
 	        "                       (default: migrate to a forked destination process)\n"
+	        "  --target local       a same-host live update: the destination process is\n"
+	        "                       reached over unix:PATH and the guest's RAM, a memfd,\n"
+	        "                       is handed over by descriptor (checked byte for byte by\n"
+	        "                       the destination); its pre-fault is left out\n"
+	        "                       (default: off)\n"
+	        "  --target local:anonymous\n"
+	        "                       the same over unix:PATH with anonymous guest RAM,\n"
+	        "                       copied by the plugin (default: off)\n"
 	        "  --test-corrupt       TESTS ONLY: flip a byte of the destination's RAM before\n"
 	        "                       the check, so that every run fails (default: off)\n"
 	        "  -h, --help           this help, then exit (default: off)\n"
@@ -366,8 +374,16 @@ static void apply_flag(struct args *args, int flag, const char *value)
 		set_plot(args, value);
 		break;
 	case 'T':
+		if (strcmp(value, "local") == 0 || strcmp(value, "local:anonymous") == 0) {
+			cfg->local = true;
+			cfg->local_anonymous = value[5] != '\0';
+			break;
+		}
 		if (strncmp(value, "file:", 5) != 0 || !value[5])
-			bad_arg("--target", "file:DIR, a directory to save the guest in", value);
+			bad_arg("--target",
+			        "file:DIR (a directory to save the guest in), local or "
+			        "local:anonymous",
+			        value);
 		cfg->target_dir = value + 5;
 		break;
 	}
@@ -765,7 +781,10 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	};
 	int failed, plot = 0;
 
-	report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes, args->cfg.thp);
+	/* A handover copies nothing: no memcpy to hold it to (and no two
+	 * buffers of the guest's size to allocate). */
+	if (!args->cfg.local || args->cfg.local_anonymous)
+		report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes, args->cfg.thp);
 	if (args->yardsticks)
 		bench_yardsticks(plugins->items, plugins->count);
 	if (args->plot && !bench_plot_available())

@@ -213,6 +213,20 @@ int lmt_session_get_option(lmt_session *session, const char *name, struct lmt_op
 int lmt_session_add_block(lmt_session *session, const char *name, void *host, uint64_t length,
                           uint32_t page_size);
 
+/* Add a RAM block whose memory is mapped MAP_SHARED at `host` from the
+ * file `fd` (a memfd or a hugetlbfs file) at byte `offset`. Checked as for
+ * lmt_session_add_block, and also: fd is open and a regular file (a memfd
+ * is one) of at least offset + length bytes, offset a multiple of
+ * page_size, and the memory from host to host + length is that file's,
+ * shared, from offset (read from /proc/self/maps). A block refused gets
+ * -LMT_EINVAL and an error naming it and what is wrong. lmt keeps its own
+ * duplicate of fd (the caller may close its own at once) and closes it at
+ * lmt_session_free. Such a block migrates like any other, except over a
+ * unix: target where both sides added it with a descriptor: it is then
+ * handed over at the switchover (see lmt_save_setup), never copied. */
+int lmt_session_add_block_fd(lmt_session *session, const char *name, void *host, uint64_t length,
+                             uint32_t page_size, int fd, uint64_t offset);
+
 /* Source: the dirty-page callback (required before lmt_save_setup). */
 int lmt_session_set_dirty_sync(lmt_session *session, lmt_dirty_sync_fn fn, void *opaque);
 
@@ -254,6 +268,22 @@ void lmt_cancel(lmt_session *session);
  * docs/file-format.md. */
 int lmt_save_setup(lmt_session *session, const char *uri);
 
+/* "unix:PATH" connects to a destination on the same host listening there,
+ * and migrates as over TCP (the same protocol, auth-key and tls), with
+ * one difference: a block added with lmt_session_add_block_fd on both
+ * sides is not copied but handed over. lmt_save_complete passes its
+ * descriptor to the destination (SCM_RIGHTS) after the device state, with
+ * a digest of some of its pages, and the destination maps it in place of
+ * its own block: the pause is the device state and a round trip whatever
+ * the size of such blocks. The dirty-sync callback is not called for
+ * them. Blocks without a descriptor on either side are copied by the
+ * session's plugin, live, as usual. Each side checks that the other runs
+ * as the same user or as root (SO_PEERCRED). With tls=on, descriptors
+ * cannot travel (they would bypass TLS): every block is then copied.
+ * After a completed handover the source must not write the guest's
+ * memory any more: it is the destination's. docs/embedding.md, "Same-host
+ * handover". */
+
 struct lmt_iterate_result {
 	uint32_t pass;                 /* 1-based; 1 is the bulk copy */
 	uint64_t remaining_bytes;      /* dirty plus in flight */
@@ -294,7 +324,13 @@ int lmt_save_complete(lmt_session *session, const void *device_state, size_t len
  *
  * "file:PATH", with a storage plugin ("file"), restores from a file
  * lmt_save_setup wrote: nothing is bound (*port is 0), the file is only
- * named; lmt_load_run reads it. */
+ * named; lmt_load_run reads it.
+ *
+ * "unix:PATH" binds a unix stream socket at PATH (mode 0600; *port is 0)
+ * for a source on the same host (see lmt_save_setup): a stale socket of
+ * this user's left there is replaced, anything else at PATH is refused,
+ * and the socket file is removed once the source is accepted or the
+ * session freed. */
 int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
 
 /* Accept the source, take the migration in until it completes or fails.
@@ -316,6 +352,14 @@ int lmt_load_run(lmt_session *session);
 /* The device state received (*data, *length); valid until
  * lmt_session_free. */
 int lmt_load_device_state(lmt_session *session, const void **data, size_t *length);
+
+/* After a completed load over unix: that handed block `block` (its index
+ * in the order added) over: *fd is a new descriptor (close-on-exec) of
+ * the source's file, which is now mapped at the block's host address; its
+ * block starts at *offset in it (offset may be NULL). The caller owns *fd,
+ * to hand on at the next upgrade. -LMT_ENOTFOUND for a block that was
+ * copied, -LMT_ESTATE before the load completed. */
+int lmt_load_block_fd(lmt_session *session, uint32_t block, int *fd, uint64_t *offset);
 
 /* ---- Statistics -------------------------------------------------------- */
 
