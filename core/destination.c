@@ -1231,6 +1231,16 @@ static int end_load(struct lmt_session *s, int rc)
 {
 	if (rc)
 		return lmt__abort(s, rc);
+	pthread_mutex_lock(&s->lock);
+	if (!s->stats.resume_ns)
+		s->stats.resume_ns = lmt__now() - s->start_ns;
+	bool lazy = s->lazy;
+	pthread_mutex_unlock(&s->lock);
+	/* restore=lazy: the guest may run; the pages come in until
+	 * lmt_load_finish. */
+	if (lazy)
+		return 0;
+	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
@@ -1269,6 +1279,32 @@ int lmt_load_run(lmt_session *s)
 	return rc;
 }
 
+int lmt_load_finish(lmt_session *s)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (s->role != LMT_ROLE_DESTINATION)
+		return lmt__usage(s, LMT_ESTATE, "load finish: this session is a source");
+	int state = atomic_load(&s->state);
+	if (state == LMT_STATE_DONE)
+		return 0;
+	if (state == LMT_STATE_FAILED)
+		return lmt__usage(s, LMT_ESTATE, "load finish: the load failed: %s",
+		                  lmt_session_error(s)->message);
+	pthread_mutex_lock(&s->lock);
+	bool lazy = s->lazy && !s->finishing;
+	s->finishing = lazy;
+	pthread_mutex_unlock(&s->lock);
+	if (!lazy)
+		return lmt__usage(s, LMT_ESTATE,
+		                  "load finish: no load to finish (lmt_load_run must return 0 "
+		                  "first, and only one call waits)");
+	lmt__call_enter(s);
+	int rc = end_load(s, lmt__lazy_finish(s));
+	lmt__call_leave(s);
+	return rc;
+}
+
 int lmt__load_connected(struct lmt_session *s, int fd)
 {
 	int rc = begin_load(s, LMT_STATE_NEW);
@@ -1303,8 +1339,14 @@ int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
 	if (!data || !length)
 		return lmt__usage(s, LMT_EINVAL, "device state: data and length are required");
 	struct lmt_destination_engine *d = s->destination;
-	if (s->role != LMT_ROLE_DESTINATION || atomic_load(&s->state) != LMT_STATE_DONE)
-		return lmt__usage(s, LMT_ESTATE, "device state: only after a completed load");
+	pthread_mutex_lock(&s->lock);
+	bool resumed = s->lazy != NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (s->role != LMT_ROLE_DESTINATION ||
+	    (atomic_load(&s->state) != LMT_STATE_DONE && !resumed))
+		return lmt__usage(s, LMT_ESTATE,
+		                  "device state: only after a completed load (or, with "
+		                  "restore=lazy, once lmt_load_run returned 0)");
 	*data = d->state_buf;
 	*length = d->state_len;
 	return 0;
