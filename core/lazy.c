@@ -23,7 +23,7 @@
 #define QUEUE 1024u
 #define FAULT_SLOTS 8u
 #define FAULT_RUN (64u << 10)
-#define BACKGROUND_RUN (1u << 20)
+#define BACKGROUND_RUN (256u << 10)
 #define HOLE_GAP 16u
 
 struct fault_req {

@@ -3,7 +3,8 @@
  * VMM registered, then the bitmaps, digests and device state, each
  * against the commit record's checksums, and only then the pages present,
  * in parallel over the channels, straight into the blocks. With
- * verify=on every stripe is hashed and compared with its saved digest. */
+ * verify=on every stripe is hashed and compared with its saved digest.
+ * restore=lazy checks the same, then hands the pages to lazy.c. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

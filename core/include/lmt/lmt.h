@@ -310,7 +310,13 @@ int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
  * for a missing file) with the reason in the session's error; with
  * verify=on every stripe is checked against the digests saved with it
  * (-LMT_EVERIFY, naming the block and bytes). A restore reads nothing
- * outside the file and writes nothing outside the blocks. */
+ * outside the file and writes nothing outside the blocks.
+ *
+ * With restore=lazy the file is checked the same way, then lmt_load_run
+ * returns 0 as soon as the guest may run and the pages are loaded behind
+ * it (userfaultfd; the blocks must be private anonymous memory):
+ * lmt_load_finish below waits for the last one. -LMT_ENOTSUP where
+ * userfaultfd cannot be opened, before any block is touched. */
 int lmt_load_run(lmt_session *session);
 
 /* The device state received (*data, *length); valid until
