@@ -494,21 +494,24 @@ static int compare_u64(const void *a, const void *b)
 
 void lmt__uffd_stats(struct lmt__uffd *u, struct lmt__uffd_stats *out)
 {
-	static _Thread_local uint64_t sorted[RESERVOIR];
+	uint64_t *sorted = malloc(RESERVOIR * sizeof(*sorted));
 	pthread_mutex_lock(&u->lock);
-	uint64_t n = u->nsamples < RESERVOIR ? u->nsamples : RESERVOIR;
-	memcpy(sorted, u->samples, n * sizeof(sorted[0]));
+	uint64_t n = !sorted ? 0 : u->nsamples < RESERVOIR ? u->nsamples : RESERVOIR;
+	if (n)
+		memcpy(sorted, u->samples, n * sizeof(sorted[0]));
 	*out = (struct lmt__uffd_stats){.faults = u->faults,
 	                                .fault_pages = u->fault_pages,
 	                                .background_pages = u->background_pages,
 	                                .fault_max_ns = u->max_ns};
 	pthread_mutex_unlock(&u->lock);
 	out->missing = lmt__uffd_missing(u);
-	if (!n)
-		return;
-	qsort(sorted, n, sizeof(sorted[0]), compare_u64);
-	out->fault_p50_ns = sorted[(n - 1) / 2];
-	out->fault_p99_ns = sorted[(n - 1) * 99 / 100];
+	if (n) {
+		/* Out of memory: the percentiles stay 0 in this snapshot. */
+		qsort(sorted, n, sizeof(sorted[0]), compare_u64);
+		out->fault_p50_ns = sorted[(n - 1) / 2];
+		out->fault_p99_ns = sorted[(n - 1) * 99 / 100];
+	}
+	free(sorted);
 }
 
 void lmt__uffd_close(struct lmt__uffd *u)

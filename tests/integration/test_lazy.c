@@ -447,6 +447,13 @@ static void cancel_with_waiter(bool free_only)
 		l.d = NULL;
 	} else {
 		lmt_cancel(l.d);
+		/* The failure is posted at once, before lmt_load_finish. */
+		struct lmt_event ev = {0};
+		for (int i = 0; i < 2000 && ev.type != LMT_EVENT_FAILED; i++)
+			if (!lmt_session_next_event(l.d, &ev))
+				usleep(1000);
+		assert_int_equal(ev.type, LMT_EVENT_FAILED);
+		assert_int_equal(ev.code, -LMT_ECANCELED);
 		assert_int_equal(lmt_load_finish(l.d), -LMT_ECANCELED);
 		struct lmt_stats st;
 		lmt_session_stats(l.d, &st);
