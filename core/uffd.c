@@ -142,17 +142,20 @@ int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *e
 
 /* ---- registration ---- */
 
-/* Whether any page of the range is still populated. */
+/* Whether any page of the range is still populated, asked of mincore a
+ * gigabyte at a time. */
 static int populated(const struct uffd_range *r, bool *any)
 {
-	size_t n = (size_t)(r->length / 4096);
-	unsigned char *vec = malloc(n ? n : 1);
-	if (!vec)
-		return -LMT_ENOMEM;
-	int rc = mincore(r->host, r->length, vec) ? -errno : 0;
+	const uint64_t step = 1ull << 30;
+	unsigned char *vec = malloc(step / 4096);
+	int rc = vec ? 0 : -LMT_ENOMEM;
 	*any = false;
-	for (size_t i = 0; !rc && i < n && !*any; i++)
-		*any = vec[i] & 1;
+	for (uint64_t off = 0; !rc && off < r->length && !*any; off += step) {
+		uint64_t len = r->length - off < step ? r->length - off : step;
+		rc = mincore(r->host + off, len, vec) ? -errno : 0;
+		for (uint64_t i = 0; !rc && i < (len + 4095) / 4096 && !*any; i++)
+			*any = vec[i] & 1;
+	}
 	free(vec);
 	return rc;
 }

@@ -155,6 +155,14 @@ static void lazy_end(struct lazy_load *l)
 	munmap(l->ram.base, l->ram.bytes);
 }
 
+/* The end of a case: the load, the saved guest and its file. */
+static void lazy_end_all(struct lazy_load *l, struct guest_ram *saved, const char *path)
+{
+	lazy_end(l);
+	ram_release(saved);
+	unlink(path);
+}
+
 /* ---- threads touching the guest while it loads ---- */
 
 struct toucher {
@@ -313,9 +321,7 @@ static void lazy_round_trip(const char *save_opts, const char *opts)
 	              st.fault_p50_ns / 1e6, st.fault_p99_ns / 1e6,
 	              (unsigned long long)st.background_pages);
 	assert_int_equal(lmt_load_finish(l.d), 0); /* done: at once */
-	lazy_end(&l);
-	ram_release(&ram);
-	unlink(path);
+	lazy_end_all(&l, &ram, path);
 	census_check(before);
 }
 
@@ -353,9 +359,7 @@ static void test_holes_fault_in_as_zero_pages(void **unused)
 	assert_true(st.faults >= 16);
 	assert_int_equal(lmt_load_finish(l.d), 0);
 	assert_same_ram(&ram, &l.ram);
-	lazy_end(&l);
-	ram_release(&ram);
-	unlink(path);
+	lazy_end_all(&l, &ram, path);
 }
 
 /* ---- failures ---- */
@@ -387,9 +391,7 @@ static void test_truncated_file_fails_the_load_and_wakes_the_waiter(void **unuse
 	lmt_session_stats(l.d, &st);
 	assert_int_equal(st.status, LMT_STATUS_FAILED);
 	assert_int_equal(lmt_load_finish(l.d), -LMT_ESTATE);
-	lazy_end(&l);
-	ram_release(&ram);
-	unlink(path);
+	lazy_end_all(&l, &ram, path);
 	census_check(before);
 }
 
@@ -423,9 +425,7 @@ static void test_corrupt_page_with_verify_is_never_placed(void **unused)
 	if (rc != -LMT_EVERIFY || !strstr(msg, "none of them was placed"))
 		fail_msg("expected LMT_EVERIFY, got %s: %s", lmt_err_name(rc), msg);
 	print_message("    failed: %s\n", msg);
-	lazy_end(&l);
-	ram_release(&ram);
-	unlink(path);
+	lazy_end_all(&l, &ram, path);
 }
 
 static void cancel_with_waiter(bool free_only)
@@ -461,9 +461,7 @@ static void cancel_with_waiter(bool free_only)
 	}
 	waiter_expect_segv(&w);
 	assert_true(guest_now_ns() - t0 < 2000000000ull);
-	lazy_end(&l);
-	ram_release(&ram);
-	unlink(path);
+	lazy_end_all(&l, &ram, path);
 	census_check(before);
 }
 
@@ -500,9 +498,7 @@ static void test_lazy_is_refused_without_userfaultfd_before_touching_memory(void
 	for (uint64_t i = 0; i < RAM_BYTES; i += 4093)
 		assert_int_equal(l.ram.base[i], 0xab);
 	assert_int_equal(lmt_load_finish(l.d), -LMT_ESTATE);
-	lazy_end(&l);
-	ram_release(&ram);
-	unlink(path);
+	lazy_end_all(&l, &ram, path);
 }
 
 /* ---- lmt_load_finish elsewhere ---- */
