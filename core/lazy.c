@@ -393,6 +393,11 @@ static int register_blocks(struct lmt__lazy *z)
 
 static void lazy_release(struct lmt__lazy *z)
 {
+	/* A fetch waiting for room in the queue gives up. */
+	pthread_mutex_lock(&z->lock);
+	z->done = true;
+	pthread_cond_broadcast(&z->cond);
+	pthread_mutex_unlock(&z->lock);
 	lmt__uffd_close(z->u);
 	for (uint32_t i = 0; i < z->s->nblocks; i++) {
 		free(z->bitmaps ? z->bitmaps[i] : NULL);

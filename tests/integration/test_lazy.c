@@ -320,6 +320,11 @@ static void lazy_round_trip(const char *save_opts, const char *opts)
 	              opts, st.resume_ns / 1e6, st.total_ns / 1e6, (unsigned long long)st.faults,
 	              st.fault_p50_ns / 1e6, st.fault_p99_ns / 1e6,
 	              (unsigned long long)st.background_pages);
+	char json[2048];
+	assert_true(lmt_stats_json(&st, json, sizeof(json)) > 0);
+	assert_non_null(strstr(json, "\"resume_ms\":"));
+	assert_non_null(strstr(json, "\"fault_p99_ms\":"));
+	assert_non_null(strstr(json, "\"background_pages\":"));
 	assert_int_equal(lmt_load_finish(l.d), 0); /* done: at once */
 	lazy_end_all(&l, &ram, path);
 	census_check(before);
@@ -360,6 +365,39 @@ static void test_holes_fault_in_as_zero_pages(void **unused)
 	assert_int_equal(lmt_load_finish(l.d), 0);
 	assert_same_ram(&ram, &l.ram);
 	lazy_end_all(&l, &ram, path);
+}
+
+/* A VMM that never blocks in lmt: the load runs as a job, the guest
+ * starts when it ends, and lmt_load_finish ends the load: COMPLETED. */
+static void test_lazy_restore_as_a_job_completes_at_lmt_load_finish(void **unused)
+{
+	struct guest_ram ram, back;
+	char path[PATH_MAX], uri[PATH_MAX + 8];
+	save_guest(&ram, RAM_BYTES, path, sizeof(path), "job.lmt", "channels=2");
+	guest_ram_layout(&back, ram_map(RAM_BYTES), RAM_BYTES);
+	lmt_session *d = session_on(LMT_ROLE_DESTINATION, &back, "file", "restore=lazy");
+	snprintf(uri, sizeof(uri), "file:%s", path);
+	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
+	assert_int_equal(lmt_load_start(d), 0);
+	assert_int_equal(lmt_session_wait(d, 30000), 0);
+	struct toucher t;
+	touchers_start(&t, 1, &back, &ram, 1000);
+	struct lmt_event ev = {0};
+	bool completed = false;
+	while (lmt_session_next_event(d, &ev))
+		completed |= ev.type == LMT_EVENT_COMPLETED;
+	assert_false(completed); /* not before lmt_load_finish */
+	assert_int_equal(lmt_load_finish(d), 0);
+	while (lmt_session_next_event(d, &ev))
+		completed |= ev.type == LMT_EVENT_COMPLETED;
+	assert_true(completed);
+	touchers_join(&t, 1);
+	assert_int_equal(t.first_wrong, 0);
+	assert_same_ram(&ram, &back);
+	lmt_session_free(d);
+	munmap(back.base, back.bytes);
+	ram_release(&ram);
+	unlink(path);
 }
 
 /* ---- failures ---- */
@@ -599,6 +637,7 @@ int main(void)
 	                test_lazy_restore_with_threads_touching_pages_is_bit_for_bit_over_1_2_4_channels),
 	        cmocka_unit_test(test_lazy_restore_with_verify_checks_each_stripe_before_placing_it),
 	        cmocka_unit_test(test_holes_fault_in_as_zero_pages),
+	        cmocka_unit_test(test_lazy_restore_as_a_job_completes_at_lmt_load_finish),
 	        cmocka_unit_test(test_truncated_file_fails_the_load_and_wakes_the_waiter),
 	        cmocka_unit_test(test_corrupt_page_with_verify_is_never_placed),
 	        cmocka_unit_test(test_cancel_wakes_a_thread_blocked_on_a_fault),
