@@ -90,11 +90,12 @@ static int check_stripes(struct lmt__lazy *z, const struct slot *sl)
 		uint64_t k = off >> b->stripe_shift;
 		uint64_t len = min_u64(1ull << b->stripe_shift, b->length - off);
 		if (XXH3_64bits(sl->buf + (off - from), len) != z->digests[sl->block][k])
-			return lmt__fail(s, LMT_EVERIFY,
-			                 "file '%s': verify: block '%s': bytes %llu to %llu differ from "
-			                 "the digest saved with them; none of them was placed",
-			                 s->file_path, b->name, (unsigned long long)off,
-			                 (unsigned long long)(off + len - 1));
+			return lmt__fail(
+			        s, LMT_EVERIFY,
+			        "file '%s': verify: block '%s': bytes %llu to %llu differ from "
+			        "the digest saved with them; none of them was placed",
+			        s->file_path, b->name, (unsigned long long)off,
+			        (unsigned long long)(off + len - 1));
 	}
 	return 0;
 }
@@ -107,14 +108,14 @@ static bool in_file(const struct lmt__lazy *z, uint32_t block, uint64_t page)
 }
 
 /* The run from `page`: pages missing, in the file (or, for `holes`, not
- * in it), at most `max`. With verify=on every page of the stripes read. */
+ * in it), at most `max`. verify=on reads whole stripes instead. */
 static uint64_t run_from(struct lmt__lazy *z, uint32_t block, uint64_t page, uint64_t max,
                          bool holes)
 {
 	const struct lmt_block *b = &z->s->blocks[block];
 	uint64_t n = 1;
 	while (page + n < b->npages && n < max && !lmt__uffd_present(z->u, block, page + n) &&
-	       (z->s->verify || in_file(z, block, page + n) != holes))
+	       in_file(z, block, page + n) != holes)
 		n++;
 	return n;
 }
@@ -241,8 +242,8 @@ static int place_batch(struct lmt__lazy *z, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct slot *sl = &z->slots[i];
 		int rc = s->verify ? check_stripes(z, sl) : 0;
-		if (!rc && lmt__uffd_copy(z->u, sl->block, sl->page, sl->npages, sl->buf, sl->origin,
-		                          &err))
+		if (!rc && lmt__uffd_copy(z->u, sl->block, sl->page, sl->npages, sl->buf,
+		                          sl->origin, &err))
 			rc = lmt__fail(s, err.code, "file '%s': %s", s->file_path, err.message);
 		if (rc)
 			return rc;
@@ -288,7 +289,8 @@ static int batch(struct lmt__lazy *z)
 	if (!rc && !n && !lmt__uffd_missing(z->u))
 		return 1;
 	if (!rc && !n)
-		return lmt__fail(s, LMT_EIO, "file '%s': %llu pages missing after the last one read",
+		return lmt__fail(s, LMT_EIO,
+		                 "file '%s': %llu pages missing after the last one read",
 		                 s->file_path, (unsigned long long)lmt__uffd_missing(z->u));
 	if (!rc)
 		rc = read_batch(z, n);

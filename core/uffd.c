@@ -197,9 +197,10 @@ int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t
 	struct uffdio_register reg = {.range = {.start = (uintptr_t)host, .len = length},
 	                              .mode = UFFDIO_REGISTER_MODE_MISSING};
 	if (ioctl(u->fd, UFFDIO_REGISTER, &reg))
-		return lmt__error(err, LMT_EINVAL,
-		                  "userfaultfd: range %u (%llu bytes at %p) cannot be registered: %s",
-		                  range, (unsigned long long)length, host, strerror(errno));
+		return lmt__error(
+		        err, LMT_EINVAL,
+		        "userfaultfd: range %u (%llu bytes at %p) cannot be registered: %s", range,
+		        (unsigned long long)length, host, strerror(errno));
 	r->registered = true;
 	atomic_fetch_add(&u->missing, r->npages);
 	uint64_t need = 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
@@ -330,8 +331,8 @@ static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_
 			mark(u, range, page + at++);
 		else if (rc && rc != -EAGAIN && rc != -EEXIST)
 			return lmt__error(err, LMT_EIO,
-			                  "userfaultfd: range %u: cannot place page %llu: %s", range,
-			                  (unsigned long long)(page + at), strerror(-rc));
+			                  "userfaultfd: range %u: cannot place page %llu: %s",
+			                  range, (unsigned long long)(page + at), strerror(-rc));
 	}
 	return 0;
 }
@@ -422,7 +423,8 @@ static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
 static void *fault_thread(void *arg)
 {
 	struct lmt__uffd *u = arg;
-	struct pollfd fds[2] = {{.fd = u->fd, .events = POLLIN}, {.fd = u->stop_fd, .events = POLLIN}};
+	struct pollfd fds[2] = {{.fd = u->fd, .events = POLLIN},
+	                        {.fd = u->stop_fd, .events = POLLIN}};
 	for (;;) {
 		if (poll(fds, 2, -1) < 0 && errno != EINTR)
 			break;

@@ -188,7 +188,8 @@ static void *toucher_run(void *arg)
 			t->segv_offset = (uint64_t)((uint8_t *)addr - t->ram->base) + 1;
 			break;
 		}
-		if (t->saved && !t->first_wrong && memcmp(t->ram->base + off, t->saved->base + off, PAGE))
+		if (t->saved && !t->first_wrong &&
+		    memcmp(t->ram->base + off, t->saved->base + off, PAGE))
 			t->first_wrong = off + 1;
 		atomic_fetch_add(&t->touched, 1);
 	}
@@ -199,7 +200,8 @@ static void touchers_start(struct toucher *t, int n, const struct guest_ram *ram
                            const struct guest_ram *saved, uint64_t pages)
 {
 	for (int i = 0; i < n; i++) {
-		t[i] = (struct toucher){.ram = ram, .saved = saved, .seed = 100 + i, .pages = pages};
+		t[i] = (struct toucher){
+		        .ram = ram, .saved = saved, .seed = 100 + i, .pages = pages};
 		assert_int_equal(pthread_create(&t[i].thread, NULL, toucher_run, &t[i]), 0);
 	}
 }
@@ -330,8 +332,8 @@ static void lazy_round_trip(const char *save_opts, const char *opts)
 	census_check(before);
 }
 
-static void test_lazy_restore_with_threads_touching_pages_is_bit_for_bit_over_1_2_4_channels(
-        void **unused)
+static void
+test_lazy_restore_with_threads_touching_pages_is_bit_for_bit_over_1_2_4_channels(void **unused)
 {
 	lazy_round_trip("channels=1", "channels=1");
 	lazy_round_trip("channels=2", "channels=2,chunk-size=64K");
@@ -421,8 +423,8 @@ static void test_truncated_file_fails_the_load_and_wakes_the_waiter(void **unuse
 	int rc = lmt_load_finish(l.d);
 	const char *msg = lmt_session_error(l.d)->message;
 	if (rc != -LMT_EIO || !strstr(msg, "read of"))
-		fail_msg("expected LMT_EIO and a file that ends early, got %s: %s", lmt_err_name(rc),
-		         msg);
+		fail_msg("expected LMT_EIO and a file that ends early, got %s: %s",
+		         lmt_err_name(rc), msg);
 	print_message("    failed: %s\n", msg);
 	waiter_expect_segv(&w);
 	struct lmt_stats st;
@@ -626,7 +628,8 @@ int main(void)
 {
 	char why[256];
 	if (!userfaultfd_available(why, sizeof(why))) {
-		printf("SKIP: userfaultfd cannot be opened here (%s): restore=lazy needs it\n", why);
+		printf("SKIP: userfaultfd cannot be opened here (%s): restore=lazy needs it\n",
+		       why);
 		return 77;
 	}
 	const char *dir = getenv("LMT_TEST_FILE_DIR");
@@ -635,7 +638,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(
 	                test_lazy_restore_with_threads_touching_pages_is_bit_for_bit_over_1_2_4_channels),
-	        cmocka_unit_test(test_lazy_restore_with_verify_checks_each_stripe_before_placing_it),
+	        cmocka_unit_test(
+	                test_lazy_restore_with_verify_checks_each_stripe_before_placing_it),
 	        cmocka_unit_test(test_holes_fault_in_as_zero_pages),
 	        cmocka_unit_test(test_lazy_restore_as_a_job_completes_at_lmt_load_finish),
 	        cmocka_unit_test(test_truncated_file_fails_the_load_and_wakes_the_waiter),
