@@ -1251,9 +1251,25 @@ static int end_load(struct lmt_session *s, int rc)
 	return 0;
 }
 
+/* restore=lazy is for a file: restore; a migration's load is whole when
+ * it returns (postcopy is not there yet). */
+static int check_restore_mode(struct lmt_session *s)
+{
+	pthread_mutex_lock(&s->opts_lock);
+	bool lazy = strcmp(lmt__opt_text(s->opts, "restore"), "lazy") == 0;
+	pthread_mutex_unlock(&s->opts_lock);
+	if (lazy && !s->file_path)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "load run: restore=lazy applies to a file: restore only; this "
+		                  "session listens for a source");
+	return 0;
+}
+
 static int load_run(lmt_session *s)
 {
-	int rc = begin_load(s, LMT_STATE_LISTENING);
+	int rc = check_restore_mode(s);
+	if (!rc)
+		rc = begin_load(s, LMT_STATE_LISTENING);
 	if (rc)
 		return rc;
 	rc = lmt__session_prepare(s);
