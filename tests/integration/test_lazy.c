@@ -137,14 +137,23 @@ struct lazy_load {
 	char error[600];
 };
 
+/* A destination on fresh RAM of `bytes`, listening on the file `path`. */
+static lmt_session *listen_on_file(struct guest_ram *ram, uint64_t bytes, const char *path,
+                                   const char *opts)
+{
+	char uri[PATH_MAX + 8];
+	guest_ram_layout(ram, ram_map(bytes), bytes);
+	lmt_session *d = session_on(LMT_ROLE_DESTINATION, ram, "file", opts);
+	snprintf(uri, sizeof(uri), "file:%s", path);
+	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
+	return d;
+}
+
 static void lazy_begin(struct lazy_load *l, uint64_t bytes, const char *path, const char *opts)
 {
-	char uri[PATH_MAX + 8], all[512];
-	guest_ram_layout(&l->ram, ram_map(bytes), bytes);
+	char all[512];
 	snprintf(all, sizeof(all), "restore=lazy%s%s", opts && *opts ? "," : "", opts ? opts : "");
-	l->d = session_on(LMT_ROLE_DESTINATION, &l->ram, "file", all);
-	snprintf(uri, sizeof(uri), "file:%s", path);
-	assert_int_equal(lmt_load_listen(l->d, uri, NULL), 0);
+	l->d = listen_on_file(&l->ram, bytes, path, all);
 	l->run_rc = lmt_load_run(l->d);
 	snprintf(l->error, sizeof(l->error), "%s", lmt_session_error(l->d)->message);
 }
@@ -374,12 +383,9 @@ static void test_holes_fault_in_as_zero_pages(void **unused)
 static void test_lazy_restore_as_a_job_completes_at_lmt_load_finish(void **unused)
 {
 	struct guest_ram ram, back;
-	char path[PATH_MAX], uri[PATH_MAX + 8];
+	char path[PATH_MAX];
 	save_guest(&ram, RAM_BYTES, path, sizeof(path), "job.lmt", "channels=2");
-	guest_ram_layout(&back, ram_map(RAM_BYTES), RAM_BYTES);
-	lmt_session *d = session_on(LMT_ROLE_DESTINATION, &back, "file", "restore=lazy");
-	snprintf(uri, sizeof(uri), "file:%s", path);
-	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
+	lmt_session *d = listen_on_file(&back, RAM_BYTES, path, "restore=lazy");
 	assert_int_equal(lmt_load_start(d), 0);
 	assert_int_equal(lmt_session_wait(d, 30000), 0);
 	struct toucher t;
@@ -523,12 +529,8 @@ static void test_lazy_is_refused_without_userfaultfd_before_touching_memory(void
 	char path[PATH_MAX];
 	save_guest(&ram, RAM_BYTES, path, sizeof(path), "no-uffd.lmt", "");
 	setenv("LMT_TEST_NO_USERFAULTFD", "1", 1);
-	char uri[PATH_MAX + 8];
-	guest_ram_layout(&l.ram, ram_map(RAM_BYTES), RAM_BYTES);
+	l.d = listen_on_file(&l.ram, RAM_BYTES, path, "restore=lazy");
 	memset(l.ram.base, 0xab, RAM_BYTES);
-	l.d = session_on(LMT_ROLE_DESTINATION, &l.ram, "file", "restore=lazy");
-	snprintf(uri, sizeof(uri), "file:%s", path);
-	assert_int_equal(lmt_load_listen(l.d, uri, NULL), 0);
 	int rc = lmt_load_run(l.d);
 	unsetenv("LMT_TEST_NO_USERFAULTFD");
 	const char *msg = lmt_session_error(l.d)->message;
@@ -546,13 +548,10 @@ static void test_lazy_is_refused_without_userfaultfd_before_touching_memory(void
 static void test_load_finish_returns_at_once_after_an_eager_restore(void **unused)
 {
 	struct guest_ram ram, back;
-	char path[PATH_MAX], uri[PATH_MAX + 8];
+	char path[PATH_MAX];
 	save_guest(&ram, RAM_BYTES, path, sizeof(path), "eager.lmt", "");
-	guest_ram_layout(&back, ram_map(RAM_BYTES), RAM_BYTES);
-	lmt_session *d = session_on(LMT_ROLE_DESTINATION, &back, "file", "restore=eager");
+	lmt_session *d = listen_on_file(&back, RAM_BYTES, path, "restore=eager");
 	assert_int_equal(lmt_load_finish(d), -LMT_ESTATE); /* nothing run yet */
-	snprintf(uri, sizeof(uri), "file:%s", path);
-	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
 	assert_int_equal(lmt_load_run(d), 0);
 	assert_int_equal(lmt_load_finish(d), 0);
 	assert_same_ram(&ram, &back);
