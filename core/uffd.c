@@ -289,11 +289,20 @@ static bool note_fault(struct lmt__uffd *u, uint32_t range, uint64_t page)
 
 /* ---- placement ---- */
 
+static void wake(struct lmt__uffd *u, uint8_t *addr, uint64_t len)
+{
+	struct uffdio_range r = {.start = (uintptr_t)addr, .len = len};
+	ioctl(u->fd, UFFDIO_WAKE, &r);
+}
+
 typedef int (*place_fn)(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done);
 
 static int place_copy(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
 {
-	struct uffdio_copy c = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len};
+	struct uffdio_copy c = {.dst = (uintptr_t)dst,
+	                        .src = (uintptr_t)src,
+	                        .len = len,
+	                        .mode = UFFDIO_COPY_MODE_DONTWAKE};
 	int rc = ioctl(fd, UFFDIO_COPY, &c) ? -errno : 0;
 	*done = c.copy;
 	return rc;
@@ -302,7 +311,8 @@ static int place_copy(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, in
 static int place_zero(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
 {
 	(void)src;
-	struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len}};
+	struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len},
+	                            .mode = UFFDIO_ZEROPAGE_MODE_DONTWAKE};
 	int rc = ioctl(fd, UFFDIO_ZEROPAGE, &z) ? -errno : 0;
 	*done = z.zeropage;
 	return rc;
@@ -310,7 +320,8 @@ static int place_zero(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, in
 
 /* One run of missing pages [page, page + n): the kernel may stop early
  * at a page that appeared meanwhile (EEXIST) or a changing address space
- * (EAGAIN); go on after it. */
+ * (EAGAIN); go on after it. Pages are marked and counted before their
+ * waiters are woken, so that whoever sees a page sees it counted. */
 static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t n,
                      const uint8_t *src, place_fn fn, enum lmt__uffd_origin origin,
                      struct lmt_error *err)
@@ -326,6 +337,8 @@ static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_
 		for (uint64_t i = 0; i < pages; i++)
 			mark(u, range, page + at + i);
 		placed(u, range, page + at, pages, origin);
+		if (pages)
+			wake(u, r->host + ((page + at) << r->page_shift), pages << r->page_shift);
 		at += pages;
 		if (rc == -EEXIST && at < n)
 			mark(u, range, page + at++);
@@ -378,12 +391,6 @@ int lmt__uffd_zero(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
 uint64_t lmt__uffd_missing(struct lmt__uffd *u)
 {
 	return atomic_load(&u->missing);
-}
-
-static void wake(struct lmt__uffd *u, uint8_t *addr, uint64_t len)
-{
-	struct uffdio_range r = {.start = (uintptr_t)addr, .len = len};
-	ioctl(u->fd, UFFDIO_WAKE, &r);
 }
 
 /* ---- the fault thread ---- */
