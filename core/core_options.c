@@ -7,6 +7,8 @@
 #define NS_PER_S (1000 * NS_PER_MS)
 #define NS_PER_HOUR (3600 * NS_PER_S)
 
+static const char *const restore_modes[] = {"eager", "lazy", NULL};
+
 static const struct lmt_option_desc core_options[] = {
         {
                 .name = "chunk-size",
@@ -198,6 +200,15 @@ static const struct lmt_option_desc core_options[] = {
                 .default_value = "",
                 .doc = "PEM file: the certificate authorities the peer's certificate must "
                        "chain to (each side verifies the other)",
+        },
+        {
+                .name = "restore",
+                .type = LMT_OPT_ENUM,
+                .default_value = "eager",
+                .enum_values = restore_modes,
+                .doc = "file: restore: eager reads every page before lmt_load_run returns; "
+                       "lazy returns once the file is checked and loads the pages behind "
+                       "the running guest (userfaultfd), lmt_load_finish waiting for the last",
         },
         {
                 .name = "direct-io",

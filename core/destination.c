@@ -1280,6 +1280,16 @@ static int end_load(struct lmt_session *s, int rc)
 		lmt__handover_undo(s);
 	if (rc)
 		return lmt__abort(s, rc);
+	pthread_mutex_lock(&s->lock);
+	if (!s->stats.resume_ns)
+		s->stats.resume_ns = lmt__now() - s->start_ns;
+	bool lazy = s->lazy;
+	pthread_mutex_unlock(&s->lock);
+	/* restore=lazy: the guest may run; the pages come in until
+	 * lmt_load_finish. */
+	if (lazy)
+		return 0;
+	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
 	pthread_mutex_lock(&s->lock);
@@ -1290,9 +1300,25 @@ static int end_load(struct lmt_session *s, int rc)
 	return 0;
 }
 
+/* restore=lazy is for a file: restore; a migration's load is whole when
+ * it returns (postcopy is not there yet). */
+static int check_restore_mode(struct lmt_session *s)
+{
+	pthread_mutex_lock(&s->opts_lock);
+	bool lazy = strcmp(lmt__opt_text(s->opts, "restore"), "lazy") == 0;
+	pthread_mutex_unlock(&s->opts_lock);
+	if (lazy && !s->file_path)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "load run: restore=lazy applies to a file: restore only; this "
+		                  "session listens for a source");
+	return 0;
+}
+
 static int load_run(lmt_session *s)
 {
-	int rc = begin_load(s, LMT_STATE_LISTENING);
+	int rc = check_restore_mode(s);
+	if (!rc)
+		rc = begin_load(s, LMT_STATE_LISTENING);
 	if (rc)
 		return rc;
 	rc = lmt__session_prepare(s);
@@ -1314,6 +1340,32 @@ int lmt_load_run(lmt_session *s)
 		                  "load run: a job started with lmt_load_start runs this session");
 	lmt__call_enter(s);
 	int rc = load_run(s);
+	lmt__call_leave(s);
+	return rc;
+}
+
+int lmt_load_finish(lmt_session *s)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (s->role != LMT_ROLE_DESTINATION)
+		return lmt__usage(s, LMT_ESTATE, "load finish: this session is a source");
+	int state = atomic_load(&s->state);
+	if (state == LMT_STATE_DONE)
+		return 0;
+	if (state == LMT_STATE_FAILED)
+		return lmt__usage(s, LMT_ESTATE, "load finish: the load failed: %s",
+		                  lmt_session_error(s)->message);
+	pthread_mutex_lock(&s->lock);
+	bool lazy = s->lazy && !s->finishing;
+	s->finishing = lazy;
+	pthread_mutex_unlock(&s->lock);
+	if (!lazy)
+		return lmt__usage(s, LMT_ESTATE,
+		                  "load finish: no load to finish (lmt_load_run must return 0 "
+		                  "first, and only one call waits)");
+	lmt__call_enter(s);
+	int rc = end_load(s, lmt__lazy_finish(s));
 	lmt__call_leave(s);
 	return rc;
 }
@@ -1352,8 +1404,14 @@ int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
 	if (!data || !length)
 		return lmt__usage(s, LMT_EINVAL, "device state: data and length are required");
 	struct lmt_destination_engine *d = s->destination;
-	if (s->role != LMT_ROLE_DESTINATION || atomic_load(&s->state) != LMT_STATE_DONE)
-		return lmt__usage(s, LMT_ESTATE, "device state: only after a completed load");
+	pthread_mutex_lock(&s->lock);
+	bool resumed = s->lazy != NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (s->role != LMT_ROLE_DESTINATION ||
+	    (atomic_load(&s->state) != LMT_STATE_DONE && !resumed))
+		return lmt__usage(s, LMT_ESTATE,
+		                  "device state: only after a completed load (or, with "
+		                  "restore=lazy, once lmt_load_run returned 0)");
 	*data = d->state_buf;
 	*length = d->state_len;
 	return 0;

@@ -3,7 +3,8 @@
  * VMM registered, then the bitmaps, digests and device state, each
  * against the commit record's checksums, and only then the pages present,
  * in parallel over the channels, straight into the blocks. With
- * verify=on every stripe is hashed and compared with its saved digest. */
+ * verify=on every stripe is hashed and compared with its saved digest.
+ * restore=lazy checks the same, then hands the pages to lazy.c. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "error.h"
 #include "file.h"
 #include "session.h"
+#include "uffd.h"
 
 /* What a restore holds while it runs. */
 struct restore {
@@ -26,6 +28,8 @@ struct restore {
 	uint64_t **bitmaps; /* per block, as read */
 	uint64_t **digests; /* per block with verify=on */
 	uint8_t *state;     /* the device state, rounded up */
+	bool lazy;          /* restore=lazy */
+	struct lmt__uffd *uffd;
 };
 
 static int refuse(struct lmt_session *s, int code, const struct lmt_error *err)
@@ -278,6 +282,27 @@ static void restore_free(struct restore *r)
 		explicit_bzero(r->state, lmt__file_round(r->commit.state_length, LMT_FILE_ALIGN));
 	free(r->state);
 	lmt__mover_fini(&r->m);
+	lmt__uffd_close(r->uffd);
+}
+
+/* restore=lazy needs userfaultfd: known before the file is read. */
+static int open_uffd(struct restore *r)
+{
+	struct lmt_error err = {0};
+	if (lmt__uffd_open(&r->uffd, r->s->nblocks, &err))
+		return lmt__fail(r->s, err.code, "restore=lazy: %s", err.message);
+	return 0;
+}
+
+/* Hand the checked file to the lazy restore (lazy.c), which owns the
+ * descriptor, the mover and the maps from now on. */
+static int start_lazy(struct restore *r)
+{
+	int rc = lmt__lazy_start(r->s, r->uffd, &r->m, r->bitmaps, r->digests);
+	r->uffd = NULL;
+	r->bitmaps = r->digests = NULL;
+	r->m = (struct lmt__mover){0};
+	return rc;
 }
 
 static int restore(struct restore *r)
@@ -285,7 +310,7 @@ static int restore(struct restore *r)
 	struct lmt_session *s = r->s;
 	struct lmt__file *f = r->f;
 	int rc;
-	if ((rc = lmt__file_open(s, LMT_STORAGE_READ, 0)) ||
+	if ((r->lazy && (rc = open_uffd(r))) || (rc = lmt__file_open(s, LMT_STORAGE_READ, 0)) ||
 	    (rc = lmt__mover_init(&r->m, s, true, false)) || (rc = read_head(r)))
 		return rc;
 	/* One key for the whole file as its commit record says it is: a
@@ -301,7 +326,11 @@ static int restore(struct restore *r)
 	pthread_mutex_unlock(&s->lock);
 	lmt__event_simple(s, LMT_EVENT_SETUP_DONE, 0);
 	r->m.stats = true;
-	if ((rc = read_pages(r)) || (s->verify && (rc = check_digests(r))))
+	if (r->lazy)
+		rc = start_lazy(r);
+	else if (!(rc = read_pages(r)) && s->verify)
+		rc = check_digests(r);
+	if (rc)
 		return rc;
 	lmt__destination_take_state(s, r->state, r->commit.state_length);
 	r->state = NULL;
@@ -311,6 +340,9 @@ static int restore(struct restore *r)
 int lmt__file_restore(struct lmt_session *s)
 {
 	struct restore r = {.s = s};
+	pthread_mutex_lock(&s->opts_lock);
+	r.lazy = strcmp(lmt__opt_text(s->opts, "restore"), "lazy") == 0;
+	pthread_mutex_unlock(&s->opts_lock);
 	pthread_mutex_lock(&s->lock);
 	s->start_ns = lmt__now();
 	pthread_mutex_unlock(&s->lock);
@@ -318,7 +350,7 @@ int lmt__file_restore(struct lmt_session *s)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
 	int rc = restore(&r);
 	restore_free(&r);
-	if (!rc)
+	if (!rc && !r.lazy)
 		lmt__file_free(s);
 	return rc;
 }

@@ -190,6 +190,7 @@ void lmt_session_free(lmt_session *s)
 		return;
 	lmt_cancel(s);
 	lmt__job_free(s);
+	lmt__lazy_free(s);
 	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);

@@ -78,6 +78,7 @@ struct lmt_block {
  * service thread (control.c) and the event queue (events.c). */
 struct lmt__ctrl;
 struct lmt__file;
+struct lmt__lazy;
 struct lmt__events;
 struct lmt__job;
 struct lmt_source_engine;
@@ -128,6 +129,10 @@ struct lmt_session {
 	 * peer; the path, and the file's layout once known. */
 	char *file_path;
 	struct lmt__file *file;
+	/* restore=lazy between lmt_load_run and lmt_load_finish (lazy.c);
+	 * set and cleared under lock. */
+	struct lmt__lazy *lazy;
+	bool finishing; /* lmt_load_finish is waiting for it */
 
 	struct lmt__events *events;
 	struct lmt__job *job;       /* lmt_load_start or lmt_save_start (jobs.c) */

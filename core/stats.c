@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
 #include "session.h"
 
 static const char *const status_names[] = {
@@ -43,6 +44,7 @@ int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
 		return -LMT_EINVAL;
 	pthread_mutex_lock(&s->lock);
 	*out = s->stats;
+	lmt__lazy_stats(s, out);
 	if (!ended(out->status) && s->start_ns)
 		out->total_ns = lmt__now() - s->start_ns;
 	pthread_mutex_unlock(&s->lock);
@@ -107,7 +109,9 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 "\"zero_pages\":%llu,\"normal_pages\":%llu,\"writes\":%llu,"
 	                 "\"passes\":%llu,\"dirty_rate_bps\":%llu,\"throughput_bps\":%llu,"
 	                 "\"bandwidth_bps\":%llu,\"throttle_percent\":%u,\"channels\":%u,"
-	                 "\"channel_bytes\":[%s]}",
+	                 "\"channel_bytes\":[%s],\"resume_ms\":%.3f,\"faults\":%llu,"
+	                 "\"fault_p50_ms\":%.3f,\"fault_p99_ms\":%.3f,\"fault_max_ms\":%.3f,"
+	                 "\"background_pages\":%llu}",
 	                 lmt_status_name(st->status), ms(st->setup_ns), ms(st->total_ns),
 	                 ms(st->downtime_ns), expected, (unsigned long long)st->ram_bytes,
 	                 (unsigned long long)st->bytes_sent, (unsigned long long)st->bytes_received,
@@ -117,6 +121,8 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 (unsigned long long)st->dirty_rate_bps,
 	                 (unsigned long long)st->throughput_bps,
 	                 (unsigned long long)st->bandwidth_bps, st->throttle_percent, st->channels,
-	                 channels);
+	                 channels, ms(st->resume_ns), (unsigned long long)st->faults,
+	                 ms(st->fault_p50_ns), ms(st->fault_p99_ns), ms(st->fault_max_ns),
+	                 (unsigned long long)st->background_pages);
 	return n < 0 ? -LMT_EIO : n;
 }

@@ -408,12 +408,19 @@ def case_file_target():
         check(row["restore_ms"] > 0 and row["restore_gibps"] > 0,
               f"restore {row['restore_ms']} ms at {row['restore_gibps']} GiB/s")
         check(row["throughput_gbps"] > 0 and row["pass_count"] >= 2, "save figures")
+        # The lazy restore of the same file, checked bit for bit in each run.
+        check(0 < row["lazy_resume_ms"] <= row["lazy_restore_ms"],
+              f"lazy resume {row['lazy_resume_ms']} ms, total {row['lazy_restore_ms']} ms")
+        check(row["lazy_faults"] >= 0 and row["lazy_fault_p99_ms"] >= 0,
+              f"lazy faults {row['lazy_faults']}, p99 {row['lazy_fault_p99_ms']} ms")
         check(os.listdir(tmp) == [], f"files left behind: {os.listdir(tmp)}")
         rc, out, err = bench("--target", "file:" + tmp, "--ram", "16M", "--timeout", "60s")
         check(rc == 0, f"table: exit status {rc}: {err}")
-        check("restore" in out and "file" in out, f"table lacks the file columns: {out}")
+        check("restore" in out and "file" in out and "lazy resume" in out,
+              f"table lacks the file columns: {out}")
         rc, out, _ = bench("--ram", "16M", "--plugin", "tcp", "--timeout", "60s")
-        check(rc == 0 and "restore" not in out, "a migration's table shows the file columns")
+        check(rc == 0 and "restore" not in out and "lazy" not in out,
+              "a migration's table shows the file columns")
 
 
 def case_local_target():

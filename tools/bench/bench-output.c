@@ -36,6 +36,10 @@ static const struct {
         [BENCH_FILE_MIB] = {"file_bytes", "file", "(MiB)", 8, 1, 1 / MIB, true},
         [BENCH_RESTORE_MS] = {"restore_ms", "restore", "(ms)", 8, 1, 1, false},
         [BENCH_RESTORE_GIBPS] = {"restore_gibps", "restore", "(GiB/s)", 8, 2, 1, false},
+        [BENCH_LAZY_RESUME_MS] = {"lazy_resume_ms", "lazy resume", "(ms)", 11, 2, 1, false},
+        [BENCH_LAZY_RESTORE_MS] = {"lazy_restore_ms", "lazy total", "(ms)", 10, 1, 1, false},
+        [BENCH_LAZY_FAULTS] = {"lazy_faults", "faults", "(count)", 7, 0, 1, true},
+        [BENCH_LAZY_FAULT_P99_MS] = {"lazy_fault_p99_ms", "fault p99", "(ms)", 9, 3, 1, false},
 };
 
 static const char *const suffixes[3] = {"", "_min", "_max"};
@@ -121,6 +125,10 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	        r->to_file && r->restore_ns
 	                ? (double)r->restored_bytes / (double)r->restore_ns * 1e9 / GIB
 	                : NAN;
+	v[BENCH_LAZY_RESUME_MS] = r->lazy_ran ? (double)r->lazy_resume_ns / 1e6 : NAN;
+	v[BENCH_LAZY_RESTORE_MS] = r->lazy_ran ? (double)r->lazy_restore_ns / 1e6 : NAN;
+	v[BENCH_LAZY_FAULTS] = r->lazy_ran ? (double)r->lazy_faults : NAN;
+	v[BENCH_LAZY_FAULT_P99_MS] = r->lazy_ran ? (double)r->lazy_fault_p99_ns / 1e6 : NAN;
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,
@@ -173,7 +181,7 @@ typedef char cell[48];
 
 static bool shown(const struct bench_report *rep, int figure)
 {
-	if (figure == BENCH_FILE_MIB || figure == BENCH_RESTORE_MS || figure == BENCH_RESTORE_GIBPS)
+	if (figure >= BENCH_FILE_MIB && figure <= BENCH_LAZY_FAULT_P99_MS)
 		return rep->cfg->target_dir != NULL;
 	return figure != BENCH_YARDSTICK_PERCENT || rep->yardsticks;
 }

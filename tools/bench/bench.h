@@ -63,6 +63,14 @@ struct bench_result {
 	uint64_t file_bytes;     /* the file's length after the save */
 	uint64_t restore_ns;     /* lmt_load_listen to the end of lmt_load_run */
 	uint64_t restored_bytes; /* pages read back (the destination's bytes received) */
+	/* The same file restored again with restore=lazy while a synthetic
+	 * guest touches its pages; unmeasured where userfaultfd is not. */
+	bool lazy_ran;
+	bool lazy_verified;
+	uint64_t lazy_resume_ns;  /* lmt_load_listen to lmt_load_run's return */
+	uint64_t lazy_restore_ns; /* lmt_load_listen to lmt_load_finish's return */
+	uint64_t lazy_faults;
+	uint64_t lazy_fault_p99_ns;
 };
 
 /* ---- bench-run.c -------------------------------------------------------- */
@@ -112,6 +120,10 @@ enum bench_figure {
 	BENCH_FILE_MIB,
 	BENCH_RESTORE_MS,
 	BENCH_RESTORE_GIBPS,
+	BENCH_LAZY_RESUME_MS,
+	BENCH_LAZY_RESTORE_MS,
+	BENCH_LAZY_FAULTS,
+	BENCH_LAZY_FAULT_P99_MS,
 	BENCH_FIGURE_COUNT
 };
 

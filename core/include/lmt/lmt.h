@@ -346,11 +346,17 @@ int lmt_load_listen(lmt_session *session, const char *uri, uint16_t *port);
  * for a missing file) with the reason in the session's error; with
  * verify=on every stripe is checked against the digests saved with it
  * (-LMT_EVERIFY, naming the block and bytes). A restore reads nothing
- * outside the file and writes nothing outside the blocks. */
+ * outside the file and writes nothing outside the blocks.
+ *
+ * With restore=lazy the file is checked the same way, then lmt_load_run
+ * returns 0 as soon as the guest may run and the pages are loaded behind
+ * it (userfaultfd; the blocks must be private anonymous memory):
+ * lmt_load_finish below waits for the last one. -LMT_ENOTSUP where
+ * userfaultfd cannot be opened, before any block is touched. */
 int lmt_load_run(lmt_session *session);
 
 /* The device state received (*data, *length); valid until
- * lmt_session_free. */
+ * lmt_session_free. Available once lmt_load_run returned 0. */
 int lmt_load_device_state(lmt_session *session, const void **data, size_t *length);
 
 /* After a completed load over unix: that handed block `block` (its index
@@ -360,6 +366,29 @@ int lmt_load_device_state(lmt_session *session, const void **data, size_t *lengt
  * to hand on at the next upgrade. -LMT_ENOTFOUND for a block that was
  * copied, -LMT_ESTATE before the load completed. */
 int lmt_load_block_fd(lmt_session *session, uint32_t block, int *fd, uint64_t *offset);
+
+/* The second half of a load that returns when the guest may run:
+ * restore=lazy now, postcopy later. lmt_load_run returns 0 as soon as the
+ * VMM may resume the guest (device state available, every page reachable:
+ * a vCPU touching a page not there yet waits in the kernel until lmt
+ * places it); the pages go on arriving behind the running guest, and
+ * lmt_load_finish waits until every one is in place, then releases what
+ * the load held (threads, userfaultfd, the file) and ends it: the
+ * COMPLETED event, status completed. Returns 0 at once after a load
+ * that was complete when lmt_load_run returned (an eager restore, a
+ * normal migration). -LMT_ESTATE before lmt_load_run returned 0, after
+ * a failed load, on a source, or while another lmt_load_finish waits.
+ *
+ * A failure after lmt_load_run (a read error, a file cut short, a
+ * digest that does not match with verify=on, lmt_cancel) fails the load:
+ * lmt_load_finish returns its code (-LMT_ECANCELED after a cancel), the
+ * FAILED event is posted as soon as it happens, and every page that had
+ * not arrived is made inaccessible: a thread that touches one, or was
+ * waiting on one, gets SIGSEGV, and KVM_RUN fails with EFAULT. No page is
+ * ever given wrong data. The guest cannot continue; docs/embedding.md
+ * says what the VMM does. Blocks; cancel from another thread;
+ * lmt_session_free cancels and waits for it too. */
+int lmt_load_finish(lmt_session *session);
 
 /* ---- Statistics -------------------------------------------------------- */
 
@@ -408,6 +437,20 @@ struct lmt_stats {
 	/* auto-converge: the share of the time the VMM is asked to hold the
 	 * vCPUs now, in percent; 0 when not throttling. */
 	uint32_t throttle_percent;
+	/* Destination: from the start of the load (lmt_load_run on a file,
+	 * the source's connection otherwise) to when the guest may run, that
+	 * is when lmt_load_run returned 0; 0 until then. */
+	uint64_t resume_ns;
+	/* Destination, pages that arrive after the guest runs (restore=lazy):
+	 * the guest's faults on pages not there yet, the time from such a
+	 * fault to its page placed (median, 99th percentile and maximum, over
+	 * a sample of up to 4096 faults), and the pages loaded ahead of any
+	 * fault. All 0 otherwise. */
+	uint64_t faults;
+	uint64_t fault_p50_ns;
+	uint64_t fault_p99_ns;
+	uint64_t fault_max_ns;
+	uint64_t background_pages;
 };
 
 /* A snapshot; callable from any thread, while running and after. */

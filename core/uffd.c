@@ -1,0 +1,556 @@
+/* userfaultfd: registration, the fault thread, page placement, failure
+ * and statistics, for any user that places pages after the guest runs
+ * (uffd.h; docs/engine.md, "Pages after the guest runs"). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "net.h"
+#include "sync.h"
+#include "uffd.h"
+
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
+
+#define RESERVOIR 4096u
+#define PENDING_MAX 512u
+#define EVENTS_PER_READ 64
+
+struct uffd_range {
+	uint8_t *host;
+	uint64_t length;
+	uint32_t page_shift;
+	uint64_t npages;
+	_Atomic uint64_t *present;
+	bool registered;
+};
+
+/* A fault read and not yet placed: when, to time it. */
+struct pending {
+	uint32_t range;
+	uint64_t page;
+	uint64_t since_ns;
+};
+
+struct lmt__uffd {
+	int fd;
+	int stop_fd; /* an eventfd: the fault thread's signal to end */
+	struct uffd_range *ranges;
+	uint32_t nranges;
+	lmt__uffd_fetch_fn fetch;
+	void *opaque;
+	pthread_t thread;
+	bool started;
+	/* Placement holds it shared; failure exclusively, so that no page is
+	 * placed once the missing ones are made inaccessible. */
+	pthread_rwlock_t place_lock;
+	_Atomic bool failed;
+	_Atomic uint64_t missing;
+	/* Guards what follows: the faults in wait and the statistics. */
+	pthread_mutex_t lock;
+	struct pending pending[PENDING_MAX];
+	uint32_t npending;
+	uint64_t faults, fault_pages, background_pages;
+	uint64_t samples[RESERVOIR];
+	uint64_t nsamples; /* latencies seen; the reservoir keeps RESERVOIR */
+	uint64_t max_ns;
+	uint64_t rng;
+};
+
+/* ---- opening ---- */
+
+static int open_device(void)
+{
+	int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return -errno;
+	int fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+	int e = errno;
+	close(dev);
+	return fd < 0 ? -e : fd;
+}
+
+static int open_fd(struct lmt_error *err)
+{
+	const char *hook = getenv("LMT_TEST_NO_USERFAULTFD");
+	bool simulated = hook && strcmp(hook, "1") == 0;
+	int dev = simulated ? -EACCES : open_device();
+	if (dev >= 0)
+		return dev;
+	int fd = simulated ? -1 : (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	int sys = simulated ? EPERM : errno;
+	if (fd >= 0)
+		return fd;
+	return lmt__error(err, LMT_ENOTSUP,
+	                  "userfaultfd is not available%s: /dev/userfaultfd: %s; userfaultfd(2): "
+	                  "%s (allow it with read-write access to /dev/userfaultfd, "
+	                  "vm.unprivileged_userfaultfd=1 or CAP_SYS_PTRACE, on a kernel built "
+	                  "with CONFIG_USERFAULTFD)",
+	                  simulated ? " (LMT_TEST_NO_USERFAULTFD=1)" : "", strerror(-dev),
+	                  strerror(sys));
+}
+
+static int handshake(int fd, struct lmt_error *err)
+{
+	struct uffdio_api api = {.api = UFFD_API};
+	if (ioctl(fd, UFFDIO_API, &api))
+		return lmt__error(err, LMT_ENOTSUP, "userfaultfd: API handshake failed: %s",
+		                  strerror(errno));
+	uint64_t need = 1ull << _UFFDIO_REGISTER | 1ull << _UFFDIO_UNREGISTER;
+	if ((api.ioctls & need) != need)
+		return lmt__error(err, LMT_ENOTSUP,
+		                  "userfaultfd: the kernel offers no range registration");
+	return 0;
+}
+
+int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *err)
+{
+	*out = NULL;
+	struct lmt__uffd *u = calloc(1, sizeof(*u));
+	if (!u || !(u->ranges = calloc(nranges ? nranges : 1, sizeof(*u->ranges)))) {
+		free(u);
+		return lmt__error(err, LMT_ENOMEM, "userfaultfd: out of memory");
+	}
+	u->nranges = nranges;
+	u->rng = 0x9e3779b97f4a7c15ull;
+	pthread_mutex_init(&u->lock, NULL);
+	pthread_rwlock_init(&u->place_lock, NULL);
+	u->stop_fd = eventfd(0, EFD_CLOEXEC);
+	u->fd = open_fd(err);
+	int rc = u->fd < 0 ? u->fd : handshake(u->fd, err);
+	if (!rc && u->stop_fd < 0)
+		rc = lmt__error(err, LMT_ENOMEM, "userfaultfd: eventfd: %s", strerror(errno));
+	if (rc) {
+		lmt__uffd_close(u);
+		return rc;
+	}
+	*out = u;
+	return 0;
+}
+
+/* ---- registration ---- */
+
+/* Whether any page of the range is still populated, asked of mincore a
+ * gigabyte at a time. */
+static int populated(const struct uffd_range *r, bool *any)
+{
+	const uint64_t step = 1ull << 30;
+	unsigned char *vec = malloc(step / 4096);
+	int rc = vec ? 0 : -LMT_ENOMEM;
+	*any = false;
+	for (uint64_t off = 0; !rc && off < r->length && !*any; off += step) {
+		uint64_t len = r->length - off < step ? r->length - off : step;
+		rc = mincore(r->host + off, len, vec) ? -errno : 0;
+		for (uint64_t i = 0; !rc && i < (len + 4095) / 4096 && !*any; i++)
+			*any = vec[i] & 1;
+	}
+	free(vec);
+	return rc;
+}
+
+static int make_missing(struct uffd_range *r, uint32_t range, struct lmt_error *err)
+{
+	bool any = false;
+	if (madvise(r->host, r->length, MADV_DONTNEED))
+		return lmt__error(err, LMT_EINVAL, "userfaultfd: range %u: madvise: %s", range,
+		                  strerror(errno));
+	int rc = populated(r, &any);
+	if (rc == -LMT_ENOMEM)
+		return lmt__error(err, LMT_ENOMEM, "userfaultfd: out of memory");
+	if (rc)
+		return lmt__error(err, LMT_EINVAL, "userfaultfd: range %u: mincore: %s", range,
+		                  strerror(-rc));
+	if (any)
+		return lmt__error(err, LMT_EINVAL,
+		                  "userfaultfd: range %u keeps pages after MADV_DONTNEED: it must "
+		                  "be private anonymous memory, not shared or file-backed",
+		                  range);
+	return 0;
+}
+
+int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
+                       uint32_t page_shift, struct lmt_error *err)
+{
+	struct uffd_range *r = &u->ranges[range];
+	*r = (struct uffd_range){.host = host,
+	                         .length = length,
+	                         .page_shift = page_shift,
+	                         .npages = length >> page_shift};
+	r->present = calloc((r->npages + 63) / 64, sizeof(uint64_t));
+	if (!r->present)
+		return lmt__error(err, LMT_ENOMEM, "userfaultfd: out of memory");
+	int rc = make_missing(r, range, err);
+	if (rc)
+		return rc;
+	struct uffdio_register reg = {.range = {.start = (uintptr_t)host, .len = length},
+	                              .mode = UFFDIO_REGISTER_MODE_MISSING};
+	if (ioctl(u->fd, UFFDIO_REGISTER, &reg))
+		return lmt__error(
+		        err, LMT_EINVAL,
+		        "userfaultfd: range %u (%llu bytes at %p) cannot be registered: %s", range,
+		        (unsigned long long)length, host, strerror(errno));
+	r->registered = true;
+	atomic_fetch_add(&u->missing, r->npages);
+	uint64_t need = 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
+	if ((reg.ioctls & need) != need)
+		return lmt__error(err, LMT_ENOTSUP,
+		                  "userfaultfd: range %u: the kernel cannot copy, zero and wake "
+		                  "pages there",
+		                  range);
+	return 0;
+}
+
+/* ---- the present bitmaps and the faults in wait ---- */
+
+bool lmt__uffd_present(struct lmt__uffd *u, uint32_t range, uint64_t page)
+{
+	return (atomic_load(&u->ranges[range].present[page / 64]) >> (page % 64)) & 1;
+}
+
+/* Mark a page present; whether it was missing. */
+static bool mark(struct lmt__uffd *u, uint32_t range, uint64_t page)
+{
+	uint64_t bit = 1ull << (page % 64);
+	bool was = atomic_fetch_or(&u->ranges[range].present[page / 64], bit) & bit;
+	if (!was)
+		atomic_fetch_sub(&u->missing, 1);
+	return !was;
+}
+
+static uint64_t next_random(struct lmt__uffd *u)
+{
+	u->rng ^= u->rng << 13;
+	u->rng ^= u->rng >> 7;
+	u->rng ^= u->rng << 17;
+	return u->rng;
+}
+
+/* With u->lock: one fault's latency into the reservoir. */
+static void sample(struct lmt__uffd *u, uint64_t ns)
+{
+	if (ns > u->max_ns)
+		u->max_ns = ns;
+	uint64_t seen = u->nsamples++;
+	if (seen < RESERVOIR)
+		u->samples[seen] = ns;
+	else if (next_random(u) % (seen + 1) < RESERVOIR)
+		u->samples[next_random(u) % RESERVOIR] = ns;
+}
+
+/* Pages [page, page + n) were placed: count them, and time the faults
+ * that waited on them. */
+static void placed(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t n,
+                   enum lmt__uffd_origin origin)
+{
+	uint64_t now = lmt__now_ns();
+	pthread_mutex_lock(&u->lock);
+	if (origin == LMT_UFFD_FAULT)
+		u->fault_pages += n;
+	else
+		u->background_pages += n;
+	for (uint32_t i = 0; i < u->npending;) {
+		struct pending *p = &u->pending[i];
+		if (p->range != range || p->page < page || p->page >= page + n) {
+			i++;
+			continue;
+		}
+		sample(u, now - p->since_ns);
+		*p = u->pending[--u->npending];
+	}
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* A fault on a missing page: whether it is new (not asked for yet). */
+static bool note_fault(struct lmt__uffd *u, uint32_t range, uint64_t page)
+{
+	bool fresh = true;
+	pthread_mutex_lock(&u->lock);
+	u->faults++;
+	for (uint32_t i = 0; i < u->npending && fresh; i++)
+		fresh = u->pending[i].range != range || u->pending[i].page != page;
+	if (fresh && u->npending < PENDING_MAX)
+		u->pending[u->npending++] =
+		        (struct pending){.range = range, .page = page, .since_ns = lmt__now_ns()};
+	pthread_mutex_unlock(&u->lock);
+	return fresh;
+}
+
+/* ---- placement ---- */
+
+static void wake(struct lmt__uffd *u, uint8_t *addr, uint64_t len)
+{
+	struct uffdio_range r = {.start = (uintptr_t)addr, .len = len};
+	ioctl(u->fd, UFFDIO_WAKE, &r);
+}
+
+typedef int (*place_fn)(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done);
+
+static int place_copy(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
+{
+	struct uffdio_copy c = {.dst = (uintptr_t)dst,
+	                        .src = (uintptr_t)src,
+	                        .len = len,
+	                        .mode = UFFDIO_COPY_MODE_DONTWAKE};
+	int rc = ioctl(fd, UFFDIO_COPY, &c) ? -errno : 0;
+	*done = c.copy;
+	return rc;
+}
+
+static int place_zero(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
+{
+	(void)src;
+	struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len},
+	                            .mode = UFFDIO_ZEROPAGE_MODE_DONTWAKE};
+	int rc = ioctl(fd, UFFDIO_ZEROPAGE, &z) ? -errno : 0;
+	*done = z.zeropage;
+	return rc;
+}
+
+/* One run of missing pages [page, page + n): the kernel may stop early
+ * at a page that appeared meanwhile (EEXIST) or a changing address space
+ * (EAGAIN); go on after it. Pages are marked and counted before their
+ * waiters are woken, so that whoever sees a page sees it counted. */
+static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t n,
+                     const uint8_t *src, place_fn fn, enum lmt__uffd_origin origin,
+                     struct lmt_error *err)
+{
+	struct uffd_range *r = &u->ranges[range];
+	uint64_t size = 1ull << r->page_shift, at = 0;
+	while (at < n) {
+		int64_t done = 0;
+		int rc = fn(u->fd, r->host + ((page + at) << r->page_shift),
+		            src ? src + (at << r->page_shift) : NULL, (n - at) << r->page_shift,
+		            &done);
+		uint64_t pages = done > 0 ? (uint64_t)done / size : 0;
+		for (uint64_t i = 0; i < pages; i++)
+			mark(u, range, page + at + i);
+		placed(u, range, page + at, pages, origin);
+		if (pages)
+			wake(u, r->host + ((page + at) << r->page_shift), pages << r->page_shift);
+		at += pages;
+		if (rc == -EEXIST && at < n)
+			mark(u, range, page + at++);
+		else if (rc && rc != -EAGAIN && rc != -EEXIST)
+			return lmt__error(err, LMT_EIO,
+			                  "userfaultfd: range %u: cannot place page %llu: %s",
+			                  range, (unsigned long long)(page + at), strerror(-rc));
+	}
+	return 0;
+}
+
+/* Every missing page of [page, page + npages), run by run. */
+static int place(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                 const uint8_t *src, place_fn fn, enum lmt__uffd_origin origin,
+                 struct lmt_error *err)
+{
+	int rc = 0;
+	uint32_t shift = u->ranges[range].page_shift;
+	pthread_rwlock_rdlock(&u->place_lock);
+	if (atomic_load(&u->failed))
+		rc = lmt__error(err, LMT_ECANCELED, "userfaultfd: placement after a failure");
+	for (uint64_t p = 0; p < npages && !rc;) {
+		if (lmt__uffd_present(u, range, page + p)) {
+			p++;
+			continue;
+		}
+		uint64_t end = p + 1;
+		while (end < npages && !lmt__uffd_present(u, range, page + end))
+			end++;
+		rc = place_run(u, range, page + p, end - p, src ? src + (p << shift) : NULL, fn,
+		               origin, err);
+		p = end;
+	}
+	pthread_rwlock_unlock(&u->place_lock);
+	return rc;
+}
+
+int lmt__uffd_copy(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                   const void *src, enum lmt__uffd_origin origin, struct lmt_error *err)
+{
+	return place(u, range, page, npages, src, place_copy, origin, err);
+}
+
+int lmt__uffd_zero(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                   enum lmt__uffd_origin origin, struct lmt_error *err)
+{
+	return place(u, range, page, npages, NULL, place_zero, origin, err);
+}
+
+uint64_t lmt__uffd_missing(struct lmt__uffd *u)
+{
+	return atomic_load(&u->missing);
+}
+
+/* ---- the fault thread ---- */
+
+/* The range and page of a faulting address, or false when none has it. */
+static bool locate(struct lmt__uffd *u, uint64_t addr, uint32_t *range, uint64_t *page)
+{
+	for (uint32_t i = 0; i < u->nranges; i++) {
+		struct uffd_range *r = &u->ranges[i];
+		uint64_t base = (uintptr_t)r->host;
+		if (r->registered && addr >= base && addr - base < r->length) {
+			*range = i;
+			*page = (addr - base) >> r->page_shift;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
+{
+	uint32_t range;
+	uint64_t page;
+	if (m->event != UFFD_EVENT_PAGEFAULT || !locate(u, m->arg.pagefault.address, &range, &page))
+		return;
+	struct uffd_range *r = &u->ranges[range];
+	/* Placed since the fault was raised, or failed: the waiter only needs
+	 * waking (it then finds the page, or inaccessible memory). */
+	if (lmt__uffd_present(u, range, page) || atomic_load(&u->failed)) {
+		wake(u, r->host + (page << r->page_shift), 1ull << r->page_shift);
+		return;
+	}
+	if (note_fault(u, range, page))
+		u->fetch(u->opaque, range, page);
+}
+
+static void *fault_thread(void *arg)
+{
+	struct lmt__uffd *u = arg;
+	struct pollfd fds[2] = {{.fd = u->fd, .events = POLLIN},
+	                        {.fd = u->stop_fd, .events = POLLIN}};
+	for (;;) {
+		if (poll(fds, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (fds[1].revents)
+			break;
+		struct uffd_msg msgs[EVENTS_PER_READ];
+		ssize_t n = read(u->fd, msgs, sizeof(msgs));
+		for (ssize_t i = 0; i < n / (ssize_t)sizeof(msgs[0]); i++)
+			serve(u, &msgs[i]);
+	}
+	return NULL;
+}
+
+int lmt__uffd_start(struct lmt__uffd *u, lmt__uffd_fetch_fn fetch, void *opaque,
+                    struct lmt_error *err)
+{
+	u->fetch = fetch;
+	u->opaque = opaque;
+	if (lmt__thread_start(&u->thread, fault_thread, u))
+		return lmt__error(err, LMT_ENOMEM, "userfaultfd: cannot start the fault thread");
+	u->started = true;
+	return 0;
+}
+
+/* ---- failure, statistics, closing ---- */
+
+/* Replace the missing pages of a range by inaccessible memory, run by run. */
+static void fence_range(struct uffd_range *r)
+{
+	for (uint64_t p = 0; p < r->npages;) {
+		if ((atomic_load(&r->present[p / 64]) >> (p % 64)) & 1) {
+			p++;
+			continue;
+		}
+		uint64_t end = p + 1;
+		while (end < r->npages && !((atomic_load(&r->present[end / 64]) >> (end % 64)) & 1))
+			end++;
+		/* MAP_FIXED over the registered pages: the new mapping is not
+		 * registered, so a woken waiter faults on PROT_NONE. If it cannot
+		 * be made, the waiter still gets no data: it stays blocked until
+		 * the descriptor is closed, then reads zero pages; say so. */
+		if (mmap(r->host + (p << r->page_shift), (end - p) << r->page_shift, PROT_NONE,
+		         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+		         0) == MAP_FAILED)
+			lmt__log(LMT_LOG_ERROR,
+			         "userfaultfd: cannot make %llu missing pages inaccessible: %s",
+			         (unsigned long long)(end - p), strerror(errno));
+		p = end;
+	}
+}
+
+void lmt__uffd_fail(struct lmt__uffd *u)
+{
+	pthread_rwlock_wrlock(&u->place_lock);
+	if (!atomic_load(&u->failed)) {
+		atomic_store(&u->failed, true);
+		for (uint32_t i = 0; i < u->nranges; i++)
+			if (u->ranges[i].registered)
+				fence_range(&u->ranges[i]);
+		for (uint32_t i = 0; i < u->nranges; i++)
+			if (u->ranges[i].registered)
+				wake(u, u->ranges[i].host, u->ranges[i].length);
+	}
+	pthread_rwlock_unlock(&u->place_lock);
+}
+
+static int compare_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+void lmt__uffd_stats(struct lmt__uffd *u, struct lmt__uffd_stats *out)
+{
+	uint64_t *sorted = malloc(RESERVOIR * sizeof(*sorted));
+	pthread_mutex_lock(&u->lock);
+	uint64_t n = !sorted ? 0 : u->nsamples < RESERVOIR ? u->nsamples : RESERVOIR;
+	if (n)
+		memcpy(sorted, u->samples, n * sizeof(sorted[0]));
+	*out = (struct lmt__uffd_stats){.faults = u->faults,
+	                                .fault_pages = u->fault_pages,
+	                                .background_pages = u->background_pages,
+	                                .fault_max_ns = u->max_ns};
+	pthread_mutex_unlock(&u->lock);
+	out->missing = lmt__uffd_missing(u);
+	if (n) {
+		/* Out of memory: the percentiles stay 0 in this snapshot. */
+		qsort(sorted, n, sizeof(sorted[0]), compare_u64);
+		out->fault_p50_ns = sorted[(n - 1) / 2];
+		out->fault_p99_ns = sorted[(n - 1) * 99 / 100];
+	}
+	free(sorted);
+}
+
+void lmt__uffd_close(struct lmt__uffd *u)
+{
+	if (!u)
+		return;
+	if (u->fd >= 0 && lmt__uffd_missing(u))
+		lmt__uffd_fail(u);
+	if (u->started) {
+		uint64_t one = 1;
+		if (write(u->stop_fd, &one, sizeof(one)) != sizeof(one))
+			lmt__log(LMT_LOG_ERROR, "userfaultfd: cannot stop the fault thread");
+		pthread_join(u->thread, NULL);
+	}
+	for (uint32_t i = 0; i < u->nranges; i++) {
+		struct uffd_range *r = &u->ranges[i];
+		struct uffdio_range range = {.start = (uintptr_t)r->host, .len = r->length};
+		if (r->registered)
+			ioctl(u->fd, UFFDIO_UNREGISTER, &range);
+		free(r->present);
+	}
+	if (u->fd >= 0)
+		close(u->fd);
+	if (u->stop_fd >= 0)
+		close(u->stop_fd);
+	pthread_rwlock_destroy(&u->place_lock);
+	pthread_mutex_destroy(&u->lock);
+	free(u->ranges);
+	free(u);
+}

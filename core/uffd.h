@@ -1,0 +1,82 @@
+/* userfaultfd (uffd.c): memory whose pages arrive after the guest runs.
+ * Ranges of the VMM's anonymous memory are registered in missing-page
+ * mode; a fault thread reads the faults and hands each missing page to
+ * the user's fetch callback, which gets the page from wherever it lives
+ * (a file for a lazy restore, the source for postcopy) and places it
+ * with lmt__uffd_copy or lmt__uffd_zero, from any thread. A page is
+ * placed once: a "present" bitmap per range says which are. On failure
+ * the pages still missing become inaccessible, so that nothing waits on
+ * them for ever and nothing reads wrong data (docs/engine.md). */
+#ifndef LMT_CORE_UFFD_H
+#define LMT_CORE_UFFD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <lmt/lmt.h>
+
+struct lmt__uffd;
+
+/* A fault on page `page` of range `range`, not present: get it and place
+ * it, here or later, from any thread. Called on the fault thread, once per
+ * page until it is placed (a page already asked for is not asked again);
+ * it must not touch the registered memory and should return promptly. */
+typedef void (*lmt__uffd_fetch_fn)(void *opaque, uint32_t range, uint64_t page);
+
+/* Who placed pages, for the statistics. */
+enum lmt__uffd_origin {
+	LMT_UFFD_FAULT,      /* asked for by a fault */
+	LMT_UFFD_BACKGROUND, /* loaded ahead of any fault */
+};
+
+struct lmt__uffd_stats {
+	uint64_t faults;      /* faults on missing pages read from the descriptor */
+	uint64_t fault_pages; /* pages placed for faults */
+	uint64_t background_pages;
+	/* From a fault read to its page placed, over a reservoir of up to
+	 * 4096 faults (all of them when fewer): 0 without faults. */
+	uint64_t fault_p50_ns;
+	uint64_t fault_p99_ns;
+	uint64_t fault_max_ns;
+	uint64_t missing; /* pages not placed yet */
+};
+
+/* Open a userfaultfd for `nranges` ranges: /dev/userfaultfd first, then
+ * the system call, then the API handshake. -LMT_ENOTSUP with err saying
+ * why and what would allow it when neither is permitted or the kernel
+ * lacks it. LMT_TEST_NO_USERFAULTFD=1 in the environment makes it fail
+ * that way (for tests, docs/testing.md). */
+int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *err);
+/* Register range `range`: `length` bytes of private anonymous memory at
+ * `host` in pages of 1 << page_shift. Its pages are dropped first
+ * (MADV_DONTNEED: they read as zero, as the caller promised); a range
+ * that still has pages after that (shared or file memory) is refused. */
+int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
+                       uint32_t page_shift, struct lmt_error *err);
+/* Start the fault thread. */
+int lmt__uffd_start(struct lmt__uffd *u, lmt__uffd_fetch_fn fetch, void *opaque,
+                    struct lmt_error *err);
+
+bool lmt__uffd_present(struct lmt__uffd *u, uint32_t range, uint64_t page);
+/* Place pages [page, page + npages) of `range`: a copy of `src`, or zero.
+ * Pages already present are skipped (a fault and the background may race
+ * for one); those placed wake whoever waits on them. After
+ * lmt__uffd_fail: -LMT_ECANCELED. Thread-safe. */
+int lmt__uffd_copy(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                   const void *src, enum lmt__uffd_origin origin, struct lmt_error *err);
+int lmt__uffd_zero(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                   enum lmt__uffd_origin origin, struct lmt_error *err);
+/* Pages not placed yet, over every range. */
+uint64_t lmt__uffd_missing(struct lmt__uffd *u);
+
+/* The pages will never come: every page still missing is replaced in
+ * place by inaccessible memory (PROT_NONE), then every waiter is woken,
+ * so that it faults again and gets SIGSEGV (a vCPU: KVM_RUN fails with
+ * EFAULT). No page is placed after it. Once; thread-safe. */
+void lmt__uffd_fail(struct lmt__uffd *u);
+void lmt__uffd_stats(struct lmt__uffd *u, struct lmt__uffd_stats *out);
+/* Stop the fault thread, unregister the ranges, close; NULL: nothing.
+ * Pages still missing then are failed first (lmt__uffd_fail). */
+void lmt__uffd_close(struct lmt__uffd *u);
+
+#endif

@@ -1,0 +1,222 @@
+/* The userfaultfd layer on its own (core/uffd.c), without files or
+ * sessions: placement once per page and its counts, a fault handed to
+ * fetch once and answered from it, failure that keeps placed pages and
+ * makes the rest inaccessible, and the refusal where userfaultfd cannot
+ * be opened. Exits 77 where it cannot be opened at all. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "uffd.h"
+
+#define PAGE 4096u
+#define PAGES 64u
+
+static uint8_t *map_range(void)
+{
+	uint8_t *p = mmap(NULL, PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                  -1, 0);
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+/* What fetch saw, and a page of `fill` it places at once. */
+struct fetcher {
+	struct lmt__uffd *u;
+	_Atomic int calls;
+	_Atomic uint64_t last_page;
+	uint8_t fill;
+};
+
+static void fetch_and_place(void *opaque, uint32_t range, uint64_t page)
+{
+	struct fetcher *f = opaque;
+	uint8_t buf[PAGE];
+	memset(buf, f->fill, sizeof(buf));
+	atomic_store(&f->last_page, page);
+	atomic_fetch_add(&f->calls, 1);
+	usleep(2000); /* a latency to measure */
+	assert_int_equal(lmt__uffd_copy(f->u, range, page, 1, buf, LMT_UFFD_FAULT, NULL), 0);
+}
+
+static struct lmt__uffd *open_on(uint8_t *host, struct fetcher *f)
+{
+	struct lmt_error err = {0};
+	struct lmt__uffd *u = NULL;
+	if (lmt__uffd_open(&u, 1, &err) || lmt__uffd_register(u, 0, host, PAGES * PAGE, 12, &err))
+		fail_msg("userfaultfd: %s", err.message);
+	f->u = u;
+	assert_int_equal(lmt__uffd_start(u, fetch_and_place, f, &err), 0);
+	return u;
+}
+
+static void test_each_page_is_placed_once_and_counted_once(void **unused)
+{
+	uint8_t *host = map_range();
+	struct fetcher f = {.fill = 0x11};
+	struct lmt__uffd *u = open_on(host, &f);
+	uint8_t *a = malloc(32 * PAGE), *b = malloc(32 * PAGE);
+	memset(a, 0xaa, 32 * PAGE);
+	memset(b, 0xbb, 32 * PAGE);
+	assert_int_equal(lmt__uffd_missing(u), PAGES);
+	assert_int_equal(lmt__uffd_copy(u, 0, 0, 32, a, LMT_UFFD_BACKGROUND, NULL), 0);
+	/* Pages 16-31 are there already: only 32-47 come from b. */
+	assert_int_equal(lmt__uffd_copy(u, 0, 16, 32, b, LMT_UFFD_FAULT, NULL), 0);
+	assert_int_equal(lmt__uffd_zero(u, 0, 40, 24, LMT_UFFD_BACKGROUND, NULL), 0);
+	assert_int_equal(host[20 * PAGE], 0xaa);
+	assert_int_equal(host[40 * PAGE], 0xbb);
+	assert_int_equal(host[50 * PAGE], 0);
+	struct lmt__uffd_stats st;
+	lmt__uffd_stats(u, &st);
+	assert_int_equal(st.background_pages, 32 + 16);
+	assert_int_equal(st.fault_pages, 16);
+	assert_int_equal(st.missing, 0);
+	assert_int_equal(st.faults, 0);
+	assert_int_equal(atomic_load(&f.calls), 0);
+	lmt__uffd_close(u);
+	free(a);
+	free(b);
+	munmap(host, PAGES * PAGE);
+}
+
+struct toucher {
+	const uint8_t *page;
+	uint8_t seen;
+};
+
+static void *touch_page(void *arg)
+{
+	struct toucher *t = arg;
+	t->seen = *(const volatile uint8_t *)t->page;
+	return NULL;
+}
+
+static void test_a_fault_is_fetched_once_and_its_waiter_gets_the_page(void **unused)
+{
+	uint8_t *host = map_range();
+	struct fetcher f = {.fill = 0x5c};
+	struct lmt__uffd *u = open_on(host, &f);
+	struct toucher t[2] = {{.page = host + 9 * PAGE + 100}, {.page = host + 9 * PAGE + 7}};
+	pthread_t threads[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&threads[i], NULL, touch_page, &t[i]), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_join(threads[i], NULL), 0);
+	assert_int_equal(t[0].seen, 0x5c);
+	assert_int_equal(t[1].seen, 0x5c);
+	assert_int_equal(atomic_load(&f.calls), 1);
+	assert_int_equal(atomic_load(&f.last_page), 9);
+	struct lmt__uffd_stats st;
+	lmt__uffd_stats(u, &st);
+	assert_true(st.faults >= 1);
+	assert_int_equal(st.fault_pages, 1);
+	assert_int_equal(st.missing, PAGES - 1);
+	assert_true(st.fault_p50_ns >= 2000000 && st.fault_max_ns >= st.fault_p99_ns);
+	lmt__uffd_close(u);
+	munmap(host, PAGES * PAGE);
+}
+
+static sigjmp_buf *volatile segv_jump;
+
+static void on_segv(int sig)
+{
+	(void)sig;
+	siglongjmp(*segv_jump, 1);
+}
+
+/* Whether reading `p` raises SIGSEGV. */
+static bool faults(const uint8_t *p)
+{
+	sigjmp_buf jump;
+	struct sigaction sa = {.sa_handler = on_segv, .sa_flags = SA_NODEFER}, old;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, &old);
+	segv_jump = &jump;
+	bool hit = sigsetjmp(jump, 1) != 0;
+	if (!hit)
+		(void)*(const volatile uint8_t *)p;
+	sigaction(SIGSEGV, &old, NULL);
+	return hit;
+}
+
+static void test_failure_keeps_placed_pages_and_makes_the_rest_inaccessible(void **unused)
+{
+	uint8_t *host = map_range();
+	struct fetcher f = {.fill = 1};
+	struct lmt__uffd *u = open_on(host, &f);
+	uint8_t page[PAGE];
+	memset(page, 0x77, sizeof(page));
+	assert_int_equal(lmt__uffd_copy(u, 0, 3, 1, page, LMT_UFFD_BACKGROUND, NULL), 0);
+	lmt__uffd_fail(u);
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__uffd_copy(u, 0, 4, 1, page, LMT_UFFD_BACKGROUND, &err),
+	                 -LMT_ECANCELED);
+	assert_int_equal(host[3 * PAGE], 0x77);
+	assert_true(faults(host + 4 * PAGE));
+	assert_true(faults(host + 63 * PAGE));
+	assert_int_equal(atomic_load(&f.calls), 0);
+	lmt__uffd_close(u);
+	munmap(host, PAGES * PAGE);
+}
+
+static void test_open_is_refused_with_the_reason_where_not_permitted(void **unused)
+{
+	struct lmt_error err = {0};
+	struct lmt__uffd *u = (struct lmt__uffd *)1;
+	setenv("LMT_TEST_NO_USERFAULTFD", "1", 1);
+	assert_int_equal(lmt__uffd_open(&u, 1, &err), -LMT_ENOTSUP);
+	unsetenv("LMT_TEST_NO_USERFAULTFD");
+	assert_null(u);
+	assert_non_null(strstr(err.message, "userfaultfd is not available"));
+	assert_non_null(strstr(err.message, "vm.unprivileged_userfaultfd"));
+}
+
+static void test_shared_memory_is_refused(void **unused)
+{
+	struct lmt_error err = {0};
+	struct lmt__uffd *u = NULL;
+	uint8_t *p =
+	        mmap(NULL, PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(p != MAP_FAILED);
+	memset(p, 1, PAGES * PAGE);
+	assert_int_equal(lmt__uffd_open(&u, 1, &err), 0);
+	assert_int_equal(lmt__uffd_register(u, 0, p, PAGES * PAGE, 12, &err), -LMT_EINVAL);
+	assert_non_null(strstr(err.message, "private anonymous"));
+	lmt__uffd_close(u);
+	munmap(p, PAGES * PAGE);
+}
+
+int main(void)
+{
+	int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (fd < 0) {
+		printf("SKIP: userfaultfd cannot be opened here (%s)\n", strerror(errno));
+		return 77;
+	}
+	close(fd);
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_each_page_is_placed_once_and_counted_once),
+	        cmocka_unit_test(test_a_fault_is_fetched_once_and_its_waiter_gets_the_page),
+	        cmocka_unit_test(test_failure_keeps_placed_pages_and_makes_the_rest_inaccessible),
+	        cmocka_unit_test(test_open_is_refused_with_the_reason_where_not_permitted),
+	        cmocka_unit_test(test_shared_memory_is_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
