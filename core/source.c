@@ -20,10 +20,10 @@
 #define SERVICE_EVERY_NS 1000000ull
 #define WAIT_SLICE_NS 10000000ull
 /* lmt_save_iterate stops its own work a fifth of max-iterate-ms and a
- * millisecond early: a wait that ends there still returns within the
- * budget when a busy host wakes the caller late (by up to a scheduler
- * time slice, a few milliseconds, on a host with fewer cores than busy
- * threads). */
+ * millisecond early, or by how late waits have been ending when that is
+ * more: a wait that ends there still returns within the budget when a
+ * busy host wakes the caller late (by up to a scheduler time slice, a few
+ * milliseconds, on a host with fewer cores than busy threads). */
 #define ITERATE_GUARD_DIV 5u
 #define ITERATE_GUARD_NS 1000000ull
 #define NO_DEADLINE UINT64_MAX
@@ -94,6 +94,7 @@ struct lmt_source_engine {
 	 * rather than start it too close to its deadline. */
 	uint64_t keys_cost_ns; /* a key request to the destination */
 	uint64_t sync_cost_ns; /* the VMM's dirty-log sync */
+	uint64_t late_ns;      /* how long after its timeout a wait ends */
 	bool call_progressed;  /* this call posted a write or ended a pass */
 
 	/* max-bandwidth as a token bucket that outlives each call (see
@@ -640,6 +641,15 @@ static void note_cost(uint64_t *estimate, uint64_t since)
 	*estimate = took > *estimate - *estimate / 8 ? took : *estimate - *estimate / 8;
 }
 
+/* A wait that timed out at `due`: how late it ended. On a host with fewer
+ * cores than busy threads (the transport's, the guest's) a thread woken
+ * by its timer may wait for a core for a scheduler slice or more. */
+static void note_late(struct lmt_source_engine *e, uint64_t due)
+{
+	uint64_t now = lmt__now();
+	note_cost(&e->late_ns, now > due ? due : now);
+}
+
 /* Whether a step that recently took `cost` still fits before `deadline`,
  * or this call has done nothing yet and must take it anyway. */
 static bool step_fits(const struct lmt_source_engine *e, uint64_t cost, uint64_t deadline)
@@ -859,7 +869,10 @@ static int check_stalls(struct lmt_session *s)
 static int harvest(struct lmt_session *s, uint64_t timeout_ns)
 {
 	struct lmt_completion comps[HARVEST_MAX];
+	uint64_t since = lmt__now();
 	int n = s->desc->ops.progress(s->inst, comps, HARVEST_MAX, timeout_ns);
+	if (timeout_ns && n == 0)
+		note_late(s->source, since + timeout_ns);
 	if (n < 0)
 		return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
 		                 lmt_err_name(n));
@@ -1438,9 +1451,15 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
 	tune(s);
+	/* The call's own work stops early: by the guard, or by how late
+	 * waits have been ending when that is more, but never before a fifth
+	 * of the budget, so that every call moves the migration on. */
 	uint64_t guard = e->iterate_ns / ITERATE_GUARD_DIV + ITERATE_GUARD_NS;
-	uint64_t deadline = lmt__now() + (e->iterate_ns > 2 * guard ? e->iterate_ns - guard
-	                                                             : e->iterate_ns / 2);
+	if (guard < e->late_ns + ITERATE_GUARD_NS / 2)
+		guard = e->late_ns + ITERATE_GUARD_NS / 2;
+	uint64_t least = e->iterate_ns / ITERATE_GUARD_DIV;
+	uint64_t deadline = lmt__now() + (e->iterate_ns > guard + least ? e->iterate_ns - guard
+	                                                                : least);
 	int rc = 0;
 	e->call_progressed = false;
 	if (e->pass == 0 && (rc = start_first_pass(s)))
