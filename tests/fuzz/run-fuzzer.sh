@@ -1,11 +1,11 @@
 #!/bin/sh
-# Run one libFuzzer harness for LMT_FUZZ_SECONDS (default 60) from its seed
+# Run one libFuzzer harness for LMT_FUZZ_SECONDS (default 45) from its seed
 # corpus, in a scratch corpus directory, and print what it did.
 #   run-fuzzer.sh FUZZER SEED_DIR
 set -eu
 fuzzer=$1
 seeds=$2
-secs=${LMT_FUZZ_SECONDS:-60}
+secs=${LMT_FUZZ_SECONDS:-45}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/crashes"
