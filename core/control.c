@@ -481,6 +481,12 @@ int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline)
 	return rc ? net_fail(s, rc, lmt__msg_name(type), &e) : 0;
 }
 
+int lmt__ctrl_send_raw(struct lmt_session *s, const struct lmt_buf *b, uint64_t deadline)
+{
+	struct lmt__net_error e;
+	return s->ctrl ? send_locked(s->ctrl, b->data, b->len, deadline, &e) : -LMT_ESTATE;
+}
+
 int lmt__ctrl_send_fds(struct lmt_session *s, const int *fds, unsigned count)
 {
 	struct lmt__ctrl *c = s->ctrl;

@@ -211,6 +211,27 @@ static const struct lmt_option_desc core_options[] = {
                        "the running guest (userfaultfd), lmt_load_finish waiting for the last",
         },
         {
+                .name = "postcopy",
+                .type = LMT_OPT_BOOL,
+                .default_value = "off",
+                .flags = LMT_OPTF_MATCH,
+                .doc = "allow the switch to postcopy (lmt_save_postcopy): the destination "
+                       "runs the guest at once and the pages it lacks follow, those it "
+                       "faults on first (userfaultfd on the destination; one more channel "
+                       "carries the faulted pages)",
+        },
+        {
+                .name = "postcopy-after",
+                .type = LMT_OPT_INT,
+                .default_value = "0",
+                .min = 0,
+                .max = 1000,
+                .doc = "source, postcopy=on: after this many passes without converging, "
+                       "lmt_save_iterate says to switch (result->postcopy) and "
+                       "lmt_save_complete switches to postcopy; 0: only when the VMM calls "
+                       "lmt_save_postcopy",
+        },
+        {
                 .name = "direct-io",
                 .type = LMT_OPT_BOOL,
                 .default_value = "off",

@@ -15,6 +15,8 @@
 #include "error.h"
 #include "file.h"
 #include "net.h"
+#include "postcopy.h"
+#include "uffd.h"
 #include "session.h"
 
 #define TARGET_SLICE_NS 1000000ull
@@ -1166,6 +1168,15 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return handle_landed(s, h->length);
 	case LMT_MSG_FD_HANDOVER:
 		return lmt__handover_receive(s, h->length);
+	case LMT_MSG_POSTCOPY_PAGES:
+		return lmt__postcopy_pages(s, h->length);
+	case LMT_MSG_POSTCOPY:
+		if (s->destination->state_received != s->destination->state_len)
+			return lmt__fail(s, LMT_EPROTO,
+			                 "POSTCOPY with %llu of %llu bytes of device state",
+			                 (unsigned long long)s->destination->state_received,
+			                 (unsigned long long)s->destination->state_len);
+		return lmt__postcopy_switch(s, h->length, s->destination->state_received);
 	default:
 		return lmt__fail(s, LMT_EPROTO,
 		                 "unexpected %s from the source during the migration",
@@ -1276,17 +1287,18 @@ static int begin_load(struct lmt_session *s, int from_state)
 
 static int end_load(struct lmt_session *s, int rc)
 {
-	if (rc)
+	if (rc) {
+		lmt__postcopy_free(s); /* its thread first: it drives the plugin */
 		lmt__handover_undo(s);
-	if (rc)
 		return lmt__abort(s, rc);
+	}
 	pthread_mutex_lock(&s->lock);
 	if (!s->stats.resume_ns)
 		s->stats.resume_ns = lmt__now() - s->start_ns;
-	bool lazy = s->lazy;
+	bool lazy = s->lazy || s->postcopy;
 	pthread_mutex_unlock(&s->lock);
-	/* restore=lazy: the guest may run; the pages come in until
-	 * lmt_load_finish. */
+	/* restore=lazy or postcopy: the guest may run; the pages come in
+	 * until lmt_load_finish. */
 	if (lazy)
 		return 0;
 	lmt__file_free(s);
@@ -1306,7 +1318,14 @@ static int check_restore_mode(struct lmt_session *s)
 {
 	pthread_mutex_lock(&s->opts_lock);
 	bool lazy = strcmp(lmt__opt_text(s->opts, "restore"), "lazy") == 0;
+	bool postcopy = lmt__opt_bool(s->opts, "postcopy");
 	pthread_mutex_unlock(&s->opts_lock);
+	/* Postcopy needs userfaultfd here: say so before any source comes. */
+	struct lmt__uffd *u = NULL;
+	struct lmt_error err = {0};
+	if (postcopy && !s->file_path && lmt__uffd_open(&u, 0, &err))
+		return lmt__usage(s, err.code, "load run: postcopy=on: %s", err.message);
+	lmt__uffd_close(u);
 	if (lazy && !s->file_path)
 		return lmt__usage(s, LMT_EINVAL,
 		                  "load run: restore=lazy applies to a file: restore only; this "
@@ -1357,7 +1376,7 @@ int lmt_load_finish(lmt_session *s)
 		return lmt__usage(s, LMT_ESTATE, "load finish: the load failed: %s",
 		                  lmt_session_error(s)->message);
 	pthread_mutex_lock(&s->lock);
-	bool lazy = s->lazy && !s->finishing;
+	bool lazy = (s->lazy || s->postcopy) && !s->finishing;
 	s->finishing = lazy;
 	pthread_mutex_unlock(&s->lock);
 	if (!lazy)
@@ -1365,7 +1384,7 @@ int lmt_load_finish(lmt_session *s)
 		                  "load finish: no load to finish (lmt_load_run must return 0 "
 		                  "first, and only one call waits)");
 	lmt__call_enter(s);
-	int rc = end_load(s, lmt__lazy_finish(s));
+	int rc = end_load(s, s->lazy ? lmt__lazy_finish(s) : lmt__postcopy_finish(s));
 	lmt__call_leave(s);
 	return rc;
 }
@@ -1405,7 +1424,7 @@ int lmt_load_device_state(lmt_session *s, const void **data, size_t *length)
 		return lmt__usage(s, LMT_EINVAL, "device state: data and length are required");
 	struct lmt_destination_engine *d = s->destination;
 	pthread_mutex_lock(&s->lock);
-	bool resumed = s->lazy != NULL;
+	bool resumed = s->lazy != NULL || s->postcopy != NULL;
 	pthread_mutex_unlock(&s->lock);
 	if (s->role != LMT_ROLE_DESTINATION ||
 	    (atomic_load(&s->state) != LMT_STATE_DONE && !resumed))

@@ -42,7 +42,12 @@ static void *load_job(void *arg)
 {
 	struct lmt_session *s = arg;
 	s->job->self = pthread_self();
-	job_end(s->job, lmt_load_run(s));
+	int rc = lmt_load_run(s);
+	/* Postcopy: the guest may run (the POSTCOPY event went out); the job
+	 * waits for the rest. A lazy restore's is the VMM's to wait for. */
+	if (!rc && s->postcopy)
+		rc = lmt_load_finish(s);
+	job_end(s->job, rc);
 	return NULL;
 }
 
@@ -74,6 +79,9 @@ static void *save_job(void *arg)
 	}
 	if (!rc)
 		rc = lmt_save_complete(s, j->state, j->state_len);
+	/* Switched to postcopy (the POSTCOPY event went out): the rest. */
+	if (!rc)
+		rc = lmt_save_finish(s);
 	job_end(j, rc);
 	return NULL;
 }

@@ -241,6 +241,94 @@ int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m)
 	return finish(b);
 }
 
+/* ---- postcopy ---- */
+
+int lmt__enc_pc_pages(struct lmt_buf *b, const struct lmt_msg_pc_pages *m)
+{
+	if (m->words == 0 || m->words > LMT_PROTO_MAX_BITMAP_WORDS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_POSTCOPY_PAGES);
+	put_u32(b, m->block);
+	put_u64(b, m->first);
+	put_u32(b, m->words);
+	put(b, m->bits, (size_t)m->words * 8);
+	return finish(b);
+}
+
+int lmt__enc_postcopy(struct lmt_buf *b, const struct lmt_msg_postcopy *m)
+{
+	begin(b, LMT_MSG_POSTCOPY);
+	put_u64(b, m->passes);
+	put_u64(b, m->state_length);
+	put_u64(b, m->pages);
+	return finish(b);
+}
+
+int lmt__enc_pc_ack(struct lmt_buf *b, const struct lmt_msg_pc_ack *m)
+{
+	begin(b, LMT_MSG_POSTCOPY_ACK);
+	put_u32(b, (uint32_t)m->code);
+	put_str(b, m->text, sizeof(m->text));
+	if (m->code == 0) {
+		put_u32(b, m->slot_size);
+		put_u32(b, m->slots);
+		put_blob(b, &m->key);
+	}
+	return finish(b);
+}
+
+static void put_run(struct lmt_buf *b, const struct lmt_msg_page *g)
+{
+	put_u32(b, g->block);
+	put_u64(b, g->page);
+	put_u32(b, g->npages);
+}
+
+int lmt__enc_page_req(struct lmt_buf *b, const struct lmt_msg_page_req *m)
+{
+	if (m->count > LMT_PROTO_MAX_PAGE_REQS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_PAGE_REQ);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++)
+		put_run(b, &m->pages[i]);
+	return finish(b);
+}
+
+int lmt__enc_pages(struct lmt_buf *b, const struct lmt_msg_pages *m)
+{
+	if (m->channels > LMT_MAX_CHANNELS || m->count > LMT_PROTO_MAX_PAGE_ENTRIES)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_PAGES);
+	put_u32(b, m->channels);
+	for (uint32_t i = 0; i < m->channels; i++)
+		put_u64(b, m->bytes[i]);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++) {
+		put_u32(b, m->entries[i].slot);
+		put_run(b, &m->entries[i].run);
+	}
+	return finish(b);
+}
+
+int lmt__enc_slots(struct lmt_buf *b, const struct lmt_msg_slots *m)
+{
+	if (m->count > LMT_PROTO_MAX_SLOTS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_SLOTS_FREE);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++)
+		put_u32(b, m->slots[i]);
+	return finish(b);
+}
+
+int lmt__enc_pc_done(struct lmt_buf *b, const struct lmt_msg_pc_done *m)
+{
+	begin(b, LMT_MSG_POSTCOPY_DONE);
+	put_u64(b, m->pages);
+	return finish(b);
+}
+
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type)
 {
 	begin(b, type);
@@ -364,6 +452,13 @@ static const char *const msg_names[] = {
         [LMT_MSG_PONG] = "PONG",           [LMT_MSG_AUTH] = "AUTH",
         [LMT_MSG_LANDED] = "LANDED",       [LMT_MSG_FD_OFFER] = "FD_OFFER",
         [LMT_MSG_FD_ACCEPT] = "FD_ACCEPT", [LMT_MSG_FD_HANDOVER] = "FD_HANDOVER",
+        [LMT_MSG_POSTCOPY_PAGES] = "POSTCOPY_PAGES",
+        [LMT_MSG_POSTCOPY] = "POSTCOPY",
+        [LMT_MSG_POSTCOPY_ACK] = "POSTCOPY_ACK",
+        [LMT_MSG_PAGE_REQ] = "PAGE_REQ",
+        [LMT_MSG_PAGES] = "PAGES",
+        [LMT_MSG_SLOTS_FREE] = "SLOTS_FREE",
+        [LMT_MSG_POSTCOPY_DONE] = "POSTCOPY_DONE",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -573,5 +668,118 @@ int lmt__dec_fd_handover(const uint8_t *p, size_t len, struct lmt_msg_fd_handove
 		if (!r.rc && i > 0 && e->block <= m->entries[i - 1].block)
 			return bad(&r, "block indexes must increase");
 	}
+	return done(&r);
+}
+
+/* ---- postcopy ---- */
+
+int lmt__dec_pc_pages(const uint8_t *p, size_t len, struct lmt_msg_pc_pages *m,
+                      struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_POSTCOPY_PAGES, err);
+	m->block = get_u32(&r, "truncated block index");
+	m->first = get_u64(&r, "truncated first page");
+	get_count(&r, &m->words, LMT_PROTO_MAX_BITMAP_WORDS, "too many bitmap words");
+	if (r.rc)
+		return r.rc;
+	if (m->words == 0)
+		return bad(&r, "an empty bitmap");
+	if (m->first % 64 || m->first > UINT64_MAX - 64ull * m->words)
+		return bad(&r, "the first page is not a multiple of 64, or the bitmap wraps");
+	if (r.left < (size_t)m->words * 8)
+		return bad(&r, "truncated bitmap");
+	m->bits = r.p;
+	r.p += (size_t)m->words * 8;
+	r.left -= (size_t)m->words * 8;
+	return done(&r);
+}
+
+int lmt__dec_postcopy(const uint8_t *p, size_t len, struct lmt_msg_postcopy *m,
+                      struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_POSTCOPY, err);
+	m->passes = get_u64(&r, "truncated pass count");
+	m->state_length = get_u64(&r, "truncated device state length");
+	m->pages = get_u64(&r, "truncated page count");
+	return done(&r);
+}
+
+int lmt__dec_pc_ack(const uint8_t *p, size_t len, struct lmt_msg_pc_ack *m, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_POSTCOPY_ACK, err);
+	memset(m, 0, sizeof(*m));
+	m->code = (int32_t)get_u32(&r, "truncated status");
+	get_str(&r, m->text, sizeof(m->text), "bad status text");
+	if (!r.rc && (m->code > 0 || m->code <= -LMT_ERRC_COUNT))
+		return bad(&r, "status code out of range");
+	if (r.rc || m->code)
+		return done(&r);
+	m->slot_size = get_u32(&r, "truncated slot size");
+	get_count(&r, &m->slots, LMT_PROTO_MAX_SLOTS, "too many staging slots");
+	get_blob(&r, &m->key, "bad staging key");
+	if (!r.rc && (m->slots < 2 || m->slot_size < 4096 || m->slot_size > (64u << 20) ||
+	              m->slot_size % 4096))
+		return bad(&r, "the staging area needs 2 slots or more of 4 KiB to 64 MiB, in pages");
+	return done(&r);
+}
+
+/* A run of at least one page that does not wrap. */
+static void get_run(struct reader *r, struct lmt_msg_page *g)
+{
+	g->block = get_u32(r, "truncated block index");
+	g->page = get_u64(r, "truncated page");
+	g->npages = get_u32(r, "truncated page count");
+	if (!r->rc && (g->npages == 0 || g->page > UINT64_MAX - g->npages))
+		bad(r, "an empty or wrapping run of pages");
+}
+
+int lmt__dec_page_req(const uint8_t *p, size_t len, struct lmt_msg_page_req *m,
+                      struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_PAGE_REQ, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_PAGE_REQS, "too many page requests");
+	if (!r.rc && m->count == 0)
+		return bad(&r, "no page requested");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++)
+		get_run(&r, &m->pages[i]);
+	return done(&r);
+}
+
+int lmt__dec_pages(const uint8_t *p, size_t len, struct lmt_msg_pages *m, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_PAGES, err);
+	get_count(&r, &m->channels, LMT_MAX_CHANNELS, "too many channels");
+	for (uint32_t i = 0; i < m->channels && !r.rc; i++)
+		m->bytes[i] = get_u64(&r, "truncated byte count");
+	get_count(&r, &m->count, LMT_PROTO_MAX_PAGE_ENTRIES, "too many page entries");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
+		struct lmt_msg_pc_entry *e = &m->entries[i];
+		e->slot = get_u32(&r, "truncated slot");
+		get_run(&r, &e->run);
+		if (!r.rc && e->slot != LMT_PROTO_ZERO_SLOT && e->slot >= LMT_PROTO_MAX_SLOTS)
+			return bad(&r, "slot out of range");
+	}
+	return done(&r);
+}
+
+int lmt__dec_slots(const uint8_t *p, size_t len, struct lmt_msg_slots *m, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_SLOTS_FREE, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_SLOTS, "too many slots");
+	if (!r.rc && m->count == 0)
+		return bad(&r, "no slot");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
+		m->slots[i] = get_u32(&r, "truncated slot");
+		if (!r.rc && m->slots[i] >= LMT_PROTO_MAX_SLOTS)
+			return bad(&r, "slot out of range");
+	}
+	return done(&r);
+}
+
+int lmt__dec_pc_done(const uint8_t *p, size_t len, struct lmt_msg_pc_done *m,
+                     struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_POSTCOPY_DONE, err);
+	m->pages = get_u64(&r, "truncated page count");
 	return done(&r);
 }

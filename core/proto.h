@@ -48,7 +48,22 @@ enum lmt_msg_type {
 	LMT_MSG_FD_OFFER = 16,
 	LMT_MSG_FD_ACCEPT = 17,
 	LMT_MSG_FD_HANDOVER = 18,
-	LMT_MSG_TYPE_MAX = 18,
+	/* postcopy=on (docs/protocol.md, "Postcopy"). S->D, guest paused: a
+	 * piece of a block's bitmap of the pages still to come; then the
+	 * device state, then POSTCOPY, the switch, which the destination
+	 * answers with POSTCOPY_ACK and its staging slots' key. After it:
+	 * D->S the pages the guest faulted on (PAGE_REQ), S->D pages landed
+	 * in staging slots or zero (PAGES), D->S slots placed and free again
+	 * (SLOTS_FREE), and S->D POSTCOPY_DONE once every page was sent,
+	 * answered with COMPLETE_ACK. */
+	LMT_MSG_POSTCOPY_PAGES = 19,
+	LMT_MSG_POSTCOPY = 20,
+	LMT_MSG_POSTCOPY_ACK = 21,
+	LMT_MSG_PAGE_REQ = 22,
+	LMT_MSG_PAGES = 23,
+	LMT_MSG_SLOTS_FREE = 24,
+	LMT_MSG_POSTCOPY_DONE = 25,
+	LMT_MSG_TYPE_MAX = 25,
 };
 
 struct lmt_msg_header {
@@ -154,6 +169,72 @@ struct lmt_msg_fd_handover { /* one entry per descriptor, in their order */
 	struct lmt_msg_fd_entry entries[LMT_PROTO_MAX_BLOCKS];
 };
 
+/* POSTCOPY_PAGES: bits [first, first + 64 * words) of a block's bitmap of
+ * the pages still to come, a set bit per page; points into the payload
+ * (8 little-endian bytes a word). first is a multiple of 64. */
+#define LMT_PROTO_MAX_BITMAP_WORDS 65536u
+struct lmt_msg_pc_pages {
+	uint32_t block;
+	uint64_t first;
+	uint32_t words;
+	const uint8_t *bits;
+};
+
+struct lmt_msg_postcopy { /* POSTCOPY */
+	uint64_t passes;
+	uint64_t state_length;
+	uint64_t pages; /* pages announced in POSTCOPY_PAGES, over every block */
+};
+
+/* POSTCOPY_ACK: the destination's answer to the switch; with code 0, its
+ * staging area: `slots` slots of `slot_size` bytes each, slot i at
+ * offset i * slot_size of the region of `key`. */
+#define LMT_PROTO_MAX_SLOTS 4096u
+struct lmt_msg_pc_ack {
+	int32_t code;
+	char text[LMT_PROTO_MAX_TEXT + 1];
+	uint32_t slot_size;
+	uint32_t slots;
+	struct lmt_blob key;
+};
+
+struct lmt_msg_page { /* a run of pages of a block */
+	uint32_t block;
+	uint64_t page;
+	uint32_t npages;
+};
+
+#define LMT_PROTO_MAX_PAGE_REQS 256u
+struct lmt_msg_page_req { /* PAGE_REQ */
+	uint32_t count;
+	struct lmt_msg_page pages[LMT_PROTO_MAX_PAGE_REQS];
+};
+
+/* PAGES: each entry's pages are in staging slot `slot`, from its first
+ * byte, or are all zero (LMT_PROTO_ZERO_SLOT: nothing in staging). */
+#define LMT_PROTO_ZERO_SLOT UINT32_MAX
+#define LMT_PROTO_MAX_PAGE_ENTRIES 1024u
+struct lmt_msg_pc_entry {
+	uint32_t slot;
+	struct lmt_msg_page run;
+};
+
+struct lmt_msg_pages {
+	uint32_t channels;
+	uint64_t bytes[LMT_MAX_CHANNELS]; /* landed on each channel since setup */
+	uint32_t count;
+	struct lmt_msg_pc_entry entries[LMT_PROTO_MAX_PAGE_ENTRIES];
+};
+
+struct lmt_msg_slots { /* SLOTS_FREE */
+	uint32_t count;
+	uint32_t slots[LMT_PROTO_MAX_SLOTS];
+};
+
+struct lmt_msg_pc_done { /* POSTCOPY_DONE */
+	uint64_t pages; /* pages sent after the switch, zero ones included */
+};
+
 /* A growable output buffer; `failed` latches an allocation or size error. */
 struct lmt_buf {
 	uint8_t *data;
@@ -178,6 +259,13 @@ int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
 int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m);
 int lmt__enc_fd_flags(struct lmt_buf *b, uint16_t type, const struct lmt_msg_fd_flags *m);
 int lmt__enc_fd_handover(struct lmt_buf *b, const struct lmt_msg_fd_handover *m);
+int lmt__enc_pc_pages(struct lmt_buf *b, const struct lmt_msg_pc_pages *m);
+int lmt__enc_postcopy(struct lmt_buf *b, const struct lmt_msg_postcopy *m);
+int lmt__enc_pc_ack(struct lmt_buf *b, const struct lmt_msg_pc_ack *m);
+int lmt__enc_page_req(struct lmt_buf *b, const struct lmt_msg_page_req *m);
+int lmt__enc_pages(struct lmt_buf *b, const struct lmt_msg_pages *m);
+int lmt__enc_slots(struct lmt_buf *b, const struct lmt_msg_slots *m);
+int lmt__enc_pc_done(struct lmt_buf *b, const struct lmt_msg_pc_done *m);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
@@ -203,6 +291,21 @@ int lmt__dec_fd_flags(const uint8_t *p, size_t len, uint16_t type, struct lmt_ms
                       struct lmt_error *err);
 int lmt__dec_fd_handover(const uint8_t *p, size_t len, struct lmt_msg_fd_handover *m,
                          struct lmt_error *err);
+/* Postcopy's: runs and slots are checked for what needs no session (a
+ * run of at least one page that does not wrap, a slot below
+ * LMT_PROTO_MAX_SLOTS or the zero slot); the engines check them against
+ * the blocks and the staging area. */
+int lmt__dec_pc_pages(const uint8_t *p, size_t len, struct lmt_msg_pc_pages *m,
+                      struct lmt_error *err);
+int lmt__dec_postcopy(const uint8_t *p, size_t len, struct lmt_msg_postcopy *m,
+                      struct lmt_error *err);
+int lmt__dec_pc_ack(const uint8_t *p, size_t len, struct lmt_msg_pc_ack *m, struct lmt_error *err);
+int lmt__dec_page_req(const uint8_t *p, size_t len, struct lmt_msg_page_req *m,
+                      struct lmt_error *err);
+int lmt__dec_pages(const uint8_t *p, size_t len, struct lmt_msg_pages *m, struct lmt_error *err);
+int lmt__dec_slots(const uint8_t *p, size_t len, struct lmt_msg_slots *m, struct lmt_error *err);
+int lmt__dec_pc_done(const uint8_t *p, size_t len, struct lmt_msg_pc_done *m,
+                     struct lmt_error *err);
 
 const char *lmt__msg_name(uint16_t type);
 

@@ -1,6 +1,7 @@
 /* The session's lifecycle: creation with its plugin and options, RAM
  * blocks, the shared part of setup, failure and teardown. */
 #define _GNU_SOURCE
+#include "postcopy.h"
 #include "session.h"
 
 #include <stdarg.h>
@@ -191,6 +192,7 @@ void lmt_session_free(lmt_session *s)
 	lmt_cancel(s);
 	lmt__job_free(s);
 	lmt__lazy_free(s);
+	lmt__postcopy_free(s);
 	lmt__file_free(s);
 	lmt__transport_close(s);
 	lmt__ctrl_close(s);
@@ -239,8 +241,11 @@ int lmt__abort(struct lmt_session *s, int code)
 	code = s->error.code;
 	struct lmt_msg_status st = {.code = code};
 	lmt__copy(st.text, sizeof(st.text), s->error.message);
-	/* Cancelled means lmt_cancel was called, whatever code a plugin chose. */
-	lmt__stats_end(s, lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED);
+	/* Cancelled means lmt_cancel was called, whatever code a plugin chose;
+	 * in postcopy either is postcopy's failure. */
+	lmt__stats_end(s, atomic_load(&s->in_postcopy) ? LMT_STATUS_POSTCOPY_FAILED
+	                  : lmt__is_cancelled(s)       ? LMT_STATUS_CANCELLED
+	                                               : LMT_STATUS_FAILED);
 	pthread_mutex_unlock(&s->lock);
 	atomic_store(&s->state, LMT_STATE_FAILED);
 	lmt__ctrl_send_error(s, &st);
@@ -252,6 +257,18 @@ int lmt__abort(struct lmt_session *s, int code)
 	lmt__session_log(s, LMT_LOG_INFO, "migration failed: %s", s->error.message);
 	post_failure(s, code);
 	return code;
+}
+
+void lmt__postcopy_failed(struct lmt_session *s, int code)
+{
+	pthread_mutex_lock(&s->lock);
+	lmt__stats_end(s, LMT_STATUS_POSTCOPY_FAILED);
+	struct lmt_msg_status st = {.code = s->error.code ? s->error.code : code};
+	lmt__copy(st.text, sizeof(st.text), s->error.message);
+	pthread_mutex_unlock(&s->lock);
+	/* The peer hears of it now, not when the VMM calls to finish. */
+	lmt__ctrl_send_error(s, &st);
+	post_failure(s, code);
 }
 
 void lmt__call_enter(struct lmt_session *s)
@@ -270,7 +287,7 @@ void lmt__session_async_failure(struct lmt_session *s, int code, const char *why
 	 * the engine reports it, in order. */
 	int state = atomic_load(&s->state);
 	if ((state != LMT_STATE_SETUP && state != LMT_STATE_ACTIVE) || atomic_load(&s->in_call) ||
-	    lmt__ctrl_queued(s))
+	    atomic_load(&s->in_postcopy) || lmt__ctrl_queued(s))
 		return;
 	lmt__fail(s, code, "%s", why);
 	pthread_mutex_lock(&s->lock);
@@ -459,6 +476,11 @@ static int read_options(struct lmt_session *s)
 	s->chunk_size = (uint64_t)lmt__opt_int(o, "chunk-size");
 	s->pin_all = lmt__opt_bool(o, "pin-all");
 	s->verify = lmt__opt_bool(o, "verify");
+	s->postcopy_on = lmt__opt_bool(o, "postcopy");
+	s->postcopy_channel = s->postcopy_on && s->channels < LMT_MAX_CHANNELS &&
+	                      (s->caps & LMT_CAP_MULTI_CHANNEL);
+	if (s->postcopy_channel)
+		s->channels++;
 	s->connect_timeout_ns = (uint64_t)lmt__opt_int(o, "connect-timeout");
 	s->idle_timeout_ns = (uint64_t)lmt__opt_int(o, "idle-timeout");
 	struct lmt_error err = {0};
@@ -496,6 +518,13 @@ int lmt__session_prepare(struct lmt_session *s)
 	int rc = read_options(s);
 	if (rc)
 		return rc;
+	if (s->postcopy_on && s->verify)
+		return lmt__fail(s, LMT_EINVAL,
+		                 "postcopy=on with verify=on: pages placed after the switch are "
+		                 "not covered by the digests yet; choose one");
+	if (s->postcopy_on && s->file_path)
+		return lmt__fail(s, LMT_EINVAL,
+		                 "postcopy=on: a file: target has no destination to switch to");
 	if (s->channels > 1 && !(s->caps & LMT_CAP_MULTI_CHANNEL))
 		return lmt__fail(s, LMT_ENOTSUP, "channels=%u: plugin '%s' supports one channel",
 		                 s->channels, s->wire_name);

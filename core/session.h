@@ -132,7 +132,12 @@ struct lmt_session {
 	/* restore=lazy between lmt_load_run and lmt_load_finish (lazy.c);
 	 * set and cleared under lock. */
 	struct lmt__lazy *lazy;
-	bool finishing; /* lmt_load_finish is waiting for it */
+	bool finishing; /* lmt_load_finish or lmt_save_finish is waiting */
+	/* postcopy=on (postcopy.c): once the switch began, what it holds
+	 * (set and cleared under lock); in_postcopy from the switch on, so
+	 * that a failure is postcopy's. */
+	struct lmt__postcopy *postcopy;
+	_Atomic int in_postcopy;
 
 	struct lmt__events *events;
 	struct lmt__job *job;       /* lmt_load_start or lmt_save_start (jobs.c) */
@@ -158,6 +163,10 @@ struct lmt_session {
 	uint64_t chunk_size;
 	bool pin_all;
 	bool verify;
+	bool postcopy_on;
+	/* postcopy=on and room for one more channel than `channels` asked:
+	 * the last channel carries faulted pages (s->channels counts it) */
+	bool postcopy_channel;
 	uint64_t connect_timeout_ns;
 	uint64_t idle_timeout_ns;
 	struct lmt_auth_key auth;
@@ -191,6 +200,9 @@ int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF
 /* Mark the session failed with the recorded error, tell the peer, release
  * the transport; returns the error code. */
 int lmt__abort(struct lmt_session *s, int code);
+/* A failure on a postcopy thread: status postcopy-failed and the FAILED
+ * event at once; the finishing call releases the rest (lmt__abort). */
+void lmt__postcopy_failed(struct lmt_session *s, int code);
 
 uint64_t lmt__now(void);
 bool lmt__is_cancelled(const struct lmt_session *s);
@@ -233,6 +245,10 @@ int lmt__ctrl_send(struct lmt_session *s);
 /* The same, giving up at `deadline` rather than after idle-timeout. */
 int lmt__ctrl_send_by(struct lmt_session *s, uint64_t deadline);
 int lmt__ctrl_send_empty(struct lmt_session *s, uint16_t type);
+/* Send an encoded message of the caller's own from any thread (the fault
+ * thread's page requests): no failure is recorded; the engine finds a
+ * broken connection on its own. 0 or a negative code. */
+int lmt__ctrl_send_raw(struct lmt_session *s, const struct lmt_buf *b, uint64_t deadline);
 /* Send s->out with `fds` attached (SCM_RIGHTS); a plain unix: socket only. */
 int lmt__ctrl_send_fds(struct lmt_session *s, const int *fds, unsigned count);
 /* Close the descriptors that came with the last message, if the engine

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "file.h"
 #include "net.h"
+#include "postcopy.h"
 #include "session.h"
 
 #define SLOT_BITS 20
@@ -104,6 +105,11 @@ struct lmt_source_engine {
 	uint64_t bandwidth_bps;
 
 	struct lmt_converge converge;
+
+	/* postcopy-after passes ended without converging: the next
+	 * lmt_save_complete switches to postcopy */
+	uint32_t postcopy_after;
+	bool postcopy_due;
 
 	/* lmt_save_set_device_state_size, counted in the expected downtime */
 	_Atomic uint64_t device_state_bytes;
@@ -419,6 +425,16 @@ static int register_local(struct lmt_session *s, struct lmt_block *b, uint64_t w
 	return 0;
 }
 
+int lmt__source_window_mr(struct lmt_session *s, uint32_t block, uint64_t w, lmt_mr **mr)
+{
+	struct lmt_block *b = &s->blocks[block];
+	int rc = 0;
+	if ((s->caps & LMT_CAP_LOCAL_MR) && !b->mrs[w])
+		rc = register_local(s, b, w);
+	*mr = b->mrs[w];
+	return rc;
+}
+
 /* Wait for READY; with pin-all the keys of every block come first. */
 static int wait_ready(struct lmt_session *s)
 {
@@ -474,6 +490,7 @@ static void read_options(struct lmt_session *s)
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
 	e->switchover_timeout_ns = (uint64_t)lmt__opt_int(o, "switchover-timeout");
+	e->postcopy_after = (uint32_t)lmt__opt_int(o, "postcopy-after");
 	lmt__converge_configure(&e->converge, o);
 	pthread_mutex_unlock(&s->opts_lock);
 	e->switchover_deadline = NO_DEADLINE;
@@ -1405,6 +1422,22 @@ static void start_pass(struct lmt_session *s)
  * rule keeps that safe). Close to it, the writes in flight are drained
  * first, so that "ready" means nothing is left but what is dirty. Returns
  * 1 when the deadline came first. */
+/* postcopy-after passes ended and the migration is not ready: say to
+ * switch. The pass is recorded; writes in flight are the switch's to
+ * drain. */
+static bool postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res, uint64_t dirtied)
+{
+	struct lmt_source_engine *e = s->source;
+	if (!s->postcopy_on || !e->postcopy_after || e->pass < e->postcopy_after)
+		return false;
+	measure_pass(s, dirtied, false, false);
+	res->ready = 1;
+	res->postcopy = 1;
+	e->postcopy_due = true;
+	e->need_pass = true;
+	return true;
+}
+
 static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
@@ -1417,6 +1450,8 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		uint64_t bw = e->bandwidth_bps ? e->bandwidth_bps : 1;
 		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
 		    e->bandwidth_bps) {
+			if (postcopy_now(s, res, dirtied))
+				return 0;
 			measure_pass(s, dirtied, false, false);
 			converge(s, dirtied);
 			start_pass(s);
@@ -1430,8 +1465,11 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 	uint64_t more, expected;
 	if ((rc = sync_dirty(s, &more)))
 		return rc;
+	bool fits = expected_downtime(s, &expected) && expected <= e->downtime_limit_ns;
+	if (!fits && postcopy_now(s, res, e->pass_dirtied + more))
+		return 0;
 	measure_pass(s, e->pass_dirtied + more, false, false);
-	if (expected_downtime(s, &expected) && expected <= e->downtime_limit_ns) {
+	if (fits) {
 		res->ready = 1;
 		e->need_pass = true;
 	} else if (!e->dirty_bytes) {
@@ -1464,6 +1502,12 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 	e->call_progressed = false;
 	if (e->pass == 0 && (rc = start_first_pass(s)))
 		return rc;
+	if (e->postcopy_due) {
+		/* Switching is due: nothing more to do but say so again. */
+		res->ready = 1;
+		res->postcopy = 1;
+		return report_landed(s, false);
+	}
 	if (e->need_pass) {
 		e->need_pass = false;
 		start_pass(s);
@@ -1656,16 +1700,82 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 	return send_complete(s, length);
 }
 
-static int save_complete(lmt_session *s, const void *device_state, size_t length)
+/* Postcopy: the guest is paused. Nothing is left in flight and the last
+ * dirty pages are synced: what is dirty now is what the destination
+ * lacks, and postcopy.c takes over from here. */
+static int postcopy_prepare(struct lmt_session *s)
 {
-	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE)
-		return lmt__usage(s, LMT_ESTATE, "save complete: the session is not migrating");
+	struct lmt_source_engine *e = s->source;
+	uint64_t end = e->switchover_deadline, more;
+	int rc;
+	if (e->pass == 0)
+		return start_first_pass(s);
+	if ((rc = drain(s, end)))
+		return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
+	if ((rc = sync_dirty(s, &more)))
+		return rc;
+	if (!e->need_pass)
+		measure_pass(s, (e->draining ? e->pass_dirtied : 0) + more, false, true);
+	e->need_pass = false;
+	e->draining = false;
+	uint64_t now = lmt__now();
+	if (now >= end)
+		return switchover_expired(s, "before the flush");
+	rc = s->desc->ops.flush(s->inst, end - now < s->idle_timeout_ns ? end - now
+	                                                               : s->idle_timeout_ns);
+	if (rc)
+		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
+		                 lmt_err_name(rc));
+	return report_landed(s, false);
+}
+
+static int save_postcopy(lmt_session *s, const void *device_state, size_t length)
+{
+	struct lmt_source_engine *e = s->source;
+	uint64_t t0 = lmt__now();
+	e->switchover_deadline = t0 + e->switchover_timeout_ns;
+	int rc = postcopy_prepare(s);
+	if (!rc)
+		rc = lmt__postcopy_source_switch(s, device_state, length, e->pass,
+		                                 e->switchover_deadline);
+	if (rc == -LMT_ETIMEDOUT && lmt__now() >= e->switchover_deadline)
+		rc = switchover_expired(s, "switching to postcopy");
+	if (rc)
+		return lmt__abort(s, rc);
+	pthread_mutex_lock(&s->lock);
+	s->stats.downtime_ns = lmt__now() - t0;
+	s->stats.expected_downtime_ns = 0;
+	s->stats.expected_downtime_known = 1;
+	s->stats.status = LMT_STATUS_POSTCOPY;
+	pthread_mutex_unlock(&s->lock);
+	lmt__source_release_throttle(s);
+	lmt__event_simple(s, LMT_EVENT_POSTCOPY, 0);
+	return 0;
+}
+
+/* What lmt_save_complete and lmt_save_postcopy refuse alike. */
+static int check_pause(lmt_session *s, const void *device_state, size_t length,
+                       const char *what)
+{
+	if (s->role != LMT_ROLE_SOURCE || atomic_load(&s->state) != LMT_STATE_ACTIVE ||
+	    s->postcopy)
+		return lmt__usage(s, LMT_ESTATE, "%s: the session is not migrating", what);
 	if (length && !device_state)
-		return lmt__usage(s, LMT_EINVAL, "save complete: %zu bytes of device state at NULL",
+		return lmt__usage(s, LMT_EINVAL, "%s: %zu bytes of device state at NULL", what,
 		                  length);
 	if (length > LMT_PROTO_MAX_STATE)
-		return lmt__usage(s, LMT_EOVERFLOW,
-		                  "save complete: device state of %zu bytes over 1G", length);
+		return lmt__usage(s, LMT_EOVERFLOW, "%s: device state of %zu bytes over 1G", what,
+		                  length);
+	return 0;
+}
+
+static int save_complete(lmt_session *s, const void *device_state, size_t length)
+{
+	int refused = check_pause(s, device_state, length, "save complete");
+	if (refused)
+		return refused;
+	if (s->source->postcopy_due)
+		return save_postcopy(s, device_state, length);
 	uint64_t t0 = lmt__now();
 	s->source->switchover_deadline = t0 + s->source->switchover_timeout_ns;
 	pthread_mutex_lock(&s->lock);
@@ -1700,6 +1810,72 @@ int lmt_save_complete(lmt_session *s, const void *device_state, size_t length)
 		        "save complete: a job started with lmt_save_start runs this session");
 	lmt__call_enter(s);
 	int rc = save_complete(s, device_state, length);
+	lmt__call_leave(s);
+	return rc;
+}
+
+int lmt_save_postcopy(lmt_session *s, const void *device_state, size_t length)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (lmt__job_owns(s))
+		return lmt__usage(
+		        s, LMT_ESTATE,
+		        "save postcopy: a job started with lmt_save_start runs this session");
+	int rc = check_pause(s, device_state, length, "save postcopy");
+	if (!rc && !s->postcopy_on)
+		rc = lmt__usage(s, LMT_EINVAL,
+		                "save postcopy: postcopy=off (set postcopy=on on both sides "
+		                "before setup)");
+	if (rc)
+		return rc;
+	lmt__call_enter(s);
+	rc = save_postcopy(s, device_state, length);
+	lmt__call_leave(s);
+	return rc;
+}
+
+/* After the switch: wait for the postcopy thread, then end the migration
+ * as lmt_save_complete ends a precopy one. */
+static int save_finish(lmt_session *s)
+{
+	int rc = lmt__postcopy_finish(s);
+	if (rc)
+		return lmt__abort(s, rc);
+	lmt__transport_close(s);
+	lmt__ctrl_close(s);
+	pthread_mutex_lock(&s->lock);
+	lmt__stats_end(s, LMT_STATUS_COMPLETED);
+	s->finishing = false;
+	pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->state, LMT_STATE_DONE);
+	lmt__event_simple(s, LMT_EVENT_COMPLETED, 0);
+	return 0;
+}
+
+int lmt_save_finish(lmt_session *s)
+{
+	if (!s)
+		return -LMT_EINVAL;
+	if (s->role != LMT_ROLE_SOURCE)
+		return lmt__usage(s, LMT_ESTATE, "save finish: this session is a destination");
+	int state = atomic_load(&s->state);
+	if (state == LMT_STATE_DONE)
+		return 0;
+	if (state == LMT_STATE_FAILED)
+		return lmt__usage(s, LMT_ESTATE, "save finish: the migration failed: %s",
+		                  lmt_session_error(s)->message);
+	pthread_mutex_lock(&s->lock);
+	bool postcopy = s->postcopy && !s->finishing;
+	s->finishing = postcopy;
+	pthread_mutex_unlock(&s->lock);
+	if (!postcopy)
+		return lmt__usage(s, LMT_ESTATE,
+		                  "save finish: no postcopy to finish (lmt_save_postcopy or "
+		                  "lmt_save_complete must return 0 first, and only one call "
+		                  "waits)");
+	lmt__call_enter(s);
+	int rc = save_finish(s);
 	lmt__call_leave(s);
 	return rc;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "file.h"
+#include "postcopy.h"
 #include "session.h"
 
 static const char *const status_names[] = {
@@ -14,11 +15,13 @@ static const char *const status_names[] = {
         [LMT_STATUS_COMPLETED] = "completed",
         [LMT_STATUS_FAILED] = "failed",
         [LMT_STATUS_CANCELLED] = "cancelled",
+        [LMT_STATUS_POSTCOPY] = "postcopy",
+        [LMT_STATUS_POSTCOPY_FAILED] = "postcopy-failed",
 };
 
 const char *lmt_status_name(enum lmt_status status)
 {
-	if ((unsigned)status <= LMT_STATUS_CANCELLED)
+	if ((unsigned)status <= LMT_STATUS_POSTCOPY_FAILED)
 		return status_names[status];
 	return "unknown";
 }
@@ -26,7 +29,7 @@ const char *lmt_status_name(enum lmt_status status)
 static bool ended(enum lmt_status status)
 {
 	return status == LMT_STATUS_COMPLETED || status == LMT_STATUS_FAILED ||
-	       status == LMT_STATUS_CANCELLED;
+	       status == LMT_STATUS_CANCELLED || status == LMT_STATUS_POSTCOPY_FAILED;
 }
 
 void lmt__stats_end(struct lmt_session *s, enum lmt_status status)
@@ -45,6 +48,7 @@ int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
 	pthread_mutex_lock(&s->lock);
 	*out = s->stats;
 	lmt__lazy_stats(s, out);
+	lmt__postcopy_stats(s, out);
 	if (!ended(out->status) && s->start_ns)
 		out->total_ns = lmt__now() - s->start_ns;
 	pthread_mutex_unlock(&s->lock);
@@ -111,7 +115,8 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 "\"bandwidth_bps\":%llu,\"throttle_percent\":%u,\"channels\":%u,"
 	                 "\"channel_bytes\":[%s],\"resume_ms\":%.3f,\"faults\":%llu,"
 	                 "\"fault_p50_ms\":%.3f,\"fault_p99_ms\":%.3f,\"fault_max_ms\":%.3f,"
-	                 "\"background_pages\":%llu}",
+	                 "\"background_pages\":%llu,\"postcopy_pages\":%llu,"
+	                 "\"postcopy_requested\":%llu}",
 	                 lmt_status_name(st->status), ms(st->setup_ns), ms(st->total_ns),
 	                 ms(st->downtime_ns), expected, (unsigned long long)st->ram_bytes,
 	                 (unsigned long long)st->bytes_sent, (unsigned long long)st->bytes_received,
@@ -123,6 +128,8 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 (unsigned long long)st->bandwidth_bps, st->throttle_percent, st->channels,
 	                 channels, ms(st->resume_ns), (unsigned long long)st->faults,
 	                 ms(st->fault_p50_ns), ms(st->fault_p99_ns), ms(st->fault_max_ns),
-	                 (unsigned long long)st->background_pages);
+	                 (unsigned long long)st->background_pages,
+	                 (unsigned long long)st->postcopy_pages,
+	                 (unsigned long long)st->postcopy_requested);
 	return n < 0 ? -LMT_EIO : n;
 }

@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "bitmap.h"
 #include "error.h"
 #include "net.h"
 #include "sync.h"
@@ -212,6 +213,67 @@ int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t
 	return 0;
 }
 
+/* Drop the pages of the set bits of `coming` from the range: private
+ * memory with MADV_DONTNEED, shared memory (memfd, shmem) from its file
+ * with MADV_REMOVE, run by run. */
+static int drop_coming(struct uffd_range *r, const uint64_t *coming, uint32_t range,
+                       struct lmt_error *err)
+{
+	for (uint64_t p = lmt__bitmap_next(coming, 0, r->npages); p < r->npages;) {
+		uint64_t end = p + 1;
+		while (end < r->npages && ((coming[end / 64] >> (end % 64)) & 1))
+			end++;
+		uint8_t *at = r->host + (p << r->page_shift);
+		size_t len = (end - p) << r->page_shift;
+		/* MADV_REMOVE refuses private memory (EINVAL): that is done. */
+		if (madvise(at, len, MADV_DONTNEED) ||
+		    (madvise(at, len, MADV_REMOVE) && errno != EINVAL))
+			return lmt__error(err, LMT_EINVAL,
+			                  "userfaultfd: range %u: cannot drop pages %llu-%llu: %s",
+			                  range, (unsigned long long)p,
+			                  (unsigned long long)(end - 1), strerror(errno));
+		p = lmt__bitmap_next(coming, end, r->npages);
+	}
+	return 0;
+}
+
+int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
+                               uint64_t length, uint32_t page_shift, const uint64_t *coming,
+                               struct lmt_error *err)
+{
+	struct uffd_range *r = &u->ranges[range];
+	*r = (struct uffd_range){.host = host,
+	                         .length = length,
+	                         .page_shift = page_shift,
+	                         .npages = length >> page_shift};
+	uint64_t words = (r->npages + 63) / 64, missing = 0;
+	r->present = calloc(words ? words : 1, sizeof(uint64_t));
+	if (!r->present)
+		return lmt__error(err, LMT_ENOMEM, "userfaultfd: out of memory");
+	for (uint64_t w = 0; w < words; w++) {
+		uint64_t valid = w == words - 1 && r->npages % 64 ? (1ull << (r->npages % 64)) - 1
+		                                                  : ~0ull;
+		atomic_store(&r->present[w], ~coming[w] & valid);
+		missing += (uint64_t)__builtin_popcountll(coming[w] & valid);
+	}
+	struct uffdio_register reg = {.range = {.start = (uintptr_t)host, .len = length},
+	                              .mode = UFFDIO_REGISTER_MODE_MISSING};
+	if (ioctl(u->fd, UFFDIO_REGISTER, &reg))
+		return lmt__error(
+		        err, LMT_EINVAL,
+		        "userfaultfd: range %u (%llu bytes at %p) cannot be registered: %s", range,
+		        (unsigned long long)length, host, strerror(errno));
+	r->registered = true;
+	atomic_fetch_add(&u->missing, missing);
+	uint64_t need = 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
+	if ((reg.ioctls & need) != need)
+		return lmt__error(err, LMT_ENOTSUP,
+		                  "userfaultfd: range %u: the kernel cannot copy, zero and wake "
+		                  "pages there",
+		                  range);
+	return drop_coming(r, coming, range, err);
+}
+
 /* ---- the present bitmaps and the faults in wait ---- */
 
 bool lmt__uffd_present(struct lmt__uffd *u, uint32_t range, uint64_t page)
@@ -255,11 +317,8 @@ static void placed(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
                    enum lmt__uffd_origin origin)
 {
 	uint64_t now = lmt__now_ns();
+	bool waited = false;
 	pthread_mutex_lock(&u->lock);
-	if (origin == LMT_UFFD_FAULT)
-		u->fault_pages += n;
-	else
-		u->background_pages += n;
 	for (uint32_t i = 0; i < u->npending;) {
 		struct pending *p = &u->pending[i];
 		if (p->range != range || p->page < page || p->page >= page + n) {
@@ -268,7 +327,12 @@ static void placed(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
 		}
 		sample(u, now - p->since_ns);
 		*p = u->pending[--u->npending];
+		waited = true;
 	}
+	if (origin == LMT_UFFD_FAULT || (origin == LMT_UFFD_AUTO && waited))
+		u->fault_pages += n;
+	else
+		u->background_pages += n;
 	pthread_mutex_unlock(&u->lock);
 }
 
@@ -418,9 +482,20 @@ static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
 		return;
 	struct uffd_range *r = &u->ranges[range];
 	/* Placed since the fault was raised, or failed: the waiter only needs
-	 * waking (it then finds the page, or inaccessible memory). */
+	 * waking (it then finds the page, or inaccessible memory). A page that
+	 * was never missing yet faults (lmt__uffd_register_partial: a page the
+	 * destination never wrote) is a zero page; one that is there already
+	 * refuses it (EEXIST), and either way the waiter is woken. */
 	if (lmt__uffd_present(u, range, page) || atomic_load(&u->failed)) {
-		wake(u, r->host + (page << r->page_shift), 1ull << r->page_shift);
+		uint8_t *at = r->host + (page << r->page_shift);
+		int64_t done = 0;
+		if (!atomic_load(&u->failed)) {
+			pthread_rwlock_rdlock(&u->place_lock);
+			if (!atomic_load(&u->failed))
+				place_zero(u->fd, at, NULL, 1ull << r->page_shift, &done);
+			pthread_rwlock_unlock(&u->place_lock);
+		}
+		wake(u, at, 1ull << r->page_shift);
 		return;
 	}
 	if (note_fault(u, range, page))

@@ -27,6 +27,7 @@ typedef void (*lmt__uffd_fetch_fn)(void *opaque, uint32_t range, uint64_t page);
 enum lmt__uffd_origin {
 	LMT_UFFD_FAULT,      /* asked for by a fault */
 	LMT_UFFD_BACKGROUND, /* loaded ahead of any fault */
+	LMT_UFFD_AUTO,       /* a fault's when a fault waits on one of its pages */
 };
 
 struct lmt__uffd_stats {
@@ -53,6 +54,14 @@ int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *e
  * that still has pages after that (shared or file memory) is refused. */
 int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
                        uint32_t page_shift, struct lmt_error *err);
+/* Register range `range` (any memory userfaultfd takes in missing mode:
+ * private anonymous, memfd, shmem) keeping what it holds, except the
+ * pages set in `coming` (one bit per page): those are dropped and are the
+ * missing ones. A page neither coming nor ever written that faults is
+ * given a zero page. For postcopy. */
+int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
+                               uint64_t length, uint32_t page_shift, const uint64_t *coming,
+                               struct lmt_error *err);
 /* Start the fault thread. */
 int lmt__uffd_start(struct lmt__uffd *u, lmt__uffd_fetch_fn fetch, void *opaque,
                     struct lmt_error *err);

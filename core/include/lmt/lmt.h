@@ -293,6 +293,11 @@ struct lmt_iterate_result {
 	/* 0 while the expected downtime cannot be estimated yet (RAM left to
 	 * send and no bandwidth measured): expected_downtime_ns is then 0. */
 	int expected_downtime_known;
+	/* With postcopy=on, once postcopy-after passes ended without the
+	 * migration becoming ready: 1, with ready set too. The VMM pauses the
+	 * guest and calls lmt_save_complete, which then switches to postcopy
+	 * (see lmt_save_postcopy) instead of copying the rest in the pause. */
+	int postcopy;
 };
 
 /* Send what is dirty for at most max-iterate-ms (the guest runs). Returns 0
@@ -314,6 +319,32 @@ int lmt_save_set_device_state_size(lmt_session *session, uint64_t bytes);
  * success the destination owns the guest. On failure the source guest may
  * resume: its memory was never written. */
 int lmt_save_complete(lmt_session *session, const void *device_state, size_t length);
+
+/* Postcopy (postcopy=on on both sides; docs/embedding.md, "Postcopy").
+ * The guest is paused: send which pages the destination does not hold
+ * yet, then `device_state`, and switch. Returns 0 once the destination
+ * has taken the guest over: its lmt_load_run returned 0 and it may run
+ * the guest at once, its faults on pages not there yet served by lmt.
+ * From then on the source guest must never run again, but its memory
+ * must stay mapped and unchanged until lmt_save_finish returns: lmt
+ * sends the rest from it. On failure before the switch (the status is
+ * still active), the source guest may resume as after a failed
+ * lmt_save_complete. lmt_save_complete does the same when an iterate
+ * call said so (result->postcopy). */
+int lmt_save_postcopy(lmt_session *session, const void *device_state, size_t length);
+
+/* Source: the second half of a switch to postcopy. lmt's thread serves
+ * the destination's page faults first, on a channel of their own, and
+ * pushes every other page behind them from the moment of the switch;
+ * this call waits until every page has arrived and the destination
+ * acknowledged, then releases the transport and ends the migration
+ * (COMPLETED). Returns 0 at once after a migration that completed in
+ * lmt_save_complete. A failure in postcopy (a dead destination, a broken
+ * channel, lmt_cancel on either side) ends with status postcopy-failed
+ * on both sides and its code here: the guest is lost, since neither side
+ * holds all of it; docs/embedding.md says what the VMM does. Blocks;
+ * cancel from another thread; lmt_session_free cancels and waits too. */
+int lmt_save_finish(lmt_session *session);
 
 /* ---- Destination ------------------------------------------------------- */
 
@@ -376,8 +407,12 @@ int lmt_load_block_fd(lmt_session *session, uint32_t block, int *fd, uint64_t *o
  * the load held (threads, userfaultfd, the file) and ends it: the
  * COMPLETED event, status completed. Returns 0 at once after a load
  * that was complete when lmt_load_run returned (an eager restore, a
- * normal migration). -LMT_ESTATE before lmt_load_run returned 0, after
+ * normal migration). After a switch to postcopy (lmt_save_postcopy on the
+ * source) the same holds, the pages coming from the source: a fault is
+ * asked of it at once and jumps the queue. -LMT_ESTATE before
+ * lmt_load_run returned 0, after
  * a failed load, on a source, or while another lmt_load_finish waits.
+ * A postcopy that fails ends with status postcopy-failed.
  *
  * A failure after lmt_load_run (a read error, a file cut short, a
  * digest that does not match with verify=on, lmt_cancel) fails the load:
@@ -400,6 +435,11 @@ enum lmt_status {
 	LMT_STATUS_COMPLETED,
 	LMT_STATUS_FAILED,
 	LMT_STATUS_CANCELLED,
+	/* after the switch to postcopy: the destination runs the guest and
+	 * the pages it lacks are still coming */
+	LMT_STATUS_POSTCOPY,
+	/* postcopy failed: neither side holds the whole guest */
+	LMT_STATUS_POSTCOPY_FAILED,
 };
 
 /* Every snapshot holds together, whenever and wherever it is taken: the
@@ -451,6 +491,12 @@ struct lmt_stats {
 	uint64_t fault_p99_ns;
 	uint64_t fault_max_ns;
 	uint64_t background_pages;
+	/* Postcopy: pages sent (source) or placed (destination) after the
+	 * switch, all-zero ones included, and of them those a fault asked
+	 * for; 0 without postcopy. On the destination faults and the fault
+	 * latencies above count the guest's faults after the switch. */
+	uint64_t postcopy_pages;
+	uint64_t postcopy_requested;
 };
 
 /* A snapshot; callable from any thread, while running and after. */
@@ -493,6 +539,7 @@ enum lmt_event_type {
 	LMT_EVENT_READY = 3,      /* source: the rest fits in downtime-limit */
 	LMT_EVENT_COMPLETED = 4,  /* the destination owns the guest */
 	LMT_EVENT_FAILED = 5,     /* `code`; lmt_session_error() says why */
+	LMT_EVENT_POSTCOPY = 6,   /* switched to postcopy: the destination runs */
 };
 
 struct lmt_event {

@@ -1,0 +1,44 @@
+/* Postcopy (postcopy.c): after the switch the destination runs the guest
+ * while the pages it lacks come from the source, those it faults on
+ * first. The source's engine pauses, drains and syncs, then hands over
+ * here; the destination's takes the switch in its load loop. The protocol
+ * is in docs/protocol.md ("Postcopy"), the engine in docs/engine.md. */
+#ifndef LMT_CORE_POSTCOPY_H
+#define LMT_CORE_POSTCOPY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "session.h"
+
+struct lmt__postcopy;
+
+/* Source, guest paused, nothing in flight, each block's dirty bitmap the
+ * pages the destination lacks: announce them, send the device state (and
+ * hand over descriptors on a unix: target), switch, and start the thread
+ * that serves faults and pushes the rest. By `deadline`. */
+int lmt__postcopy_source_switch(struct lmt_session *s, const void *state, size_t length,
+                                uint64_t passes, uint64_t deadline);
+/* Source: the plugin's registration for window `w` of block `block` when
+ * it needs one (LMT_CAP_LOCAL_MR), made as needed (source.c). */
+int lmt__source_window_mr(struct lmt_session *s, uint32_t block, uint64_t w, lmt_mr **mr);
+
+/* Destination, in its load loop: POSTCOPY_PAGES, then POSTCOPY. The
+ * second returns 1 once the guest may run (s->postcopy set, the thread
+ * started), or a failure. */
+int lmt__postcopy_pages(struct lmt_session *s, size_t length);
+int lmt__postcopy_switch(struct lmt_session *s, size_t length, uint64_t state_length);
+
+/* Either side, after the switch: wait for the thread's end (every page
+ * in place, or a failure) and release it; its result. */
+int lmt__postcopy_finish(struct lmt_session *s);
+/* Cancel a postcopy still running and release it; none: nothing. */
+void lmt__postcopy_free(struct lmt_session *s);
+/* With s->lock: the fault figures of a destination's postcopy. */
+void lmt__postcopy_stats(struct lmt_session *s, struct lmt_stats *out);
+
+/* Staging: slots of 64 KiB (or one page where pages are larger). */
+#define LMT_POSTCOPY_SLOT_SIZE (64u << 10)
+#define LMT_POSTCOPY_SLOTS 256u
+
+#endif

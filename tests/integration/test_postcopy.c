@@ -1,0 +1,427 @@
+/* Postcopy over the plugin under test (LMT_TEST_PLUGIN): a guest that
+ * dirties faster than max-bandwidth lets through never becomes ready; with
+ * postcopy=on the destination runs it after one pass (postcopy-after) or
+ * at once (lmt_save_postcopy), its "vCPUs" touch and write pages while
+ * the rest arrives, and at the end every page the destination guest wrote
+ * holds what it wrote and every other page is the source's at the pause,
+ * bit for bit. A cancel on either side during postcopy ends both with
+ * status postcopy-failed, and a thread blocked on a missing page is woken
+ * with SIGSEGV rather than left waiting. Exits 77 where userfaultfd
+ * cannot be opened. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define RAM_BYTES (32ull << 20)
+#define PAGE GUEST_PAGE_SIZE
+#define VCPUS 2
+#define MARK 0xa5u
+
+/* ---- surviving a page lmt made inaccessible ---- */
+
+static _Thread_local sigjmp_buf *volatile segv_jump;
+
+static void on_segv(int sig, siginfo_t *info, void *ctx)
+{
+	(void)info;
+	(void)ctx;
+	if (!segv_jump) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	siglongjmp(*segv_jump, 1);
+}
+
+static void catch_segv(void)
+{
+	struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, NULL);
+}
+
+/* ---- the destination: lmt_load_run, then "vCPUs" and lmt_load_finish ---- */
+
+struct vcpu {
+	pthread_t thread;
+	struct guest_ram *ram;
+	uint8_t *wrote; /* a byte per page: written by the destination guest */
+	uint64_t seed;
+	_Atomic bool *stop;
+	uint64_t touched;
+	bool segv;
+};
+
+/* Read pages at random and write some, until told to stop or a page
+ * turns out inaccessible (a failed postcopy). Every write is the same
+ * mark, so vCPUs may write the same page. */
+static void *vcpu_run(void *arg)
+{
+	struct vcpu *v = arg;
+	sigjmp_buf jump;
+	segv_jump = &jump;
+	if (sigsetjmp(jump, 1)) {
+		v->segv = true;
+		segv_jump = NULL;
+		return NULL;
+	}
+	uint64_t pages = v->ram->bytes / PAGE;
+	while (!atomic_load(v->stop)) {
+		uint64_t p = guest_random(&v->seed) % pages;
+		volatile uint8_t *at = v->ram->base + p * PAGE;
+		(void)at[guest_random(&v->seed) % PAGE];
+		if (guest_random(&v->seed) % 4 == 0) {
+			memset((uint8_t *)at, MARK, PAGE);
+			v->wrote[p] = 1;
+		}
+		v->touched++;
+	}
+	segv_jump = NULL;
+	return NULL;
+}
+
+struct dest {
+	pthread_t thread;
+	struct guest_ram ram;
+	lmt_session *s;
+	uint16_t port;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool listening;
+	int run_rc, finish_rc;
+	bool cancel_in_postcopy; /* cancel the destination once its guest runs */
+	struct vcpu vcpus[VCPUS];
+	uint8_t *wrote;
+	_Atomic bool stop;
+	struct lmt_stats stats;
+	uint64_t run_returned_ns;
+};
+
+static void *dest_run(void *arg)
+{
+	struct dest *d = arg;
+	pthread_mutex_lock(&d->lock);
+	d->listening = true;
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	d->run_rc = lmt_load_run(d->s);
+	d->run_returned_ns = guest_now_ns();
+	if (d->run_rc) {
+		d->finish_rc = d->run_rc;
+		return NULL;
+	}
+	for (int i = 0; i < VCPUS; i++) {
+		d->vcpus[i] = (struct vcpu){
+		        .ram = &d->ram, .wrote = d->wrote, .seed = 77 + (uint64_t)i, .stop = &d->stop};
+		pthread_create(&d->vcpus[i].thread, NULL, vcpu_run, &d->vcpus[i]);
+	}
+	if (d->cancel_in_postcopy) {
+		usleep(20000);
+		lmt_cancel(d->s);
+	}
+	d->finish_rc = lmt_load_finish(d->s);
+	/* The guest runs on a little with every page there. */
+	usleep(10000);
+	atomic_store(&d->stop, true);
+	for (int i = 0; i < VCPUS; i++)
+		pthread_join(d->vcpus[i].thread, NULL);
+	lmt_session_stats(d->s, &d->stats);
+	return NULL;
+}
+
+static void dest_start(struct dest *d, const char *opts)
+{
+	memset(d, 0, sizeof(*d));
+	guest_ram_layout(&d->ram, ram_map(RAM_BYTES), RAM_BYTES);
+	d->wrote = calloc(RAM_BYTES / PAGE, 1);
+	assert_non_null(d->wrote);
+	d->s = session_with_blocks(LMT_ROLE_DESTINATION, &d->ram, opts);
+	assert_int_equal(lmt_load_listen(d->s, "127.0.0.1:0", &d->port), 0);
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->cond, NULL);
+	pthread_create(&d->thread, NULL, dest_run, d);
+	pthread_mutex_lock(&d->lock);
+	while (!d->listening)
+		pthread_cond_wait(&d->cond, &d->lock);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void dest_join(struct dest *d)
+{
+	pthread_join(d->thread, NULL);
+}
+
+static void dest_end(struct dest *d)
+{
+	lmt_session_free(d->s);
+	munmap(d->ram.base, RAM_BYTES);
+	free(d->wrote);
+	pthread_mutex_destroy(&d->lock);
+	pthread_cond_destroy(&d->cond);
+}
+
+/* ---- the source ---- */
+
+struct source {
+	struct guest_ram ram;
+	lmt_session *s;
+	struct guest_workload *work;
+	uint64_t *sums; /* each page's checksum at the pause */
+	struct lmt_stats stats;
+};
+
+static void throttle(void *opaque, uint32_t percent)
+{
+	guest_workload_throttle(opaque, percent);
+}
+
+static void source_start(struct source *src, const char *opts, uint16_t port)
+{
+	memset(src, 0, sizeof(*src));
+	ram_fill(&src->ram, RAM_BYTES, 5);
+	/* The guest dirties 64 MiB/s over 16 MiB; the link lets 16 MB/s by. */
+	assert_int_equal(guest_workload_start(&src->work, &src->ram, 16u << 20, 64u << 20, 9), 0);
+	src->s = session_with_blocks(LMT_ROLE_SOURCE, &src->ram, opts);
+	assert_int_equal(lmt_session_set_dirty_sync(src->s, guest_dirty_sync, &src->ram), 0);
+	assert_int_equal(lmt_session_set_throttle(src->s, throttle, src->work), 0);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	if (lmt_save_setup(src->s, uri))
+		fail_msg("setup: %s", lmt_session_error(src->s)->message);
+}
+
+/* Pause the guest and note every page as it is now. */
+static void source_pause(struct source *src)
+{
+	guest_workload_stop(src->work);
+	src->work = NULL;
+	uint64_t pages = src->ram.bytes / PAGE;
+	src->sums = malloc(pages * sizeof(*src->sums));
+	assert_non_null(src->sums);
+	for (uint64_t p = 0; p < pages; p++)
+		src->sums[p] = guest_checksum(src->ram.base + p * PAGE, PAGE);
+}
+
+static void source_end(struct source *src)
+{
+	guest_workload_stop(src->work);
+	lmt_session_free(src->s);
+	free(src->sums);
+	ram_release(&src->ram);
+}
+
+/* Every page the destination guest wrote holds its mark; every other is
+ * the source's at the pause. */
+static void assert_guest_moved(const struct source *src, const struct dest *d)
+{
+	uint64_t pages = src->ram.bytes / PAGE, wrote = 0;
+	static uint8_t marked[PAGE];
+	memset(marked, MARK, PAGE);
+	for (uint64_t p = 0; p < pages; p++) {
+		const uint8_t *at = d->ram.base + p * PAGE;
+		if (d->wrote[p]) {
+			wrote++;
+			if (memcmp(at, marked, PAGE))
+				fail_msg("page %llu: the destination guest's write was lost",
+				         (unsigned long long)p);
+		} else if (guest_checksum(at, PAGE) != src->sums[p]) {
+			fail_msg("page %llu differs from the source's at the pause",
+			         (unsigned long long)p);
+		}
+	}
+	assert_true(wrote > 0);
+}
+
+#define OPTS "postcopy=on,max-bandwidth=16M,idle-timeout=5s"
+
+/* The guest never converges at 16 MB/s; after one pass lmt says to switch. */
+static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unused)
+{
+	(void)unused;
+	struct dest d;
+	struct source src;
+	dest_start(&d, "postcopy=on,idle-timeout=5s");
+	source_start(&src, OPTS ",postcopy-after=1", d.port);
+	struct lmt_iterate_result it = {0};
+	uint32_t calls = 0;
+	do {
+		assert_int_equal(lmt_save_iterate(src.s, &it), 0);
+		assert_true(++calls < 100000);
+	} while (!it.ready);
+	assert_int_equal(it.postcopy, 1);
+	assert_int_equal(it.pass, 1);
+	source_pause(&src);
+	if (lmt_save_complete(src.s, "state", 5))
+		fail_msg("switch: %s", lmt_session_error(src.s)->message);
+	lmt_session_stats(src.s, &src.stats);
+	assert_int_equal(src.stats.status, LMT_STATUS_POSTCOPY);
+	if (lmt_save_finish(src.s))
+		fail_msg("finish: %s", lmt_session_error(src.s)->message);
+	lmt_session_stats(src.s, &src.stats);
+	assert_int_equal(src.stats.status, LMT_STATUS_COMPLETED);
+	assert_true(src.stats.postcopy_pages > 0);
+	dest_join(&d);
+	assert_int_equal(d.run_rc, 0);
+	if (d.finish_rc)
+		fail_msg("destination: %s", lmt_session_error(d.s)->message);
+	assert_int_equal(d.stats.status, LMT_STATUS_COMPLETED);
+	assert_true(d.stats.postcopy_pages > 0);
+	assert_true(d.stats.faults > 0);
+	const void *state;
+	size_t len;
+	assert_int_equal(lmt_load_device_state(d.s, &state, &len), 0);
+	assert_int_equal(len, 5);
+	assert_memory_equal(state, "state", 5);
+	assert_guest_moved(&src, &d);
+	source_end(&src);
+	dest_end(&d);
+}
+
+/* The switch at once, before any pass: every page comes after it. */
+static void test_postcopy_before_any_pass_sends_every_page_after_the_switch(void **unused)
+{
+	(void)unused;
+	struct dest d;
+	struct source src;
+	dest_start(&d, "postcopy=on,channels=2,idle-timeout=5s");
+	source_start(&src, "postcopy=on,channels=2,idle-timeout=5s", d.port);
+	source_pause(&src);
+	if (lmt_save_postcopy(src.s, NULL, 0))
+		fail_msg("switch: %s", lmt_session_error(src.s)->message);
+	if (lmt_save_finish(src.s))
+		fail_msg("finish: %s", lmt_session_error(src.s)->message);
+	lmt_session_stats(src.s, &src.stats);
+	assert_int_equal(src.stats.channels, 3); /* two, and the faults' own */
+	assert_int_equal(src.stats.postcopy_pages, RAM_BYTES / PAGE);
+	assert_true(src.stats.postcopy_requested > 0);
+	dest_join(&d);
+	if (d.finish_rc)
+		fail_msg("destination: %s", lmt_session_error(d.s)->message);
+	assert_int_equal(d.stats.postcopy_pages, RAM_BYTES / PAGE);
+	assert_int_equal(d.stats.bytes_received, src.stats.bytes_sent);
+	assert_guest_moved(&src, &d);
+	/* A second finish has nothing left to wait for. */
+	assert_int_equal(lmt_save_finish(src.s), 0);
+	assert_int_equal(lmt_load_finish(d.s), 0);
+	source_end(&src);
+	dest_end(&d);
+}
+
+/* A cancel in postcopy: both sides end postcopy-failed, and no vCPU of the
+ * destination stays blocked on a page that will not come. */
+static void cancel_in_postcopy(bool on_source)
+{
+	struct dest d;
+	struct source src;
+	catch_segv();
+	dest_start(&d, "postcopy=on,idle-timeout=5s");
+	d.cancel_in_postcopy = !on_source;
+	/* 2 MB/s: most pages are still to come when the cancel lands. */
+	source_start(&src, "postcopy=on,max-bandwidth=2M,idle-timeout=5s", d.port);
+	source_pause(&src);
+	if (lmt_save_postcopy(src.s, NULL, 0))
+		fail_msg("switch: %s", lmt_session_error(src.s)->message);
+	if (on_source) {
+		usleep(20000);
+		lmt_cancel(src.s);
+	}
+	int rc = lmt_save_finish(src.s);
+	assert_true(rc < 0);
+	if (on_source && rc != -LMT_ECANCELED)
+		fail_msg("source: %s", lmt_session_error(src.s)->message);
+	lmt_session_stats(src.s, &src.stats);
+	assert_int_equal(src.stats.status, LMT_STATUS_POSTCOPY_FAILED);
+	dest_join(&d);
+	assert_int_equal(d.run_rc, 0);
+	assert_true(d.finish_rc < 0);
+	assert_int_equal(d.stats.status, LMT_STATUS_POSTCOPY_FAILED);
+	bool segv = false;
+	for (int i = 0; i < VCPUS; i++)
+		segv |= d.vcpus[i].segv;
+	assert_true(segv);
+	source_end(&src);
+	dest_end(&d);
+}
+
+static void test_source_cancel_in_postcopy_fails_both_and_wakes_vcpus(void **unused)
+{
+	(void)unused;
+	cancel_in_postcopy(true);
+}
+
+static void test_destination_cancel_in_postcopy_fails_both_and_wakes_vcpus(void **unused)
+{
+	(void)unused;
+	cancel_in_postcopy(false);
+}
+
+static void test_postcopy_is_refused_where_it_cannot_run(void **unused)
+{
+	(void)unused;
+	struct guest_ram ram;
+	guest_ram_layout(&ram, ram_map(1u << 20), 1u << 20);
+	/* postcopy=off: the explicit switch is refused, the session intact. */
+	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &ram, "");
+	assert_int_equal(lmt_save_postcopy(s, NULL, 0), -LMT_ESTATE);
+	assert_int_equal(lmt_save_finish(s), -LMT_ESTATE);
+	lmt_session_free(s);
+	/* verify=on cannot cover postcopy yet: said at setup. */
+	s = session_with_blocks(LMT_ROLE_DESTINATION, &ram, "postcopy=on,verify=on");
+	assert_int_equal(lmt_load_listen(s, "127.0.0.1:0", NULL), 0);
+	assert_true(lmt_load_run(s) < 0);
+	assert_non_null(strstr(lmt_session_error(s)->message, "verify=on"));
+	lmt_session_free(s);
+	/* No userfaultfd: the destination says so before any source comes. */
+	setenv("LMT_TEST_NO_USERFAULTFD", "1", 1);
+	s = session_with_blocks(LMT_ROLE_DESTINATION, &ram, "postcopy=on");
+	assert_int_equal(lmt_load_listen(s, "127.0.0.1:0", NULL), 0);
+	assert_int_equal(lmt_load_run(s), -LMT_ENOTSUP);
+	assert_non_null(strstr(lmt_session_error(s)->message, "postcopy=on"));
+	lmt_session_free(s);
+	unsetenv("LMT_TEST_NO_USERFAULTFD");
+	munmap(ram.base, 1u << 20);
+}
+
+static bool userfaultfd_usable(void)
+{
+	int fd = (int)syscall(SYS_userfaultfd, 0);
+	if (fd >= 0) {
+		close(fd);
+		return true;
+	}
+	FILE *f = fopen("/dev/userfaultfd", "r+");
+	if (f)
+		fclose(f);
+	return f != NULL;
+}
+
+int main(void)
+{
+	if (!userfaultfd_usable()) {
+		printf("SKIP: userfaultfd cannot be opened here (neither /dev/userfaultfd nor the "
+		       "system call): postcopy needs it on the destination\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_postcopy_after_one_pass_moves_the_guest_bit_for_bit),
+	        cmocka_unit_test(test_postcopy_before_any_pass_sends_every_page_after_the_switch),
+	        cmocka_unit_test(test_source_cancel_in_postcopy_fails_both_and_wakes_vcpus),
+	        cmocka_unit_test(test_destination_cancel_in_postcopy_fails_both_and_wakes_vcpus),
+	        cmocka_unit_test(test_postcopy_is_refused_where_it_cannot_run),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
