@@ -12,6 +12,7 @@
  * by the fault thread (PAGE_REQ) and written first, on a channel that
  * bulk writes do not use, into slots kept for them. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -25,6 +26,10 @@
 #include "uffd.h"
 
 #define FAULT_SLOTS 16u        /* slots bulk writes leave for faults */
+/* Writes in place (no staging slot) in flight at once, and how many of
+ * them bulk writes leave for faults. */
+#define IN_PLACE_WRITES 64u
+#define FAULT_IN_PLACE 8u
 #define REQ_RING 4096u         /* faulted pages the source keeps in wait */
 #define HARVEST_MAX 64u
 #define BUSY_WAIT_NS 200000ull /* a wait with writes in flight */
@@ -58,9 +63,14 @@ struct lmt__postcopy {
 
 	/* source */
 	lmt_rkey *rkey;
+	lmt_rkey **alias_rkeys; /* per block written in place; NULL otherwise */
+	/* writes in flight: a staging slot's (index < nslots), or one in
+	 * place (nslots and on), each with its free list */
 	struct pc_slot *slots;
 	uint32_t *free;
 	uint32_t nfree;
+	uint32_t local_free[IN_PLACE_WRITES];
+	uint32_t nlocal_free;
 	uint64_t generation;
 	struct lmt_msg_page ring[REQ_RING];
 	uint32_t ring_head, ring_len;
@@ -76,6 +86,10 @@ struct lmt__postcopy {
 
 	/* destination */
 	uint64_t **coming; /* per block, until the switch */
+	/* per block written in place: the second mapping of its file and
+	 * its registration (NULL for a block placed from staging) */
+	uint8_t **alias;
+	lmt_mr **alias_mrs;
 	struct lmt__uffd *u;
 	uint8_t *staging;
 	size_t staging_len;
@@ -114,6 +128,18 @@ static void pc_release(struct lmt__postcopy *pc)
 		s->desc->ops.mr_deregister(s->inst, pc->staging_mr);
 	if (pc->staging)
 		munmap(pc->staging, pc->staging_len);
+	for (uint32_t i = 0; pc->alias_rkeys && i < s->nblocks; i++)
+		if (pc->alias_rkeys[i])
+			s->desc->ops.rkey_release(s->inst, pc->alias_rkeys[i]);
+	for (uint32_t i = 0; pc->alias && i < s->nblocks; i++) {
+		if (pc->alias_mrs[i])
+			s->desc->ops.mr_deregister(s->inst, pc->alias_mrs[i]);
+		if (pc->alias[i])
+			munmap(pc->alias[i], s->blocks[i].length);
+	}
+	free(pc->alias_rkeys);
+	free(pc->alias);
+	free(pc->alias_mrs);
 	for (uint32_t i = 0; pc->coming && i < s->nblocks; i++)
 		free(pc->coming[i]);
 	free(pc->coming);
@@ -234,6 +260,18 @@ static int take_ack(struct lmt__postcopy *pc, uint64_t deadline)
 	}
 	else if ((rc = s->desc->ops.rkey_import(s->inst, &m->key, &pc->rkey)))
 		rc = lmt__fail(s, rc, "postcopy: the destination's staging key is unusable");
+	if (!rc && !(pc->alias_rkeys = calloc(s->nblocks, sizeof(*pc->alias_rkeys))))
+		rc = lmt__fail(s, LMT_ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < m->naliases && !rc; i++) {
+		uint32_t bi = m->aliases[i].block;
+		if (bi >= s->nblocks || !lmt__block_copied(&s->blocks[bi]))
+			rc = lmt__fail(s, LMT_EPROTO, "POSTCOPY_ACK: block %u is not one copied", bi);
+		else if ((rc = s->desc->ops.rkey_import(s->inst, &m->aliases[i].key,
+		                                        &pc->alias_rkeys[bi])))
+			rc = lmt__fail(s, rc, "postcopy: the destination's key for block '%s' is "
+			                      "unusable",
+			               s->blocks[bi].name);
+	}
 	if (!rc) {
 		pc->slot_size = m->slot_size;
 		pc->nslots = m->slots;
@@ -244,13 +282,15 @@ static int take_ack(struct lmt__postcopy *pc, uint64_t deadline)
 
 static int source_alloc(struct lmt__postcopy *pc)
 {
-	pc->slots = calloc(pc->nslots, sizeof(*pc->slots));
+	pc->slots = calloc(pc->nslots + IN_PLACE_WRITES, sizeof(*pc->slots));
 	pc->free = calloc(pc->nslots, sizeof(*pc->free));
 	pc->batch = calloc(1, sizeof(*pc->batch));
 	if (!pc->slots || !pc->free || !pc->batch)
 		return lmt__fail(pc->s, LMT_ENOMEM, "postcopy: out of memory");
 	for (uint32_t i = 0; i < pc->nslots; i++)
 		pc->free[pc->nfree++] = pc->nslots - 1 - i;
+	for (uint32_t i = 0; i < IN_PLACE_WRITES; i++)
+		pc->local_free[pc->nlocal_free++] = pc->nslots + IN_PLACE_WRITES - 1 - i;
 	return 0;
 }
 
@@ -364,24 +404,31 @@ static int post(struct lmt__postcopy *pc, uint32_t bi, uint64_t page, uint64_t n
 {
 	struct lmt_session *s = pc->s;
 	struct lmt_block *b = &s->blocks[bi];
-	if (!pc->nfree || pc->ch_writes[ch] >= pc->nslots)
+	lmt_rkey *alias = pc->alias_rkeys[bi];
+	if (alias ? !pc->nlocal_free : !pc->nfree)
 		return 0;
 	uint64_t w = (page << b->page_shift) / b->window;
 	lmt_mr *mr = NULL;
 	int rc = lmt__source_window_mr(s, bi, w, &mr);
 	if (rc)
 		return rc;
-	uint32_t slot = pc->free[pc->nfree - 1];
+	uint32_t slot = alias ? pc->local_free[pc->nlocal_free - 1] : pc->free[pc->nfree - 1];
 	uint64_t cookie = (++pc->generation << SLOT_BITS) | slot;
 	uint64_t bytes = n << b->page_shift;
+	/* In place: at the page's own offset in the block's second mapping. */
 	rc = s->desc->ops.write(s->eps[ch], b->host + (page << b->page_shift), bytes, mr,
-	                        pc->rkey, (uint64_t)slot * pc->slot_size, cookie);
+	                        alias ? alias : pc->rkey,
+	                        alias ? page << b->page_shift : (uint64_t)slot * pc->slot_size,
+	                        cookie);
 	if (rc == -LMT_EAGAIN)
 		return 0;
 	if (rc)
 		return lmt__fail(s, rc, "postcopy: channel %u: write of %llu bytes failed", ch,
 		                 (unsigned long long)bytes);
-	pc->nfree--;
+	if (alias)
+		pc->nlocal_free--;
+	else
+		pc->nfree--;
 	pc->slots[slot] = (struct pc_slot){
 	        .state = SLOT_WRITING,
 	        .requested = requested,
@@ -463,7 +510,7 @@ static uint32_t bulk_channel(const struct lmt__postcopy *pc)
 static int push(struct lmt__postcopy *pc)
 {
 	struct lmt_session *s = pc->s;
-	while (pc->left && pc->nfree > FAULT_SLOTS && bandwidth_allows(pc)) {
+	while (pc->left && bandwidth_allows(pc)) {
 		if (pc->cur_block >= s->nblocks) {
 			pc->cur_block = 0;
 			pc->cur_page = 0;
@@ -477,6 +524,10 @@ static int push(struct lmt__postcopy *pc)
 			pc->cur_page = 0;
 			continue;
 		}
+		/* Bulk writes leave room for faults. */
+		if (pc->alias_rkeys[pc->cur_block] ? pc->nlocal_free <= FAULT_IN_PLACE
+		                                   : pc->nfree <= FAULT_SLOTS)
+			return 0;
 		uint64_t n;
 		int rc = run_at(pc, pc->cur_block, &page, false, &n);
 		if (rc)
@@ -496,7 +547,7 @@ static int complete(struct lmt__postcopy *pc, const struct lmt_completion *cp)
 {
 	struct lmt_session *s = pc->s;
 	uint64_t idx = cp->cookie & ((1ull << SLOT_BITS) - 1);
-	struct pc_slot *sl = idx < pc->nslots ? &pc->slots[idx] : NULL;
+	struct pc_slot *sl = idx < pc->nslots + IN_PLACE_WRITES ? &pc->slots[idx] : NULL;
 	if (!sl || sl->state != SLOT_WRITING || sl->cookie != cp->cookie)
 		return lmt__fail(s, LMT_EPROTO, "plugin %s completed unknown write 0x%llx",
 		                 s->desc->name, (unsigned long long)cp->cookie);
@@ -505,7 +556,10 @@ static int complete(struct lmt__postcopy *pc, const struct lmt_completion *cp)
 		                 sl->channel, lmt_strerror(cp->status));
 	struct lmt_block *b = &s->blocks[sl->run.block];
 	uint64_t bytes = (uint64_t)sl->run.npages << b->page_shift;
-	sl->state = SLOT_AT_DESTINATION;
+	bool in_place = idx >= pc->nslots;
+	sl->state = in_place ? SLOT_FREE : SLOT_AT_DESTINATION;
+	if (in_place)
+		pc->local_free[pc->nlocal_free++] = (uint32_t)idx;
 	pc->writing--;
 	pc->ch_writes[sl->channel]--;
 	pc->ch_progress_ns[sl->channel] = lmt__now();
@@ -514,7 +568,8 @@ static int complete(struct lmt__postcopy *pc, const struct lmt_completion *cp)
 	s->stats.channel_bytes[sl->channel] += bytes;
 	s->stats.normal_pages += sl->run.npages;
 	pthread_mutex_unlock(&s->lock);
-	return batch_add(pc, (uint32_t)idx, sl->run.block, sl->run.page, sl->run.npages);
+	return batch_add(pc, in_place ? LMT_PROTO_IN_PLACE_SLOT : (uint32_t)idx, sl->run.block,
+	                 sl->run.page, sl->run.npages);
 }
 
 static int source_harvest(struct lmt__postcopy *pc, uint64_t timeout_ns)
@@ -792,27 +847,41 @@ static int place(struct lmt__postcopy *pc, const struct lmt_msg_pc_entry *e)
 		return lmt__fail(s, LMT_EPROTO, "PAGES: pages %llu+%u of block %u are not the guest's",
 		                 (unsigned long long)r->page, r->npages, r->block);
 	struct lmt_block *b = &s->blocks[r->block];
-	if (e->slot != LMT_PROTO_ZERO_SLOT &&
-	    (e->slot >= pc->nslots || ((uint64_t)r->npages << b->page_shift) > pc->slot_size))
+	uint8_t *alias = pc->alias[r->block];
+	bool staged = e->slot != LMT_PROTO_ZERO_SLOT && e->slot != LMT_PROTO_IN_PLACE_SLOT;
+	if (staged && (e->slot >= pc->nslots ||
+	               ((uint64_t)r->npages << b->page_shift) > pc->slot_size))
 		return lmt__fail(s, LMT_EPROTO, "PAGES: slot %u cannot hold %u pages of block '%s'",
 		                 e->slot, r->npages, b->name);
+	if ((e->slot == LMT_PROTO_IN_PLACE_SLOT) != (alias && e->slot != LMT_PROTO_ZERO_SLOT))
+		return lmt__fail(s, LMT_EPROTO, "PAGES: block '%s' is %s", b->name,
+		                 alias ? "written in place" : "not written in place");
 	/* Only pages announced at the switch and not placed yet. */
 	for (uint64_t p = r->page; p < r->page + r->npages; p++)
 		if (lmt__uffd_present(pc->u, r->block, p))
 			return lmt__fail(s, LMT_EPROTO,
-			                 "PAGES: page %llu of block '%s' is not one still to come (slot %u run %llu+%u)",
-			                 (unsigned long long)p, b->name, e->slot, (unsigned long long)r->page, r->npages);
+			                 "PAGES: page %llu of block '%s' is not one still to come",
+			                 (unsigned long long)p, b->name);
 	struct lmt_error err = {0};
-	int rc = e->slot == LMT_PROTO_ZERO_SLOT
-	                 ? lmt__uffd_zero(pc->u, r->block, r->page, r->npages,
-	                                  LMT_UFFD_AUTO, &err)
-	                 : lmt__uffd_copy(pc->u, r->block, r->page, r->npages,
-	                                  pc->staging + (size_t)e->slot * pc->slot_size,
-	                                  LMT_UFFD_AUTO, &err);
+	int rc;
+	if (alias) {
+		/* In place: the file holds the page (zero ones are zeroed here,
+		 * out of the guest's sight); map it for the guest. */
+		if (e->slot == LMT_PROTO_ZERO_SLOT)
+			memset(alias + (r->page << b->page_shift), 0,
+			       (size_t)r->npages << b->page_shift);
+		rc = lmt__uffd_continue(pc->u, r->block, r->page, r->npages, LMT_UFFD_AUTO, &err);
+	} else if (e->slot == LMT_PROTO_ZERO_SLOT) {
+		rc = lmt__uffd_zero(pc->u, r->block, r->page, r->npages, LMT_UFFD_AUTO, &err);
+	} else {
+		rc = lmt__uffd_copy(pc->u, r->block, r->page, r->npages,
+		                    pc->staging + (size_t)e->slot * pc->slot_size, LMT_UFFD_AUTO,
+		                    &err);
+	}
 	if (rc)
 		return lmt__fail(s, err.code ? err.code : LMT_EIO, "postcopy: %s", err.message);
 	pc->pages += r->npages;
-	if (e->slot != LMT_PROTO_ZERO_SLOT)
+	if (staged)
 		pc->freed->slots[pc->freed->count++] = e->slot;
 	return 0;
 }
@@ -936,6 +1005,48 @@ static void *destination_thread(void *arg)
 	return NULL;
 }
 
+/* The second mapping of each block written in place, registered for the
+ * source to write; the guest's own mapping stays out of its reach. */
+static int open_aliases(struct lmt__postcopy *pc, struct lmt_msg_pc_ack *ack)
+{
+	struct lmt_session *s = pc->s;
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		struct lmt_block *b = &s->blocks[i];
+		if (!lmt__block_copied(b) || b->fd < 0 || !lmt__uffd_can_place_in_place(pc->u))
+			continue;
+		uint8_t *at = mmap(NULL, b->length, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd,
+		                   (off_t)b->fd_offset);
+		if (at == MAP_FAILED)
+			return lmt__fail(s, LMT_ENOMEM, "postcopy: block '%s': cannot map its file "
+			                                "again: %s",
+			                 b->name, strerror(errno));
+		pc->alias[i] = at;
+		struct lmt_msg_pc_alias *a = &ack->aliases[ack->naliases++];
+		a->block = i;
+		int rc = s->desc->ops.mr_register(s->inst, at, b->length, LMT_MR_REMOTE_WRITE,
+		                                  &pc->alias_mrs[i], &a->key);
+		if (rc)
+			return lmt__fail(s, rc, "postcopy: block '%s': cannot register its second "
+			                        "mapping",
+			                 b->name);
+	}
+	return 0;
+}
+
+/* The guest's own mapping is out of the source's reach from the switch on:
+ * its registrations go (nothing is in flight: the source drained). */
+static void close_windows(struct lmt_session *s)
+{
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		struct lmt_block *b = &s->blocks[i];
+		for (uint64_t w = 0; b->mrs && w < b->nwindows; w++)
+			if (b->mrs[w]) {
+				s->desc->ops.mr_deregister(s->inst, b->mrs[w]);
+				b->mrs[w] = NULL;
+			}
+	}
+}
+
 /* The staging area, registered for the source to write. */
 static int open_staging(struct lmt__postcopy *pc, struct lmt_blob *key)
 {
@@ -982,8 +1093,15 @@ static int watch_blocks(struct lmt__postcopy *pc, uint64_t announced)
 			continue;
 		if (!pc->coming[i] && !(pc->coming[i] = calloc(b->words, 8)))
 			return lmt__fail(s, LMT_ENOMEM, "out of memory");
-		if ((rc = lmt__uffd_register_partial(pc->u, i, b->host, b->length, b->page_shift,
-		                                     pc->coming[i], &err)))
+		/* A block of a shared file is written in place where the kernel
+		 * has minor faults; any other is placed from staging. */
+		if (b->fd >= 0 && lmt__uffd_can_place_in_place(pc->u))
+			rc = lmt__uffd_register_in_place(pc->u, i, b->host, b->length, b->page_shift,
+			                                 pc->coming[i], b->fd, b->fd_offset, &err);
+		else
+			rc = lmt__uffd_register_partial(pc->u, i, b->host, b->length, b->page_shift,
+			                                pc->coming[i], &err);
+		if (rc)
 			return lmt__fail(s, err.code, "postcopy: block '%s': %s", b->name,
 			                 err.message);
 	}
@@ -993,21 +1111,12 @@ static int watch_blocks(struct lmt__postcopy *pc, uint64_t announced)
 	                                                : 0;
 }
 
-static int send_ack(struct lmt_session *s, int code, const char *text, const struct lmt__postcopy *pc,
-                    const struct lmt_blob *key)
+/* POSTCOPY_ACK: `m` filled (code 0), or a refusal. */
+static int send_ack(struct lmt_session *s, struct lmt_msg_pc_ack *m, int code, const char *text)
 {
-	struct lmt_msg_pc_ack *m = calloc(1, sizeof(*m));
-	if (!m)
-		return -LMT_ENOMEM;
 	m->code = code;
 	lmt__copy(m->text, sizeof(m->text), text);
-	if (!code) {
-		m->slot_size = pc->slot_size;
-		m->slots = pc->nslots;
-		m->key = *key;
-	}
 	int rc = lmt__enc_pc_ack(&s->out, m);
-	free(m);
 	return rc ? rc : lmt__ctrl_send(s);
 }
 
@@ -1043,19 +1152,33 @@ int lmt__postcopy_switch(struct lmt_session *s, size_t length, uint64_t state_le
 	if (pc->started)
 		return lmt__fail(s, LMT_EPROTO, "POSTCOPY twice");
 	pc->priority = priority_channel(s);
-	struct lmt_blob key = {0};
-	rc = watch_blocks(pc, m.pages);
-	if (!rc)
-		rc = open_staging(pc, &key);
+	struct lmt_msg_pc_ack *ack = calloc(1, sizeof(*ack));
+	pc->alias = calloc(s->nblocks, sizeof(*pc->alias));
+	pc->alias_mrs = calloc(s->nblocks, sizeof(*pc->alias_mrs));
+	if (!ack || !pc->alias || !pc->alias_mrs)
+		rc = lmt__fail(s, LMT_ENOMEM, "out of memory");
+	if (!rc && !(rc = watch_blocks(pc, m.pages)) && !(rc = open_staging(pc, &ack->key)))
+		rc = open_aliases(pc, ack);
 	if (rc) {
-		send_ack(s, rc, lmt_session_error(s)->message, pc, NULL);
+		if (ack)
+			send_ack(s, ack, rc, lmt_session_error(s)->message);
+		free(ack);
 		return rc;
 	}
+	close_windows(s);
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		free(pc->coming[i]);
 		pc->coming[i] = NULL;
 	}
-	if ((rc = send_ack(s, 0, "ok", pc, &key)))
+	ack->slot_size = pc->slot_size;
+	ack->slots = pc->nslots;
+	lmt__session_log(s, LMT_LOG_INFO,
+	                 "postcopy: %llu pages to come, %u block(s) written in place, the rest "
+	                 "through %u staging slots of %u bytes",
+	                 (unsigned long long)m.pages, ack->naliases, pc->nslots, pc->slot_size);
+	rc = send_ack(s, ack, 0, "ok");
+	free(ack);
+	if (rc)
 		return rc < 0 && !lmt_session_error(s)->code ? lmt__fail(s, rc, "POSTCOPY_ACK") : rc;
 	atomic_store(&s->in_postcopy, 1);
 	pthread_mutex_lock(&s->lock);

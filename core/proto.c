@@ -270,9 +270,16 @@ int lmt__enc_pc_ack(struct lmt_buf *b, const struct lmt_msg_pc_ack *m)
 	put_u32(b, (uint32_t)m->code);
 	put_str(b, m->text, sizeof(m->text));
 	if (m->code == 0) {
+		if (m->naliases > LMT_PROTO_MAX_BLOCKS)
+			return -LMT_EOVERFLOW;
 		put_u32(b, m->slot_size);
 		put_u32(b, m->slots);
 		put_blob(b, &m->key);
+		put_u32(b, m->naliases);
+		for (uint32_t i = 0; i < m->naliases; i++) {
+			put_u32(b, m->aliases[i].block);
+			put_blob(b, &m->aliases[i].key);
+		}
 	}
 	return finish(b);
 }
@@ -720,6 +727,13 @@ int lmt__dec_pc_ack(const uint8_t *p, size_t len, struct lmt_msg_pc_ack *m, stru
 	if (!r.rc && (m->slots < 2 || m->slot_size < 4096 || m->slot_size > (64u << 20) ||
 	              m->slot_size % 4096))
 		return bad(&r, "the staging area needs 2 slots or more of 4 KiB to 64 MiB, in pages");
+	get_count(&r, &m->naliases, LMT_PROTO_MAX_BLOCKS, "too many in-place blocks");
+	for (uint32_t i = 0; i < m->naliases && !r.rc; i++) {
+		m->aliases[i].block = get_u32(&r, "truncated block index");
+		get_blob(&r, &m->aliases[i].key, "bad in-place key");
+		if (!r.rc && i && m->aliases[i].block <= m->aliases[i - 1].block)
+			return bad(&r, "in-place blocks out of order or named twice");
+	}
 	return done(&r);
 }
 
@@ -756,7 +770,8 @@ int lmt__dec_pages(const uint8_t *p, size_t len, struct lmt_msg_pages *m, struct
 		struct lmt_msg_pc_entry *e = &m->entries[i];
 		e->slot = get_u32(&r, "truncated slot");
 		get_run(&r, &e->run);
-		if (!r.rc && e->slot != LMT_PROTO_ZERO_SLOT && e->slot >= LMT_PROTO_MAX_SLOTS)
+		if (!r.rc && e->slot != LMT_PROTO_ZERO_SLOT && e->slot != LMT_PROTO_IN_PLACE_SLOT &&
+		    e->slot >= LMT_PROTO_MAX_SLOTS)
 			return bad(&r, "slot out of range");
 	}
 	return done(&r);

@@ -188,14 +188,23 @@ struct lmt_msg_postcopy { /* POSTCOPY */
 
 /* POSTCOPY_ACK: the destination's answer to the switch; with code 0, its
  * staging area: `slots` slots of `slot_size` bytes each, slot i at
- * offset i * slot_size of the region of `key`. */
+ * offset i * slot_size of the region of `key`; and for each block whose
+ * pages are written in place (a shared file mapped a second time), the
+ * key of that second mapping, offset 0 at the block's first byte. */
 #define LMT_PROTO_MAX_SLOTS 4096u
+struct lmt_msg_pc_alias {
+	uint32_t block;
+	struct lmt_blob key;
+};
+
 struct lmt_msg_pc_ack {
 	int32_t code;
 	char text[LMT_PROTO_MAX_TEXT + 1];
 	uint32_t slot_size;
 	uint32_t slots;
 	struct lmt_blob key;
+	uint32_t naliases; /* blocks in increasing order */
+	struct lmt_msg_pc_alias aliases[LMT_PROTO_MAX_BLOCKS];
 };
 
 struct lmt_msg_page { /* a run of pages of a block */
@@ -211,8 +220,11 @@ struct lmt_msg_page_req { /* PAGE_REQ */
 };
 
 /* PAGES: each entry's pages are in staging slot `slot`, from its first
- * byte, or are all zero (LMT_PROTO_ZERO_SLOT: nothing in staging). */
+ * byte, or are all zero (LMT_PROTO_ZERO_SLOT: nothing in staging), or
+ * were written in place through the block's second mapping
+ * (LMT_PROTO_IN_PLACE_SLOT). */
 #define LMT_PROTO_ZERO_SLOT UINT32_MAX
+#define LMT_PROTO_IN_PLACE_SLOT (UINT32_MAX - 1)
 #define LMT_PROTO_MAX_PAGE_ENTRIES 1024u
 struct lmt_msg_pc_entry {
 	uint32_t slot;

@@ -36,6 +36,7 @@ struct uffd_range {
 	uint64_t npages;
 	_Atomic uint64_t *present;
 	bool registered;
+	bool minor; /* shared memory watched for minor faults: placed in place */
 };
 
 /* A fault read and not yet placed: when, to time it. */
@@ -59,6 +60,7 @@ struct lmt__uffd {
 	pthread_rwlock_t place_lock;
 	_Atomic bool failed;
 	_Atomic uint64_t missing;
+	bool minor; /* the kernel gave minor faults on shared memory */
 	/* Guards what follows: the faults in wait and the statistics. */
 	pthread_mutex_t lock;
 	struct pending pending[PENDING_MAX];
@@ -103,9 +105,17 @@ static int open_fd(struct lmt_error *err)
 	                  strerror(sys));
 }
 
-static int handshake(int fd, struct lmt_error *err)
+#ifndef UFFD_FEATURE_MINOR_SHMEM
+#define UFFD_FEATURE_MINOR_SHMEM (1 << 10)
+#endif
+#ifndef UFFDIO_REGISTER_MODE_MINOR
+#define UFFDIO_REGISTER_MODE_MINOR ((__u64)1 << 2)
+#endif
+
+/* `features` asked for; whether the kernel granted them. */
+static int handshake(int fd, uint64_t features, struct lmt_error *err)
 {
-	struct uffdio_api api = {.api = UFFD_API};
+	struct uffdio_api api = {.api = UFFD_API, .features = features};
 	if (ioctl(fd, UFFDIO_API, &api))
 		return lmt__error(err, LMT_ENOTSUP, "userfaultfd: API handshake failed: %s",
 		                  strerror(errno));
@@ -129,8 +139,18 @@ int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *e
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_rwlock_init(&u->place_lock, NULL);
 	u->stop_fd = eventfd(0, EFD_CLOEXEC);
+	/* Minor faults on shared memory (postcopy's placement in place) where
+	 * the kernel has them (5.14 on): a kernel without refuses the
+	 * feature, and a fresh descriptor goes without. */
 	u->fd = open_fd(err);
-	int rc = u->fd < 0 ? u->fd : handshake(u->fd, err);
+	int rc = u->fd < 0 ? u->fd : 0;
+	if (!rc && handshake(u->fd, UFFD_FEATURE_MINOR_SHMEM, err) == 0) {
+		u->minor = true;
+	} else if (!rc) {
+		close(u->fd);
+		u->fd = open_fd(err);
+		rc = u->fd < 0 ? u->fd : handshake(u->fd, 0, err);
+	}
 	if (!rc && u->stop_fd < 0)
 		rc = lmt__error(err, LMT_ENOMEM, "userfaultfd: eventfd: %s", strerror(errno));
 	if (rc) {
@@ -213,39 +233,65 @@ int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t
 	return 0;
 }
 
-/* Drop the pages of the set bits of `coming` from the range: private
- * memory with MADV_DONTNEED, shared memory (memfd, shmem) from its file
- * with MADV_REMOVE, run by run. */
-static int drop_coming(struct uffd_range *r, const uint64_t *coming, uint32_t range,
-                       struct lmt_error *err)
+/* Each run of set bits of `coming`, in order: fn(r, first, end). */
+typedef int (*run_fn)(struct uffd_range *r, uint64_t first, uint64_t end, int fd,
+                      uint64_t fd_offset);
+
+static int each_run(struct uffd_range *r, const uint64_t *coming, run_fn fn, int fd,
+                    uint64_t fd_offset)
 {
 	for (uint64_t p = lmt__bitmap_next(coming, 0, r->npages); p < r->npages;) {
 		uint64_t end = p + 1;
-		while (end < r->npages && ((coming[end / 64] >> (end % 64)) & 1))
+		while (end < r->npages && lmt__bitmap_test(coming, end))
 			end++;
-		uint8_t *at = r->host + (p << r->page_shift);
-		size_t len = (end - p) << r->page_shift;
-		/* MADV_REMOVE refuses private memory (EINVAL): that is done. */
-		if (madvise(at, len, MADV_DONTNEED) ||
-		    (madvise(at, len, MADV_REMOVE) && errno != EINVAL))
-			return lmt__error(err, LMT_EINVAL,
-			                  "userfaultfd: range %u: cannot drop pages %llu-%llu: %s",
-			                  range, (unsigned long long)p,
-			                  (unsigned long long)(end - 1), strerror(errno));
+		int rc = fn(r, p, end, fd, fd_offset);
+		if (rc)
+			return rc;
 		p = lmt__bitmap_next(coming, end, r->npages);
 	}
 	return 0;
 }
 
-int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
-                               uint64_t length, uint32_t page_shift, const uint64_t *coming,
-                               struct lmt_error *err)
+/* A run dropped: private memory with MADV_DONTNEED, shared memory (memfd,
+ * shmem) from its file with MADV_REMOVE, which refuses private memory
+ * (EINVAL: done already). */
+static int drop_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
+{
+	(void)fd;
+	(void)fd_offset;
+	uint8_t *at = r->host + (p << r->page_shift);
+	size_t len = (end - p) << r->page_shift;
+	if (madvise(at, len, MADV_DONTNEED) || (madvise(at, len, MADV_REMOVE) && errno != EINVAL))
+		return -errno;
+	return 0;
+}
+
+/* A run to be written in place: its pages stay in the file (allocated
+ * there where they were holes, so that a touch is a minor fault, not a
+ * zero page the kernel makes up), and leave the guest's mapping. */
+static int unmap_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
+{
+	off_t off = (off_t)(fd_offset + (p << r->page_shift));
+	size_t len = (end - p) << r->page_shift;
+	int rc = fallocate(fd, 0, off, (off_t)len);
+	if (rc && errno != EOPNOTSUPP)
+		return -errno;
+	return madvise(r->host + (p << r->page_shift), len, MADV_DONTNEED) ? -errno : 0;
+}
+
+/* Register a range keeping its pages but the coming ones, missing-page
+ * mode or (minor) minor-fault mode. */
+static int register_keeping(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
+                            uint32_t page_shift, const uint64_t *coming, bool minor,
+                            struct lmt_error *err)
 {
 	struct uffd_range *r = &u->ranges[range];
+	free(r->present);
 	*r = (struct uffd_range){.host = host,
 	                         .length = length,
 	                         .page_shift = page_shift,
-	                         .npages = length >> page_shift};
+	                         .npages = length >> page_shift,
+	                         .minor = minor};
 	uint64_t words = (r->npages + 63) / 64, missing = 0;
 	r->present = calloc(words ? words : 1, sizeof(uint64_t));
 	if (!r->present)
@@ -256,22 +302,55 @@ int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
 		atomic_store(&r->present[w], ~coming[w] & valid);
 		missing += (uint64_t)__builtin_popcountll(coming[w] & valid);
 	}
-	struct uffdio_register reg = {.range = {.start = (uintptr_t)host, .len = length},
-	                              .mode = UFFDIO_REGISTER_MODE_MISSING};
+	struct uffdio_register reg = {
+	        .range = {.start = (uintptr_t)host, .len = length},
+	        .mode = minor ? UFFDIO_REGISTER_MODE_MINOR : UFFDIO_REGISTER_MODE_MISSING};
 	if (ioctl(u->fd, UFFDIO_REGISTER, &reg))
 		return lmt__error(
 		        err, LMT_EINVAL,
-		        "userfaultfd: range %u (%llu bytes at %p) cannot be registered: %s", range,
-		        (unsigned long long)length, host, strerror(errno));
+		        "userfaultfd: range %u (%llu bytes at %p) cannot be registered%s: %s", range,
+		        (unsigned long long)length, host, minor ? " for minor faults" : "",
+		        strerror(errno));
 	r->registered = true;
 	atomic_fetch_add(&u->missing, missing);
-	uint64_t need = 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
+	uint64_t need = minor ? 1ull << _UFFDIO_CONTINUE | 1ull << _UFFDIO_WAKE
+	                      : 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
 	if ((reg.ioctls & need) != need)
 		return lmt__error(err, LMT_ENOTSUP,
-		                  "userfaultfd: range %u: the kernel cannot copy, zero and wake "
-		                  "pages there",
-		                  range);
-	return drop_coming(r, coming, range, err);
+		                  "userfaultfd: range %u: the kernel cannot %s and wake pages there",
+		                  range, minor ? "map" : "copy, zero");
+	return 0;
+}
+
+int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
+                               uint64_t length, uint32_t page_shift, const uint64_t *coming,
+                               struct lmt_error *err)
+{
+	int rc = register_keeping(u, range, host, length, page_shift, coming, false, err);
+	if (!rc && (rc = each_run(&u->ranges[range], coming, drop_run, -1, 0)))
+		return lmt__error(err, LMT_EINVAL, "userfaultfd: range %u: cannot drop pages: %s",
+		                  range, strerror(-rc));
+	return rc;
+}
+
+bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u)
+{
+	return u->minor;
+}
+
+int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
+                                uint64_t length, uint32_t page_shift, const uint64_t *coming,
+                                int fd, uint64_t fd_offset, struct lmt_error *err)
+{
+	if (!u->minor)
+		return lmt__error(err, LMT_ENOTSUP,
+		                  "userfaultfd: this kernel has no minor faults on shared memory");
+	int rc = register_keeping(u, range, host, length, page_shift, coming, true, err);
+	if (!rc && (rc = each_run(&u->ranges[range], coming, unmap_run, fd, fd_offset)))
+		return lmt__error(err, LMT_EINVAL,
+		                  "userfaultfd: range %u: cannot take pages out of the mapping: %s",
+		                  range, strerror(-rc));
+	return rc;
 }
 
 /* ---- the present bitmaps and the faults in wait ---- */
@@ -372,6 +451,29 @@ static int place_copy(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, in
 	return rc;
 }
 
+#ifndef UFFDIO_CONTINUE
+#define _UFFDIO_CONTINUE (0x07)
+#define UFFDIO_CONTINUE_MODE_DONTWAKE ((__u64)1 << 0)
+struct uffdio_continue {
+	struct uffdio_range range;
+	__u64 mode;
+	__s64 mapped;
+};
+#define UFFDIO_CONTINUE _IOWR(UFFDIO, _UFFDIO_CONTINUE, struct uffdio_continue)
+#endif
+
+/* Map what the file holds at dst: the page is already in place. */
+static int place_continue(int fd, uint8_t *dst, const uint8_t *src, uint64_t len,
+                          int64_t *done)
+{
+	(void)src;
+	struct uffdio_continue c = {.range = {.start = (uintptr_t)dst, .len = len},
+	                            .mode = UFFDIO_CONTINUE_MODE_DONTWAKE};
+	int rc = ioctl(fd, UFFDIO_CONTINUE, &c) ? -errno : 0;
+	*done = c.mapped;
+	return rc;
+}
+
 static int place_zero(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
 {
 	(void)src;
@@ -446,6 +548,12 @@ int lmt__uffd_copy(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
 	return place(u, range, page, npages, src, place_copy, origin, err);
 }
 
+int lmt__uffd_continue(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                       enum lmt__uffd_origin origin, struct lmt_error *err)
+{
+	return place(u, range, page, npages, NULL, place_continue, origin, err);
+}
+
 int lmt__uffd_zero(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
                    enum lmt__uffd_origin origin, struct lmt_error *err)
 {
@@ -492,7 +600,8 @@ static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
 		if (!atomic_load(&u->failed)) {
 			pthread_rwlock_rdlock(&u->place_lock);
 			if (!atomic_load(&u->failed))
-				place_zero(u->fd, at, NULL, 1ull << r->page_shift, &done);
+				(r->minor ? place_continue : place_zero)(u->fd, at, NULL,
+				                                         1ull << r->page_shift, &done);
 			pthread_rwlock_unlock(&u->place_lock);
 		}
 		wake(u, at, 1ull << r->page_shift);

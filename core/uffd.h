@@ -62,6 +62,17 @@ int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t
 int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
                                uint64_t length, uint32_t page_shift, const uint64_t *coming,
                                struct lmt_error *err);
+/* Whether lmt__uffd_register_in_place can work: the kernel gave minor
+ * faults on shared memory (5.14 on). */
+bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u);
+/* The same for shared memory whose pages are written in place through a
+ * second mapping of its file (`fd`, the range starting at `fd_offset`):
+ * watched for minor faults; the coming pages stay in the file (allocated
+ * where they were holes) but leave this mapping, and are mapped again by
+ * lmt__uffd_continue once written. */
+int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
+                                uint64_t length, uint32_t page_shift, const uint64_t *coming,
+                                int fd, uint64_t fd_offset, struct lmt_error *err);
 /* Start the fault thread. */
 int lmt__uffd_start(struct lmt__uffd *u, lmt__uffd_fetch_fn fetch, void *opaque,
                     struct lmt_error *err);
@@ -73,6 +84,10 @@ bool lmt__uffd_present(struct lmt__uffd *u, uint32_t range, uint64_t page);
  * lmt__uffd_fail: -LMT_ECANCELED. Thread-safe. */
 int lmt__uffd_copy(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
                    const void *src, enum lmt__uffd_origin origin, struct lmt_error *err);
+/* Map pages of an in-place range again (UFFDIO_CONTINUE): what the file
+ * holds there now is the page. */
+int lmt__uffd_continue(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
+                       enum lmt__uffd_origin origin, struct lmt_error *err);
 int lmt__uffd_zero(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t npages,
                    enum lmt__uffd_origin origin, struct lmt_error *err);
 /* Pages not placed yet, over every range. */

@@ -27,7 +27,7 @@
 
 #include "harness.h"
 
-#define RAM_BYTES (32ull << 20)
+#define RAM_BYTES (16ull << 20)
 #define PAGE GUEST_PAGE_SIZE
 #define VCPUS 2
 #define MARK 0xa5u
@@ -62,8 +62,9 @@ struct vcpu {
 	uint8_t *wrote; /* a byte per page: written by the destination guest */
 	uint64_t seed;
 	_Atomic bool *stop;
-	uint64_t touched;
+	_Atomic uint64_t touched;
 	bool segv;
+	_Atomic bool ended;
 };
 
 /* Read pages at random and write some, until told to stop or a page
@@ -77,6 +78,7 @@ static void *vcpu_run(void *arg)
 	if (sigsetjmp(jump, 1)) {
 		v->segv = true;
 		segv_jump = NULL;
+		atomic_store(&v->ended, true);
 		return NULL;
 	}
 	uint64_t pages = v->ram->bytes / PAGE;
@@ -88,9 +90,10 @@ static void *vcpu_run(void *arg)
 			memset((uint8_t *)at, MARK, PAGE);
 			v->wrote[p] = 1;
 		}
-		v->touched++;
+		atomic_fetch_add(&v->touched, 1);
 	}
 	segv_jump = NULL;
+	atomic_store(&v->ended, true);
 	return NULL;
 }
 
@@ -105,11 +108,20 @@ struct dest {
 	int run_rc, finish_rc;
 	bool cancel_in_postcopy; /* cancel the destination once its guest runs */
 	struct vcpu vcpus[VCPUS];
+	_Atomic bool vcpus_started;
 	uint8_t *wrote;
 	_Atomic bool stop;
 	struct lmt_stats stats;
 	uint64_t run_returned_ns;
 };
+
+/* Until the vCPUs have run into some pages (the guest truly runs). */
+static void vcpus_wait_touching(struct dest *d)
+{
+	for (int i = 0; i < VCPUS; i++)
+		while (atomic_load(&d->vcpus[i].touched) < 16 && !atomic_load(&d->vcpus[i].ended))
+			usleep(1000);
+}
 
 static void *dest_run(void *arg)
 {
@@ -129,27 +141,80 @@ static void *dest_run(void *arg)
 		        .ram = &d->ram, .wrote = d->wrote, .seed = 77 + (uint64_t)i, .stop = &d->stop};
 		pthread_create(&d->vcpus[i].thread, NULL, vcpu_run, &d->vcpus[i]);
 	}
+	atomic_store(&d->vcpus_started, true);
 	if (d->cancel_in_postcopy) {
-		usleep(20000);
+		vcpus_wait_touching(d);
 		lmt_cancel(d->s);
 	}
 	d->finish_rc = lmt_load_finish(d->s);
-	/* The guest runs on a little with every page there. */
-	usleep(10000);
-	atomic_store(&d->stop, true);
+	if (d->finish_rc == 0) {
+		/* The guest runs on a little with every page there. */
+		usleep(10000);
+		atomic_store(&d->stop, true);
+	} else {
+		/* Failed: pages are missing for good, and each vCPU runs into
+		 * one (SIGSEGV) before long; a test that hangs here has found
+		 * a vCPU lmt left blocked. */
+		for (int i = 0; i < VCPUS; i++)
+			while (!atomic_load(&d->vcpus[i].ended))
+				usleep(1000);
+	}
 	for (int i = 0; i < VCPUS; i++)
 		pthread_join(d->vcpus[i].thread, NULL);
 	lmt_session_stats(d->s, &d->stats);
 	return NULL;
 }
 
-static void dest_start(struct dest *d, const char *opts)
+static _Atomic int in_place_blocks = -1;
+
+/* The destination's switch says how many blocks it writes in place. */
+static void on_log(void *opaque, enum lmt_log_level level, const char *msg)
+{
+	(void)opaque;
+	(void)level;
+	unsigned n;
+	const char *at = strstr(msg, "pages to come, ");
+	if (at && sscanf(at, "pages to come, %u", &n) == 1)
+		atomic_store(&in_place_blocks, (int)n);
+}
+
+/* The destination's RAM in a memfd, its blocks added by descriptor. */
+static lmt_session *memfd_session(struct dest *d, const char *opts)
+{
+	int fd = memfd_create("postcopy-guest", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, RAM_BYTES), 0);
+	uint8_t *base = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(base != MAP_FAILED);
+	guest_ram_layout(&d->ram, base, RAM_BYTES);
+	struct lmt_error err = {0};
+	lmt_session *s = NULL;
+	if (lmt_session_new(&s, LMT_ROLE_DESTINATION, test_plugin(), opts, &err))
+		fail_msg("session: %s", err.message);
+	const char *extra = getenv("LMT_TEST_OPTIONS");
+	if (extra && *extra)
+		assert_int_equal(lmt_session_set_options(s, extra), 0);
+	for (uint32_t i = 0; i < d->ram.nblocks; i++) {
+		struct guest_block *b = &d->ram.blocks[i];
+		if (lmt_session_add_block_fd(s, b->name, b->host, b->length, PAGE, fd,
+		                             (uint64_t)(b->host - base)))
+			fail_msg("add_block_fd: %s", lmt_session_error(s)->message);
+	}
+	close(fd);
+	return s;
+}
+
+static void dest_start_on(struct dest *d, const char *opts, bool memfd)
 {
 	memset(d, 0, sizeof(*d));
-	guest_ram_layout(&d->ram, ram_map(RAM_BYTES), RAM_BYTES);
 	d->wrote = calloc(RAM_BYTES / PAGE, 1);
 	assert_non_null(d->wrote);
-	d->s = session_with_blocks(LMT_ROLE_DESTINATION, &d->ram, opts);
+	if (memfd) {
+		d->s = memfd_session(d, opts);
+	} else {
+		guest_ram_layout(&d->ram, ram_map(RAM_BYTES), RAM_BYTES);
+		d->s = session_with_blocks(LMT_ROLE_DESTINATION, &d->ram, opts);
+	}
 	assert_int_equal(lmt_load_listen(d->s, "127.0.0.1:0", &d->port), 0);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cond, NULL);
@@ -158,6 +223,11 @@ static void dest_start(struct dest *d, const char *opts)
 	while (!d->listening)
 		pthread_cond_wait(&d->cond, &d->lock);
 	pthread_mutex_unlock(&d->lock);
+}
+
+static void dest_start(struct dest *d, const char *opts)
+{
+	dest_start_on(d, opts, false);
 }
 
 static void dest_join(struct dest *d)
@@ -193,8 +263,8 @@ static void source_start(struct source *src, const char *opts, uint16_t port)
 {
 	memset(src, 0, sizeof(*src));
 	ram_fill(&src->ram, RAM_BYTES, 5);
-	/* The guest dirties 64 MiB/s over 16 MiB; the link lets 16 MB/s by. */
-	assert_int_equal(guest_workload_start(&src->work, &src->ram, 16u << 20, 64u << 20, 9), 0);
+	/* The guest dirties 128 MiB/s over 8 MiB; the link lets 32 MB/s by. */
+	assert_int_equal(guest_workload_start(&src->work, &src->ram, 8u << 20, 128u << 20, 9), 0);
 	src->s = session_with_blocks(LMT_ROLE_SOURCE, &src->ram, opts);
 	assert_int_equal(lmt_session_set_dirty_sync(src->s, guest_dirty_sync, &src->ram), 0);
 	assert_int_equal(lmt_session_set_throttle(src->s, throttle, src->work), 0);
@@ -246,15 +316,15 @@ static void assert_guest_moved(const struct source *src, const struct dest *d)
 	assert_true(wrote > 0);
 }
 
-#define OPTS "postcopy=on,max-bandwidth=16M,idle-timeout=5s"
+#define OPTS "postcopy=on,max-bandwidth=32M,downtime-limit=10ms,idle-timeout=5s"
 
-/* The guest never converges at 16 MB/s; after one pass lmt says to switch. */
-static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unused)
+/* The guest never converges at 32 MB/s; after one pass lmt says to switch. */
+static void after_one_pass(bool memfd)
 {
-	(void)unused;
 	struct dest d;
 	struct source src;
-	dest_start(&d, "postcopy=on,idle-timeout=5s");
+	atomic_store(&in_place_blocks, -1);
+	dest_start_on(&d, "postcopy=on,idle-timeout=5s", memfd);
 	source_start(&src, OPTS ",postcopy-after=1", d.port);
 	struct lmt_iterate_result it = {0};
 	uint32_t calls = 0;
@@ -287,8 +357,24 @@ static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unus
 	assert_int_equal(len, 5);
 	assert_memory_equal(state, "state", 5);
 	assert_guest_moved(&src, &d);
+	/* A memfd's pages are written in place, anonymous memory's staged. */
+	assert_int_equal(atomic_load(&in_place_blocks), memfd ? (int)d.ram.nblocks : 0);
 	source_end(&src);
 	dest_end(&d);
+}
+
+static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unused)
+{
+	(void)unused;
+	after_one_pass(false);
+}
+
+/* Destination RAM in a memfd: the source writes the pages through a
+ * second mapping of it, and UFFDIO_CONTINUE maps them for the guest. */
+static void test_postcopy_into_a_memfd_writes_pages_in_place(void **unused)
+{
+	(void)unused;
+	after_one_pass(true);
 }
 
 /* The switch at once, before any pass: every page comes after it. */
@@ -298,7 +384,8 @@ static void test_postcopy_before_any_pass_sends_every_page_after_the_switch(void
 	struct dest d;
 	struct source src;
 	dest_start(&d, "postcopy=on,channels=2,idle-timeout=5s");
-	source_start(&src, "postcopy=on,channels=2,idle-timeout=5s", d.port);
+	/* 32 MB/s: the pushes take half a second, and the vCPUs fault. */
+	source_start(&src, "postcopy=on,channels=2,max-bandwidth=32M,idle-timeout=5s", d.port);
 	source_pause(&src);
 	if (lmt_save_postcopy(src.s, NULL, 0))
 		fail_msg("switch: %s", lmt_session_error(src.s)->message);
@@ -336,7 +423,9 @@ static void cancel_in_postcopy(bool on_source)
 	if (lmt_save_postcopy(src.s, NULL, 0))
 		fail_msg("switch: %s", lmt_session_error(src.s)->message);
 	if (on_source) {
-		usleep(20000);
+		while (!atomic_load(&d.vcpus_started))
+			usleep(1000);
+		vcpus_wait_touching(&d);
 		lmt_cancel(src.s);
 	}
 	int rc = lmt_save_finish(src.s);
@@ -352,7 +441,11 @@ static void cancel_in_postcopy(bool on_source)
 	bool segv = false;
 	for (int i = 0; i < VCPUS; i++)
 		segv |= d.vcpus[i].segv;
-	assert_true(segv);
+	if (!segv)
+		fail_msg("no vCPU met a missing page after the failure (%llu and %llu touches; "
+		         "destination: %s)",
+		         (unsigned long long)d.vcpus[0].touched, (unsigned long long)d.vcpus[1].touched,
+		         lmt_session_error(d.s)->message);
 	source_end(&src);
 	dest_end(&d);
 }
@@ -416,8 +509,11 @@ int main(void)
 		       "system call): postcopy needs it on the destination\n");
 		return 77;
 	}
+	lmt_set_log_handler(on_log, NULL);
+	lmt_set_log_level(LMT_LOG_INFO);
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_postcopy_after_one_pass_moves_the_guest_bit_for_bit),
+	        cmocka_unit_test(test_postcopy_into_a_memfd_writes_pages_in_place),
 	        cmocka_unit_test(test_postcopy_before_any_pass_sends_every_page_after_the_switch),
 	        cmocka_unit_test(test_source_cancel_in_postcopy_fails_both_and_wakes_vcpus),
 	        cmocka_unit_test(test_destination_cancel_in_postcopy_fails_both_and_wakes_vcpus),
