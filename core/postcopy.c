@@ -83,6 +83,10 @@ struct lmt__postcopy {
 	struct lmt_msg_pages *batch;
 	double bw_allowance;
 	uint64_t bw_refill_ns;
+	uint64_t bw_wait_ns; /* max-bandwidth holds the pushes this long */
+	/* The last sign of the destination's progress: a slot back, a write
+	 * completed, a request. */
+	uint64_t progress_ns;
 
 	/* destination */
 	uint64_t **coming; /* per block, until the switch */
@@ -439,6 +443,8 @@ static int post(struct lmt__postcopy *pc, uint32_t bi, uint64_t page, uint64_t n
 	if (pc->ch_writes[ch]++ == 0)
 		pc->ch_progress_ns[ch] = lmt__now();
 	pc->writing++;
+	pc->bw_allowance -= (double)bytes; /* faults count too */
+	pc->progress_ns = lmt__now();
 	taken(pc, b, page, n, requested, false);
 	pthread_mutex_lock(&s->lock);
 	s->stats.writes++;
@@ -492,6 +498,9 @@ static bool bandwidth_allows(struct lmt__postcopy *pc)
 			pc->bw_allowance = burst;
 	}
 	pc->bw_refill_ns = now;
+	/* Held back: how long until the allowance is positive again. */
+	pc->bw_wait_ns = pc->bw_allowance > 0 ? 0
+	                                      : (uint64_t)(-pc->bw_allowance * 1e9 / (double)rate) + 1;
 	return pc->bw_allowance > 0;
 }
 
@@ -537,7 +546,6 @@ static int push(struct lmt__postcopy *pc)
 			continue;
 		if ((rc = post(pc, pc->cur_block, page, n, bulk_channel(pc), false)) <= 0)
 			return rc;
-		pc->bw_allowance -= (double)(n << b->page_shift);
 		pc->cur_page = page + n;
 	}
 	return 0;
@@ -562,7 +570,7 @@ static int complete(struct lmt__postcopy *pc, const struct lmt_completion *cp)
 		pc->local_free[pc->nlocal_free++] = (uint32_t)idx;
 	pc->writing--;
 	pc->ch_writes[sl->channel]--;
-	pc->ch_progress_ns[sl->channel] = lmt__now();
+	pc->ch_progress_ns[sl->channel] = pc->progress_ns = lmt__now();
 	pthread_mutex_lock(&s->lock);
 	s->stats.bytes_sent += bytes;
 	s->stats.channel_bytes[sl->channel] += bytes;
@@ -643,6 +651,7 @@ static int take_freed(struct lmt__postcopy *pc, size_t length)
 		}
 		pc->slots[slot].state = SLOT_FREE;
 		pc->free[pc->nfree++] = slot;
+		pc->progress_ns = lmt__now();
 	}
 	free(m);
 	return rc;
@@ -707,6 +716,7 @@ static int source_done(struct lmt__postcopy *pc)
 static int source_loop(struct lmt__postcopy *pc)
 {
 	struct lmt_session *s = pc->s;
+	pc->progress_ns = lmt__now();
 	for (;;) {
 		if (lmt__is_cancelled(s))
 			return lmt__fail(s, LMT_ECANCELED, "postcopy cancelled");
@@ -724,9 +734,20 @@ static int source_loop(struct lmt__postcopy *pc)
 		if (pc->writing) {
 			if ((rc = source_harvest(pc, BUSY_WAIT_NS)) < 0 || (rc = batch_flush(pc)))
 				return rc;
-		} else {
-			lmt__ctrl_wait(s, lmt__now() + (pc->left ? BUSY_WAIT_NS : IDLE_WAIT_NS));
+			continue;
 		}
+		/* Nothing in flight and pages left: held by max-bandwidth, or
+		 * every slot is the destination's. A request or a slot given
+		 * back ends the wait (a message). */
+		if (!pc->bw_wait_ns && lmt__now() - pc->progress_ns > s->idle_timeout_ns)
+			return lmt__fail(s, LMT_ETIMEDOUT,
+			                 "postcopy: the destination gave no staging slot back for %llu "
+			                 "ms (idle-timeout), %llu pages still to send",
+			                 (unsigned long long)(s->idle_timeout_ns / 1000000),
+			                 (unsigned long long)pc->left);
+		uint64_t wait = pc->bw_wait_ns && pc->bw_wait_ns < IDLE_WAIT_NS ? pc->bw_wait_ns
+		                                                                : IDLE_WAIT_NS;
+		lmt__ctrl_wait(s, lmt__now() + wait);
 	}
 }
 
@@ -1236,4 +1257,5 @@ void lmt__postcopy_stats(struct lmt_session *s, struct lmt_stats *out)
 	out->fault_p99_ns = u.fault_p99_ns;
 	out->fault_max_ns = u.fault_max_ns;
 	out->background_pages = u.background_pages;
+	out->postcopy_requested = u.fault_pages;
 }

@@ -1552,6 +1552,10 @@ static int save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 		return lmt__usage(s, LMT_ESTATE, "save iterate: the session is not migrating");
 	if (!res)
 		return lmt__usage(s, LMT_EINVAL, "save iterate: result is NULL");
+	if (s->postcopy)
+		return lmt__usage(s, LMT_ESTATE,
+		                  "save iterate: the migration switched to postcopy (call "
+		                  "lmt_save_finish)");
 	memset(res, 0, sizeof(*res));
 	int rc = report_progress(s);
 	if (!rc)

@@ -419,6 +419,11 @@ static void test_postcopy_before_any_pass_sends_every_page_after_the_switch(void
 	source_pause(&src);
 	if (lmt_save_postcopy(src.s, NULL, 0))
 		fail_msg("switch: %s", lmt_session_error(src.s)->message);
+	/* Switched: the passes are over, and a second switch is refused. */
+	struct lmt_iterate_result it;
+	assert_int_equal(lmt_save_iterate(src.s, &it), -LMT_ESTATE);
+	assert_int_equal(lmt_save_postcopy(src.s, NULL, 0), -LMT_ESTATE);
+	assert_int_equal(lmt_save_complete(src.s, NULL, 0), -LMT_ESTATE);
 	if (lmt_save_finish(src.s))
 		fail_msg("finish: %s", lmt_session_error(src.s)->message);
 	lmt_session_stats(src.s, &src.stats);
