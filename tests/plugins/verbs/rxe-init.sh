@@ -101,6 +101,16 @@ if [ -x "$FAULTS" ]; then
 	LMT_TEST_PLUGIN=verbs LMT_TEST_OPTIONS= run faults "$FAULTS"
 fi
 
+# Postcopy over verbs: the guest runs at the destination while its pages
+# arrive, faults first; cancels and kills in postcopy (test_postcopy.c).
+# The test catches SIGSEGV itself, so the sanitizers leave it alone.
+if [ -x "$POSTCOPY" ]; then
+	migrations=$((migrations + 3))
+	interrupted=$((interrupted + 4))
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:allow_user_segv_handler=1 \
+		LMT_TEST_PLUGIN=verbs LMT_TEST_OPTIONS= run postcopy "$POSTCOPY"
+fi
+
 # lmt against ib_write_bw with the same message size (chunk-size 1M) in
 # rounds, each an idle guest (every byte sent once) then ib_write_bw.
 round=1

@@ -143,6 +143,7 @@ add_elf() {
 bench="$build/tools/lmt-bench"
 check="$build/tools/plugin-check/lmt-plugin-check"
 faults="$build/tests/integration/test_faults"
+postcopy="$build/tests/integration/test_postcopy"
 plugin="$build/plugins/verbs/verbs.so"
 for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe"; do
 	[ -x "$f" ] || [ -f "$f" ] || die "$f not built (meson compile first)"
@@ -153,6 +154,7 @@ for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe" \
 	add_elf "$f"
 done
 [ -x "$faults" ] && add_elf "$faults"
+[ -x "$postcopy" ] && add_elf "$postcopy"
 provider=$(ls /usr/lib/*-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null | head -1)
 [ -n "$provider" ] || die "librxe-rdmav*.so not found: install ibverbs-providers"
 add_elf "$provider"
@@ -165,6 +167,7 @@ cat >"$stage/lmt/env" <<ENV
 BENCH='$bench'
 CHECK='$check'
 FAULTS='$faults'
+POSTCOPY='$postcopy'
 PROBE='$build/tests/plugins/verbs/verbs-probe'
 PLUGIN_DIR='$(dirname "$plugin")'
 RDMA='$(command -v rdma)'
