@@ -1425,17 +1425,20 @@ static void start_pass(struct lmt_session *s)
 /* postcopy-after passes ended and the migration is not ready: say to
  * switch. The pass is recorded; writes in flight are the switch's to
  * drain. */
-static bool postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res, uint64_t dirtied)
+static bool postcopy_due(const struct lmt_session *s)
+{
+	const struct lmt_source_engine *e = s->source;
+	return s->postcopy_on && e->postcopy_after && e->pass >= e->postcopy_after;
+}
+
+/* The pass that ended was measured: say to switch. */
+static void postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
-	if (!s->postcopy_on || !e->postcopy_after || e->pass < e->postcopy_after)
-		return false;
-	measure_pass(s, dirtied, false, false);
 	res->ready = 1;
 	res->postcopy = 1;
 	e->postcopy_due = true;
 	e->need_pass = true;
-	return true;
 }
 
 static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate_result *res)
@@ -1450,9 +1453,11 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		uint64_t bw = e->bandwidth_bps ? e->bandwidth_bps : 1;
 		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
 		    e->bandwidth_bps) {
-			if (postcopy_now(s, res, dirtied))
-				return 0;
 			measure_pass(s, dirtied, false, false);
+			if (postcopy_due(s)) {
+				postcopy_now(s, res);
+				return 0;
+			}
 			converge(s, dirtied);
 			start_pass(s);
 			return 0;
@@ -1465,13 +1470,12 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 	uint64_t more, expected;
 	if ((rc = sync_dirty(s, &more)))
 		return rc;
-	bool fits = expected_downtime(s, &expected) && expected <= e->downtime_limit_ns;
-	if (!fits && postcopy_now(s, res, e->pass_dirtied + more))
-		return 0;
 	measure_pass(s, e->pass_dirtied + more, false, false);
-	if (fits) {
+	if (expected_downtime(s, &expected) && expected <= e->downtime_limit_ns) {
 		res->ready = 1;
 		e->need_pass = true;
+	} else if (postcopy_due(s)) {
+		postcopy_now(s, res);
 	} else if (!e->dirty_bytes) {
 		/* Not ready with nothing dirty: the device state or the
 		 * hashing is what is left, and a pass at once would not
