@@ -225,24 +225,6 @@ static int announce(struct lmt_session *s, uint64_t deadline, uint64_t *total)
 	return 0;
 }
 
-static int send_state(struct lmt_session *s, const uint8_t *data, size_t length,
-                      uint64_t deadline)
-{
-	for (size_t off = 0; off < length;) {
-		size_t n =
-		        length - off < LMT_PROTO_STATE_CHUNK ? length - off : LMT_PROTO_STATE_CHUNK;
-		struct lmt_msg_state m = {
-		        .offset = off, .total = length, .length = (uint32_t)n, .data = data + off};
-		int rc = lmt__enc_state(&s->out, &m);
-		if (rc)
-			return lmt__fail(s, rc, "encoding DEVICE_STATE");
-		if ((rc = lmt__ctrl_send_by(s, deadline)))
-			return rc;
-		off += n;
-	}
-	return 0;
-}
-
 /* POSTCOPY_ACK: the destination took the guest, and lends its slots. */
 static int take_ack(struct lmt__postcopy *pc, uint64_t deadline)
 {
@@ -593,15 +575,8 @@ static int source_harvest(struct lmt__postcopy *pc, uint64_t timeout_ns)
 		if (rc)
 			return rc;
 	}
-	uint64_t now = lmt__now();
-	for (uint32_t ch = 0; ch < s->channels; ch++)
-		if (pc->ch_writes[ch] && now - pc->ch_progress_ns[ch] > s->idle_timeout_ns)
-			return lmt__fail(s, LMT_ETIMEDOUT,
-			                 "postcopy: channel %u: %u writes in flight and none "
-			                 "completed for %llu ms",
-			                 ch, pc->ch_writes[ch],
-			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
-	return n;
+	int rc = lmt__check_stalls(s, pc->ch_writes, pc->ch_progress_ns, "postcopy: ");
+	return rc ? rc : n;
 }
 
 static int take_requests(struct lmt__postcopy *pc, size_t length)
@@ -771,7 +746,7 @@ int lmt__postcopy_source_switch(struct lmt_session *s, const void *state, size_t
 	struct lmt_msg_postcopy m = {.passes = passes, .state_length = length};
 	int rc = announce(s, deadline, &m.pages);
 	if (!rc)
-		rc = send_state(s, state, length, deadline);
+		rc = lmt__source_send_state(s, state, length);
 	if (!rc && s->ctrl_unix)
 		rc = lmt__handover_send(s);
 	if (!rc && (rc = lmt__enc_postcopy(&s->out, &m)))

@@ -22,6 +22,13 @@ int lmt__postcopy_source_switch(struct lmt_session *s, const void *state, size_t
 /* Source: the plugin's registration for window `w` of block `block` when
  * it needs one (LMT_CAP_LOCAL_MR), made as needed (source.c). */
 int lmt__source_window_mr(struct lmt_session *s, uint32_t block, uint64_t w, lmt_mr **mr);
+/* Source: DEVICE_STATE messages, within the switchover (source.c). */
+int lmt__source_send_state(struct lmt_session *s, const uint8_t *data, size_t length);
+/* A channel with writes in flight (`writes`) that completed none since
+ * `progress_ns` for idle-timeout has stalled: the failure, naming it after
+ * `what` (source.c). */
+int lmt__check_stalls(struct lmt_session *s, const uint32_t *writes, const uint64_t *progress_ns,
+                      const char *what);
 
 /* Destination, in its load loop: POSTCOPY_PAGES, then POSTCOPY. The
  * second returns 1 once the guest may run (s->postcopy set, the thread

@@ -868,18 +868,23 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 
 /* A channel with writes in flight that completed none for idle-timeout
  * has stalled, whether lmt is iterating, completing or between calls. */
-static int check_stalls(struct lmt_session *s)
+int lmt__check_stalls(struct lmt_session *s, const uint32_t *writes, const uint64_t *progress_ns,
+                      const char *what)
 {
-	struct lmt_source_engine *e = s->source;
 	uint64_t now = lmt__now();
 	for (uint32_t ch = 0; ch < s->channels; ch++)
-		if (e->ch_writes[ch] && now - e->ch_progress_ns[ch] > s->idle_timeout_ns)
+		if (writes[ch] && now - progress_ns[ch] > s->idle_timeout_ns)
 			return lmt__fail(s, LMT_ETIMEDOUT,
-			                 "channel %u: %u writes in flight and none completed for "
+			                 "%schannel %u: %u writes in flight and none completed for "
 			                 "%llu ms",
-			                 ch, e->ch_writes[ch],
+			                 what, ch, writes[ch],
 			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
 	return 0;
+}
+
+static int check_stalls(struct lmt_session *s)
+{
+	return lmt__check_stalls(s, s->source->ch_writes, s->source->ch_progress_ns, "");
 }
 
 /* Harvest completions, waiting up to timeout_ns for the first. */
@@ -1591,7 +1596,7 @@ int lmt_save_iterate(lmt_session *s, struct lmt_iterate_result *res)
 
 /* ---- stop and copy ---- */
 
-static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t length)
+int lmt__source_send_state(struct lmt_session *s, const uint8_t *data, size_t length)
 {
 	size_t off = 0;
 	while (off < length) {
@@ -1611,6 +1616,25 @@ static int send_device_state(struct lmt_session *s, const uint8_t *data, size_t 
 	return 0;
 }
 
+/* The guest is paused, a pass under way: nothing left in flight, the last
+ * dirty pages synced, and the pass recorded as the switchover cut it
+ * short. */
+static int end_cut_pass(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	uint64_t more;
+	int rc;
+	if ((rc = drain(s, e->switchover_deadline)))
+		return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
+	if ((rc = sync_dirty(s, &more)))
+		return rc;
+	if (!e->need_pass)
+		measure_pass(s, (e->draining ? e->pass_dirtied : 0) + more, false, true);
+	e->need_pass = false;
+	e->draining = false;
+	return 0;
+}
+
 /* The guest is paused: a last pass over what is dirty, then every write
  * landed and flushed, all before the switchover's end. */
 static int send_rest(struct lmt_session *s)
@@ -1622,16 +1646,8 @@ static int send_rest(struct lmt_session *s)
 		if ((rc = start_first_pass(s)))
 			return rc;
 	} else {
-		uint64_t more;
-		if ((rc = drain(s, end)))
-			return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
-		if ((rc = sync_dirty(s, &more)))
+		if ((rc = end_cut_pass(s)))
 			return rc;
-		/* A pass the switchover cut short is recorded as it stood. */
-		if (!e->need_pass)
-			measure_pass(s, (e->draining ? e->pass_dirtied : 0) + more, false, true);
-		e->need_pass = false;
-		e->draining = false;
 		start_pass(s);
 	}
 	if ((rc = send_pass(s, end, false)))
@@ -1701,7 +1717,7 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 		                             s->source->switchover_deadline);
 	}
 	if ((rc = send_rest(s)) || (rc = report_landed(s, false)) ||
-	    (rc = send_device_state(s, state, length)))
+	    (rc = lmt__source_send_state(s, state, length)))
 		return rc;
 	if (s->ctrl_unix && (rc = lmt__handover_send(s)))
 		return rc;
@@ -1714,18 +1730,12 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 static int postcopy_prepare(struct lmt_session *s)
 {
 	struct lmt_source_engine *e = s->source;
-	uint64_t end = e->switchover_deadline, more;
+	uint64_t end = e->switchover_deadline;
 	int rc;
 	if (e->pass == 0)
 		return start_first_pass(s);
-	if ((rc = drain(s, end)))
-		return rc < 0 ? rc : switchover_expired(s, "writes still in flight");
-	if ((rc = sync_dirty(s, &more)))
+	if ((rc = end_cut_pass(s)))
 		return rc;
-	if (!e->need_pass)
-		measure_pass(s, (e->draining ? e->pass_dirtied : 0) + more, false, true);
-	e->need_pass = false;
-	e->draining = false;
 	uint64_t now = lmt__now();
 	if (now >= end)
 		return switchover_expired(s, "before the flush");
