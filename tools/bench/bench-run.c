@@ -276,12 +276,42 @@ static void dest_postcopy_stats(const struct bench_config *cfg, lmt_session *ses
 		pc->written_pages += log->written[p];
 }
 
+/* A failed postcopy makes the pages that never came inaccessible: the
+ * destination guest's workload, touching one, gets SIGSEGV, and the
+ * destination reports that rather than dying unexplained. */
+static struct {
+	int fd;
+	struct child_msg msg;
+} lost_guest;
+
+static void lost_guest_report(int sig)
+{
+	ssize_t n = write(lost_guest.fd, &lost_guest.msg, sizeof(lost_guest.msg));
+
+	(void)sig;
+	(void)n;
+	_exit(1);
+}
+
+static void lost_guest_arm(int fd, const struct child_msg *msg)
+{
+	struct sigaction sa = {.sa_handler = lost_guest_report};
+
+	lost_guest.fd = fd;
+	lost_guest.msg = *msg;
+	child_fail(&lost_guest.msg, -LMT_EIO, "postcopy failed",
+	           "SIGSEGV in the destination after the switch (its guest touching a page "
+	           "that never came)");
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, NULL);
+}
+
 /* After a switch to postcopy the guest runs here at once: with --postcopy
  * its workload, as on the source, rewrites the destination's RAM (and
  * faults on the pages not there yet), noting each page in `log`, until
  * lmt_load_finish says every page arrived. */
 static int dest_postcopy(const struct bench_config *cfg, lmt_session *session,
-                         struct guest_ram *ram, const struct guest_write_log *log,
+                         struct guest_ram *ram, const struct guest_write_log *log, int fd,
                          struct child_msg *msg)
 {
 	struct guest_workload *workload = NULL;
@@ -291,6 +321,7 @@ static int dest_postcopy(const struct bench_config *cfg, lmt_session *session,
 	if (rc < 0 || st.status != LMT_STATUS_POSTCOPY)
 		return rc;
 	msg->postcopy.switched = true;
+	lost_guest_arm(fd, msg);
 	if (cfg->postcopy && cfg->dirty_rate > 0 &&
 	    guest_workload_start_logged(&workload, ram, cfg->working_set, cfg->dirty_rate,
 	                                cfg->seed ^ DESTINATION_SEED, log) < 0) {
@@ -324,7 +355,7 @@ static int dest_load(const struct bench_config *cfg, lmt_session *session, int f
 	rc = lmt_load_run(session);
 	msg->resumed_at_ns = guest_now_ns();
 	if (rc == 0)
-		rc = dest_postcopy(cfg, session, ram, log, msg);
+		rc = dest_postcopy(cfg, session, ram, log, fd, msg);
 	if (cfg->postcopy)
 		dest_postcopy_stats(cfg, session, log, msg);
 	*fired = watchdog_stop(&wd);
@@ -501,12 +532,18 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 		run->out->unavailable = true;
 	/* --postcopy-after 0: the switch comes before any pass. */
 	while (rc == 0 && !(run->cfg->postcopy && run->cfg->postcopy_after == 0)) {
+		struct lmt_iterate_result it = {0};
 		uint64_t t0 = guest_now_ns();
-		rc = lmt_save_iterate(session, &run->last);
+		rc = lmt_save_iterate(session, &it);
 		uint64_t took = guest_now_ns() - t0;
 		if (took > run->out->max_iterate_ns)
 			run->out->max_iterate_ns = took;
-		if (rc < 0 || run->last.ready)
+		/* A failed call's result is not kept: the message after a
+		 * timeout names the last pass that was reported. */
+		if (rc < 0)
+			break;
+		run->last = it;
+		if (it.ready)
 			break;
 		progress_show(run, &last_ns);
 	}
@@ -626,6 +663,13 @@ static void source_fail(struct run *run, lmt_session *session, int rc, bool fire
 		return;
 	}
 	timeout_text(run->cfg, why, sizeof(why));
+	struct lmt_stats st;
+	if (lmt_session_stats(session, &st) == 0 && st.status == LMT_STATUS_POSTCOPY_FAILED) {
+		note(run->out, "source: %s in postcopy, %llu pages sent after the switch: %s", why,
+		     (unsigned long long)st.postcopy_pages,
+		     lmt_message(rc, lmt_session_error(session)));
+		return;
+	}
 	if (run->last.pass == 0) {
 		note(run->out, "source: %s before the first iteration returned: %s", why,
 		     lmt_message(rc, lmt_session_error(session)));
