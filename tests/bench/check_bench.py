@@ -34,7 +34,8 @@ PASS_KEYS = ["pass", "final", "start_ms", "duration_ms", "bytes", "dirtied_bytes
 FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsticks", "--ram",
          "--dirty-rate",
          "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",
-         "--plot", "--dry-run", "--port", "--timeout", "--target", "--test-corrupt", "--help"]
+         "--plot", "--dry-run", "--port", "--timeout", "--target", "--test-corrupt", "--help",
+         "--auto-converge", "--postcopy", "--postcopy-after"]
 
 
 class Failure(Exception):
@@ -451,6 +452,69 @@ def case_local_target():
     rc, out, err = bench("--target", "local", "--plugin", "tcp", "--ram", "16M",
                          "--timeout", "60s", "--test-corrupt")
     check(rc == 1 and "--test-corrupt" in out + err, f"--test-corrupt: exit status {rc}")
+
+
+POSTCOPY_FIGURES = ["pause_to_resume_ms", "faults", "fault_p50_ms", "fault_p99_ms",
+                    "fault_max_ms", "background_pages", "postcopy_pages"]
+
+
+def case_postcopy():
+    # A guest dirtying 128 MiB/s of 32 MiB over a 32 MiB/s link never
+    # converges: after one pass lmt switches, and the workload goes on on
+    # the destination, faulting on the pages still to come.
+    guest = ["--plugin", "tcp", "--ram", "64M", "--dirty-rate", "128M", "--working-set", "32M",
+             "-o", "max-bandwidth=32M", "--postcopy", "--timeout", "60s"]
+    rc, out, err = bench(*guest, "--json")
+    check(rc == 0, f"exit status {rc}: {err}")
+    row = parse_json_rows(out)[0]
+    check(row["status"] == "ok" and row["verified_runs"] == 1, f"row: {row['error']}")
+    check_keys(row, POSTCOPY_FIGURES + [f + "_max" for f in POSTCOPY_FIGURES], "row")
+    check("postcopy=on" in row["options"] and "postcopy-after=1" in row["options"],
+          f"options {row['options']!r}")
+    run = row["runs"][0]
+    check_keys(run, POSTCOPY_FIGURES + ["postcopy"], "run")
+    pc, stats = run["postcopy"], run["stats"]
+    check(pc["switched"] is True and stats["status"] == "completed",
+          f"switched {pc['switched']}, status {stats['status']}")
+    check(run["pass_count"] == 1, f"{run['pass_count']} passes before the switch, expected 1")
+    check(stats["channels"] == 2, f"{stats['channels']} channels: one, and the faults' own")
+    check(0 < run["downtime_ms"] and 0 < run["pause_to_resume_ms"] < run["total_ms"],
+          f"downtime {run['downtime_ms']} ms, pause to resume {run['pause_to_resume_ms']} ms, "
+          f"total {run['total_ms']} ms")
+    check(0 < pc["destination_resume_ms"] < run["total_ms"],
+          f"destination resume {pc['destination_resume_ms']} ms")
+    check(run["faults"] > 0, "the destination guest never faulted")
+    check(0 < run["fault_p50_ms"] <= run["fault_p99_ms"] <= run["fault_max_ms"] < 60000,
+          f"fault latencies p50 {run['fault_p50_ms']}, p99 {run['fault_p99_ms']}, "
+          f"max {run['fault_max_ms']} ms")
+    pages = (64 << 20) // 4096
+    check(0 < run["postcopy_pages"] <= pages and run["postcopy_pages"] == stats["postcopy_pages"],
+          f"postcopy pages {run['postcopy_pages']}, source {stats['postcopy_pages']}")
+    check(0 <= run["background_pages"] <= run["postcopy_pages"],
+          f"background pages {run['background_pages']}")
+    check(0 < pc["requested_pages"] <= run["postcopy_pages"], f"requested {pc['requested_pages']}")
+    # The check covered what the destination guest wrote after resuming.
+    check(0 < pc["destination_written_pages"] <= (32 << 20) // 4096 and
+          pc["destination_dirtied_bytes"] >= pc["destination_written_pages"] * 4096,
+          f"destination guest wrote {pc['destination_written_pages']} pages")
+    check(run["bytes_sent"] >= 64 << 20, f"sent {run['bytes_sent']}")
+    # A wrong byte in a page the destination guest wrote is caught, and so
+    # is one in a page it did not.
+    rc, out, err = bench(*guest, "--test-corrupt")
+    check(rc == 1 and "FAILED" in out, f"--test-corrupt: exit status {rc}: {out}")
+    check("written by the destination guest" in out and "2 of the block's 12288 pages differ"
+          in out, f"--test-corrupt: {out}")
+    head = next(line for line in out.splitlines() if line.startswith("plugin"))
+    for title in ["to resume", "faults", "fault p50", "fault p99", "fault max", "background",
+                  "postcopy"]:
+        check(title in head, f"the table lacks {title!r}: {head!r}")
+    check("postcopy: the switch after 1 pass" in out, "the preamble does not say postcopy")
+    # Without --postcopy none of it is written.
+    rc, out, err = bench("--plugin", "tcp", "--ram", "16M", "--json")
+    check(rc == 0, f"precopy: exit status {rc}: {err}")
+    row = parse_json_rows(out)[0]
+    check(not [k for k in POSTCOPY_FIGURES + ["postcopy"] if k in row or k in row["runs"][0]],
+          "a run without --postcopy has postcopy fields")
 
 
 CASES = {name[5:].replace("_", "-"): fn for name, fn in globals().items()

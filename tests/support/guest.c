@@ -99,6 +99,11 @@ static void fill_page(uint64_t *words, uint64_t *rng)
 		words[i] = guest_random(rng);
 }
 
+void guest_page_pattern(void *page, uint64_t state)
+{
+	fill_page(page, &state);
+}
+
 uint64_t guest_ram_fill(struct guest_ram *ram, double zero_fraction, uint64_t seed)
 {
 	uint64_t pages = ram->bytes / GUEST_PAGE_SIZE;
@@ -136,6 +141,7 @@ int guest_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t np
 
 struct guest_workload {
 	struct guest_ram *ram;
+	struct guest_write_log log; /* NULL arrays: not logged */
 	uint64_t rate;
 	uint64_t pages;  /* in the working set */
 	uint64_t cursor; /* next page to rewrite */
@@ -155,7 +161,7 @@ struct guest_workload {
 static void workload_dirty_page(struct guest_workload *w)
 {
 	struct guest_ram *ram = w->ram;
-	uint64_t page = w->cursor;
+	uint64_t index = w->cursor, page = index;
 	struct guest_block *b = &ram->blocks[0];
 
 	w->cursor = page + 1 == w->pages ? 0 : page + 1;
@@ -163,9 +169,15 @@ static void workload_dirty_page(struct guest_workload *w)
 		page -= b->npages;
 		b = &ram->blocks[1];
 	}
+	/* The state before the fill is what rebuilds the page. */
+	if (w->log.state) {
+		w->log.state[index] = w->rng;
+		w->log.written[index] = 1;
+	}
 	fill_page((uint64_t *)(b->host + page * GUEST_PAGE_SIZE), &w->rng);
-	atomic_fetch_or_explicit(&b->dirty[page / 64], UINT64_C(1) << (page % 64),
-	                         memory_order_release);
+	if (b->dirty)
+		atomic_fetch_or_explicit(&b->dirty[page / 64], UINT64_C(1) << (page % 64),
+		                         memory_order_release);
 	w->written++;
 }
 
@@ -218,12 +230,21 @@ static void *workload_main(void *arg)
 int guest_workload_start(struct guest_workload **out, struct guest_ram *ram, uint64_t working_set,
                          uint64_t rate, uint64_t seed)
 {
+	return guest_workload_start_logged(out, ram, working_set, rate, seed, NULL);
+}
+
+int guest_workload_start_logged(struct guest_workload **out, struct guest_ram *ram,
+                                uint64_t working_set, uint64_t rate, uint64_t seed,
+                                const struct guest_write_log *log)
+{
 	struct guest_workload *w = calloc(1, sizeof(*w));
 	int rc;
 
 	*out = NULL;
 	if (!w)
 		return -ENOMEM;
+	if (log)
+		w->log = *log;
 	w->ram = ram;
 	w->rate = rate;
 	w->pages = working_set / GUEST_PAGE_SIZE;

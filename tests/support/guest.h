@@ -58,6 +58,23 @@ int guest_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t np
 struct guest_workload;
 int guest_workload_start(struct guest_workload **out, struct guest_ram *ram, uint64_t working_set,
                          uint64_t rate, uint64_t seed);
+/* Where a workload notes what it wrote, for a check that cannot keep a
+ * copy of each page: per page of the working set, the generator state the
+ * page was last filled from (guest_page_pattern rebuilds the page from
+ * it), and 1 once the workload wrote the page at all. Both arrays have a
+ * slot per page of the working set and start zeroed. */
+struct guest_write_log {
+	uint64_t *state;
+	uint8_t *written;
+};
+/* guest_workload_start, noting every page written in `log` (kept by the
+ * caller, read once the workload is stopped). The blocks may have no dirty
+ * bitmaps (a destination's RAM): the pages are then only written. */
+int guest_workload_start_logged(struct guest_workload **out, struct guest_ram *ram,
+                                uint64_t working_set, uint64_t rate, uint64_t seed,
+                                const struct guest_write_log *log);
+/* The page a workload writes from generator state `state`. */
+void guest_page_pattern(void *page, uint64_t state);
 /* Hold the "vCPU" for `percent` percent of the time (auto-converge's
  * throttle): the thread dirties that much less. NULL is fine. */
 void guest_workload_throttle(struct guest_workload *w, uint32_t percent);

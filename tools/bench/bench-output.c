@@ -40,6 +40,13 @@ static const struct {
         [BENCH_LAZY_RESTORE_MS] = {"lazy_restore_ms", "lazy total", "(ms)", 10, 1, 1, false},
         [BENCH_LAZY_FAULTS] = {"lazy_faults", "faults", "(count)", 7, 0, 1, true},
         [BENCH_LAZY_FAULT_P99_MS] = {"lazy_fault_p99_ms", "fault p99", "(ms)", 9, 3, 1, false},
+        [BENCH_PAUSE_TO_RESUME_MS] = {"pause_to_resume_ms", "to resume", "(ms)", 9, 2, 1, false},
+        [BENCH_FAULTS] = {"faults", "faults", "(count)", 7, 0, 1, true},
+        [BENCH_FAULT_P50_MS] = {"fault_p50_ms", "fault p50", "(ms)", 9, 3, 1, false},
+        [BENCH_FAULT_P99_MS] = {"fault_p99_ms", "fault p99", "(ms)", 9, 3, 1, false},
+        [BENCH_FAULT_MAX_MS] = {"fault_max_ms", "fault max", "(ms)", 9, 3, 1, false},
+        [BENCH_BACKGROUND_PAGES] = {"background_pages", "background", "(pages)", 10, 0, 1, true},
+        [BENCH_POSTCOPY_PAGES] = {"postcopy_pages", "postcopy", "(pages)", 8, 0, 1, true},
 };
 
 static const char *const suffixes[3] = {"", "_min", "_max"};
@@ -129,6 +136,15 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_LAZY_RESTORE_MS] = r->lazy_ran ? (double)r->lazy_restore_ns / 1e6 : NAN;
 	v[BENCH_LAZY_FAULTS] = r->lazy_ran ? (double)r->lazy_faults : NAN;
 	v[BENCH_LAZY_FAULT_P99_MS] = r->lazy_ran ? (double)r->lazy_fault_p99_ns / 1e6 : NAN;
+	const struct bench_postcopy *pc = &r->postcopy;
+	bool postcopy = r->postcopy_ran;
+	v[BENCH_PAUSE_TO_RESUME_MS] = postcopy ? (double)pc->pause_to_resume_ns / 1e6 : NAN;
+	v[BENCH_FAULTS] = postcopy ? (double)pc->faults : NAN;
+	v[BENCH_FAULT_P50_MS] = postcopy ? (double)pc->fault_p50_ns / 1e6 : NAN;
+	v[BENCH_FAULT_P99_MS] = postcopy ? (double)pc->fault_p99_ns / 1e6 : NAN;
+	v[BENCH_FAULT_MAX_MS] = postcopy ? (double)pc->fault_max_ns / 1e6 : NAN;
+	v[BENCH_BACKGROUND_PAGES] = postcopy ? (double)pc->background_pages : NAN;
+	v[BENCH_POSTCOPY_PAGES] = postcopy ? (double)pc->postcopy_pages : NAN;
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,
@@ -179,10 +195,19 @@ static const char *first_error(const struct bench_row *row, unsigned *run)
 
 typedef char cell[48];
 
+/* The postcopy figures exist only with --postcopy, in every format: a
+ * run without it prints what it printed before they were added. */
+static bool written(const struct bench_report *rep, int figure)
+{
+	return figure < BENCH_PAUSE_TO_RESUME_MS || rep->cfg->postcopy;
+}
+
 static bool shown(const struct bench_report *rep, int figure)
 {
 	if (figure >= BENCH_FILE_MIB && figure <= BENCH_LAZY_FAULT_P99_MS)
 		return rep->cfg->target_dir != NULL;
+	if (!written(rep, figure))
+		return false;
 	return figure != BENCH_YARDSTICK_PERCENT || rep->yardsticks;
 }
 
@@ -272,6 +297,14 @@ static void print_preamble(const struct bench_report *rep)
 	        handover        ? "handed over over unix:PATH (not pre-faulted)"
 	        : cfg->prefault ? "pre-faulted"
 	                        : "not pre-faulted");
+	if (cfg->postcopy && cfg->postcopy_after == 0)
+		fprintf(f, "postcopy: the switch at once after setup (lmt_save_postcopy)");
+	else if (cfg->postcopy)
+		fprintf(f, "postcopy: the switch after %u pass%s without converging",
+		        (unsigned)cfg->postcopy_after, cfg->postcopy_after == 1 ? "" : "es");
+	if (cfg->postcopy)
+		fprintf(f, "; the guest's workload then runs on the destination, whose writes "
+		           "are checked too\n");
 	if (rep->repeat > 1)
 		fprintf(f, "runs: %u per row; median, min and max over the verified runs\n",
 		        rep->repeat);
@@ -331,9 +364,14 @@ static void json_value(FILE *f, double value, bool integer)
 		fprintf(f, "%.4f", value);
 }
 
-static void json_figures(FILE *f, const struct bench_figures *set, const char *suffix)
+static void json_figures(const struct bench_report *rep, const struct bench_figures *set,
+                         const char *suffix)
 {
+	FILE *f = rep->out;
+
 	for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+		if (!written(rep, k))
+			continue;
 		json_key(f, figures[k].key, suffix);
 		json_value(f, set ? set->v[k] : NAN, figures[k].integer);
 	}
@@ -372,6 +410,25 @@ static void json_passes(FILE *f, const struct bench_result *r)
 	fprintf(f, "]");
 }
 
+/* --postcopy: what the destination's side of the run says. */
+static void json_postcopy(FILE *f, const struct bench_result *r)
+{
+	const struct bench_postcopy *pc = &r->postcopy;
+
+	fprintf(f, ",\"postcopy\":");
+	if (!r->postcopy_ran) {
+		fprintf(f, "null");
+		return;
+	}
+	fprintf(f, "{\"switched\":%s", pc->switched ? "true" : "false");
+	json_ns_as_ms(f, "destination_resume_ms", pc->resume_ns);
+	fprintf(f,
+	        ",\"destination_written_pages\":%llu,\"destination_dirtied_bytes\":%llu,"
+	        "\"requested_pages\":%llu}",
+	        (unsigned long long)pc->written_pages, (unsigned long long)pc->dirtied_bytes,
+	        (unsigned long long)r->stats.postcopy_requested);
+}
+
 /* The stats come last: scripts that grep the line for "throughput_bps"
  * greedily find the session's own figure. */
 static void json_run(const struct bench_report *rep, const struct bench_row *row,
@@ -384,9 +441,11 @@ static void json_run(const struct bench_report *rep, const struct bench_row *row
 	fprintf(f, "%s{\"kind\":\"run\",\"run\":%u,\"verified\":%s,\"error\":", run > 1 ? "," : "",
 	        run, r->ok ? "true" : "false");
 	json_string(f, r->ok ? NULL : (r->error[0] ? r->error : "failed"));
-	json_figures(f, r->have_stats ? &set : NULL, "");
+	json_figures(rep, r->have_stats ? &set : NULL, "");
 	fprintf(f, ",\"zero_pages_made\":%llu,\"dirtied_bytes\":%llu",
 	        (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
+	if (rep->cfg->postcopy)
+		json_postcopy(f, r);
 	json_passes(f, r);
 	fprintf(f, ",\"stats\":%s}", r->stats_json ? r->stats_json : "null");
 }
@@ -424,7 +483,7 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	json_key(f, "yardstick_gbps", "");
 	json_value(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick_gbps : NAN, false);
 	for (int i = 0; i < 3; i++)
-		json_figures(f, figure_set(row, i), suffixes[i]);
+		json_figures(rep, figure_set(row, i), suffixes[i]);
 	error = first_error(row, &run);
 	if (error && asprintf(&text, "run %u of %u: %s", run, rep->repeat, error) < 0)
 		text = NULL;
@@ -439,14 +498,17 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 
 /* ---- CSV ---------------------------------------------------------------- */
 
-static void csv_header(FILE *f)
+static void csv_header(const struct bench_report *rep)
 {
+	FILE *f = rep->out;
+
 	fprintf(f, "row,label,plugin,plugin_options,config,options,status,repeat,verified_runs,"
 	           "ram_bytes,dirty_rate_bps,working_set_bytes,zero_fraction,seed,prefault,"
 	           "memcpy_gibps,yardstick,yardstick_gbps");
 	for (int i = 0; i < 3; i++) {
 		for (int k = 0; k < BENCH_FIGURE_COUNT; k++)
-			fprintf(f, ",%s%s", figures[k].key, suffixes[i]);
+			if (written(rep, k))
+				fprintf(f, ",%s%s", figures[k].key, suffixes[i]);
 	}
 	fprintf(f, ",error\n");
 }
@@ -490,6 +552,8 @@ static void csv_row(const struct bench_report *rep, const struct bench_row *row)
 		const struct bench_figures *set = figure_set(row, i);
 
 		for (int k = 0; k < BENCH_FIGURE_COUNT; k++) {
+			if (!written(rep, k))
+				continue;
 			fprintf(f, ",");
 			csv_value(f, set ? set->v[k] : NAN, figures[k].integer);
 		}
@@ -513,7 +577,7 @@ void bench_output_begin(const struct bench_report *rep)
 		print_preamble(rep);
 		print_header(rep);
 	} else if (rep->format == BENCH_FORMAT_CSV) {
-		csv_header(rep->out);
+		csv_header(rep);
 	}
 	fflush(rep->out);
 }

@@ -1,7 +1,8 @@
 /* lmt-bench: one migration run — a forked destination process over a memfd,
- * the source session in this process, then the bit-for-bit check; or, for
- * --target local, a handover of a memfd guest over unix:PATH, checked by
- * the destination itself. */
+ * the source session in this process, then the bit-for-bit check; with
+ * --postcopy the guest's workload moves to the destination at the switch;
+ * or, for --target local, a handover of a memfd guest over unix:PATH,
+ * checked by the destination itself. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,8 @@
  * how long the watchdog waits after a cancel before it kills the peer. */
 #define GRACE_NS UINT64_C(2000000000)
 #define PROGRESS_EVERY_NS UINT64_C(100000000)
+/* The destination guest's writes differ from the source guest's. */
+#define DESTINATION_SEED UINT64_C(0x2545f4914f6cdd1d)
 
 enum child_msg_kind {
 	CHILD_LISTENING = 1,
@@ -44,6 +47,8 @@ struct child_msg {
 	uint64_t state_length;
 	uint64_t state_checksum;
 	int32_t handover_checked; /* --target local: the destination compared */
+	uint64_t resumed_at_ns;   /* guest_now_ns() when lmt_load_run returned */
+	struct bench_postcopy postcopy;
 	char error[BENCH_ERROR_MAX];
 };
 
@@ -66,6 +71,11 @@ struct run {
 	 * it runs (an lmt thread may call it when the migration fails) */
 	pthread_mutex_t workload_lock;
 	struct guest_workload *workload;
+	/* --postcopy: what the destination guest wrote after resuming, in
+	 * memory shared with the destination process */
+	struct guest_write_log log;
+	uint64_t log_bytes;
+	uint64_t pause_ns; /* when the source guest was paused */
 };
 
 /* lmt_throttle_fn: the synthetic guest's "vCPU" held that share of the time. */
@@ -246,8 +256,86 @@ static void local_uri(pid_t bench, char *buf, size_t size)
 	snprintf(buf, size, "unix:%s/lmt-bench-%d.sock", dir && *dir ? dir : "/tmp", (int)bench);
 }
 
+/* The destination guest's postcopy figures, once its load is over. */
+static void dest_postcopy_stats(const struct bench_config *cfg, lmt_session *session,
+                                const struct guest_write_log *log, struct child_msg *msg)
+{
+	struct bench_postcopy *pc = &msg->postcopy;
+	struct lmt_stats st;
+
+	if (lmt_session_stats(session, &st) == 0) {
+		pc->resume_ns = st.resume_ns;
+		pc->faults = st.faults;
+		pc->fault_p50_ns = st.fault_p50_ns;
+		pc->fault_p99_ns = st.fault_p99_ns;
+		pc->fault_max_ns = st.fault_max_ns;
+		pc->background_pages = st.background_pages;
+		pc->postcopy_pages = st.postcopy_pages;
+	}
+	for (uint64_t p = 0; log->written && p < cfg->working_set / GUEST_PAGE_SIZE; p++)
+		pc->written_pages += log->written[p];
+}
+
+/* A failed postcopy makes the pages that never came inaccessible: the
+ * destination guest's workload, touching one, gets SIGSEGV, and the
+ * destination reports that rather than dying unexplained. */
+static struct {
+	int fd;
+	struct child_msg msg;
+} lost_guest;
+
+static void lost_guest_report(int sig)
+{
+	ssize_t n = write(lost_guest.fd, &lost_guest.msg, sizeof(lost_guest.msg));
+
+	(void)sig;
+	(void)n;
+	_exit(1);
+}
+
+static void lost_guest_arm(int fd, const struct child_msg *msg)
+{
+	struct sigaction sa = {.sa_handler = lost_guest_report};
+
+	lost_guest.fd = fd;
+	lost_guest.msg = *msg;
+	child_fail(&lost_guest.msg, -LMT_EIO, "postcopy failed",
+	           "SIGSEGV in the destination after the switch (its guest touching a page "
+	           "that never came)");
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, NULL);
+}
+
+/* After a switch to postcopy the guest runs here at once: with --postcopy
+ * its workload, as on the source, rewrites the destination's RAM (and
+ * faults on the pages not there yet), noting each page in `log`, until
+ * lmt_load_finish says every page arrived. */
+static int dest_postcopy(const struct bench_config *cfg, lmt_session *session,
+                         struct guest_ram *ram, const struct guest_write_log *log, int fd,
+                         struct child_msg *msg)
+{
+	struct guest_workload *workload = NULL;
+	struct lmt_stats st;
+	int rc = lmt_session_stats(session, &st);
+
+	if (rc < 0 || st.status != LMT_STATUS_POSTCOPY)
+		return rc;
+	msg->postcopy.switched = true;
+	lost_guest_arm(fd, msg);
+	if (cfg->postcopy && cfg->dirty_rate > 0 &&
+	    guest_workload_start_logged(&workload, ram, cfg->working_set, cfg->dirty_rate,
+	                                cfg->seed ^ DESTINATION_SEED, log) < 0) {
+		child_fail(msg, -LMT_ENOMEM, "destination workload thread", strerror(ENOMEM));
+		return -LMT_ENOMEM;
+	}
+	rc = lmt_load_finish(session);
+	msg->postcopy.dirtied_bytes = guest_workload_stop(workload);
+	return rc;
+}
+
 static int dest_load(const struct bench_config *cfg, lmt_session *session, int fd,
-                     uint64_t deadline_ns, bool *fired)
+                     uint64_t deadline_ns, struct guest_ram *ram, const struct guest_write_log *log,
+                     struct child_msg *msg, bool *fired)
 {
 	struct child_msg listening = {.kind = CHILD_LISTENING};
 	struct watchdog wd;
@@ -265,6 +353,11 @@ static int dest_load(const struct bench_config *cfg, lmt_session *session, int f
 	if (watchdog_start(&wd, session, 0, deadline_ns) < 0)
 		return -LMT_ENOMEM;
 	rc = lmt_load_run(session);
+	msg->resumed_at_ns = guest_now_ns();
+	if (rc == 0)
+		rc = dest_postcopy(cfg, session, ram, log, fd, msg);
+	if (cfg->postcopy)
+		dest_postcopy_stats(cfg, session, log, msg);
 	*fired = watchdog_stop(&wd);
 	return rc;
 }
@@ -324,8 +417,8 @@ static int dest_check_handover(lmt_session *session, const struct guest_ram *ram
 	return rc;
 }
 
-static void dest_migrate(const struct bench_config *cfg, const char *plugin,
-                         const struct guest_ram *ram, int memfd, int src_memfd, int fd,
+static void dest_migrate(const struct bench_config *cfg, const char *plugin, struct guest_ram *ram,
+                         const struct guest_write_log *log, int memfd, int src_memfd, int fd,
                          uint64_t deadline_ns, struct child_msg *msg)
 {
 	struct lmt_error err = {0};
@@ -343,7 +436,7 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 	}
 	rc = add_blocks(session, ram, src_memfd >= 0 ? memfd : -1);
 	if (rc == 0)
-		rc = dest_load(cfg, session, fd, deadline_ns, &fired);
+		rc = dest_load(cfg, session, fd, deadline_ns, ram, log, msg, &fired);
 	if (rc == 0)
 		rc = lmt_load_device_state(session, &state, &length);
 	if (rc == 0) {
@@ -351,7 +444,7 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 		msg->state_checksum = guest_checksum(state, length);
 		if (src_memfd >= 0 && dest_check_handover(session, ram, src_memfd, msg))
 			rc = msg->rc;
-	} else {
+	} else if (!msg->error[0]) {
 		if (fired)
 			timeout_text(cfg, why, sizeof(why));
 		child_fail(msg, rc, why, lmt_message(rc, lmt_session_error(session)));
@@ -360,8 +453,9 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin,
 }
 
 /* src_memfd: the source guest's file when it is handed over, or -1. */
-static noreturn void dest_main(const struct bench_config *cfg, const char *plugin, int memfd,
-                               int src_memfd, int fd, pid_t parent, uint64_t deadline_ns)
+static noreturn void dest_main(const struct bench_config *cfg, const char *plugin,
+                               const struct guest_write_log *log, int memfd, int src_memfd, int fd,
+                               pid_t parent, uint64_t deadline_ns)
 {
 	struct child_msg msg = {.kind = CHILD_DONE};
 	struct guest_ram ram;
@@ -380,7 +474,7 @@ static noreturn void dest_main(const struct bench_config *cfg, const char *plugi
 		if (cfg->prefault && src_memfd < 0)
 			msg.prefault_ns = prefault(base, cfg->ram_bytes);
 		guest_ram_layout(&ram, base, cfg->ram_bytes);
-		dest_migrate(cfg, plugin, &ram, memfd, src_memfd, fd, deadline_ns, &msg);
+		dest_migrate(cfg, plugin, &ram, log, memfd, src_memfd, fd, deadline_ns, &msg);
 		munmap(base, cfg->ram_bytes);
 	}
 	child_send(fd, &msg);
@@ -436,13 +530,20 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 	/* A plugin that loads but finds no device says so at setup. */
 	if (rc == -LMT_ENOTFOUND)
 		run->out->unavailable = true;
-	while (rc == 0) {
+	/* --postcopy-after 0: the switch comes before any pass. */
+	while (rc == 0 && !(run->cfg->postcopy && run->cfg->postcopy_after == 0)) {
+		struct lmt_iterate_result it = {0};
 		uint64_t t0 = guest_now_ns();
-		rc = lmt_save_iterate(session, &run->last);
+		rc = lmt_save_iterate(session, &it);
 		uint64_t took = guest_now_ns() - t0;
 		if (took > run->out->max_iterate_ns)
 			run->out->max_iterate_ns = took;
-		if (rc < 0 || run->last.ready)
+		/* A failed call's result is not kept: the message after a
+		 * timeout names the last pass that was reported. */
+		if (rc < 0)
+			break;
+		run->last = it;
+		if (it.ready)
 			break;
 		progress_show(run, &last_ns);
 	}
@@ -451,6 +552,26 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 		fflush(run->cfg->progress);
 	}
 	return rc;
+}
+
+/* Stop-and-copy, or the switch to postcopy when lmt said so; with
+ * --postcopy-after 0 the switch at once. */
+static int source_switch(struct run *run, lmt_session *session)
+{
+	if (run->cfg->postcopy && run->cfg->postcopy_after == 0)
+		return lmt_save_postcopy(session, run->device_state, sizeof(run->device_state));
+	return lmt_save_complete(session, run->device_state, sizeof(run->device_state));
+}
+
+/* In postcopy the destination runs the guest: wait for the last page.
+ * The source's RAM stays as it was at the pause until then. */
+static int source_finish(lmt_session *session)
+{
+	struct lmt_stats st;
+
+	if (lmt_session_stats(session, &st) < 0 || st.status != LMT_STATUS_POSTCOPY)
+		return 0;
+	return lmt_save_finish(session);
 }
 
 /* Run the migration with the watchdog and, when asked, the workload. */
@@ -477,11 +598,15 @@ static int source_drive(struct run *run, lmt_session *session, const char *uri, 
 	if (rc == 0)
 		rc = source_pre_copy(run, session, uri);
 	/* The guest pauses: nothing may write its RAM during complete. */
+	run->pause_ns = guest_now_ns();
 	guest_workload_pause(workload);
 	if (rc == 0)
-		rc = lmt_save_complete(session, run->device_state, sizeof(run->device_state));
+		rc = source_switch(run, session);
+	/* After a switch to postcopy it never runs here again. */
 	workload_set(run, NULL);
 	run->out->dirtied_bytes = guest_workload_stop(workload);
+	if (rc == 0)
+		rc = source_finish(session);
 	*fired = watchdog_stop(&wd);
 	return rc;
 }
@@ -538,6 +663,13 @@ static void source_fail(struct run *run, lmt_session *session, int rc, bool fire
 		return;
 	}
 	timeout_text(run->cfg, why, sizeof(why));
+	struct lmt_stats st;
+	if (lmt_session_stats(session, &st) == 0 && st.status == LMT_STATUS_POSTCOPY_FAILED) {
+		note(run->out, "source: %s in postcopy, %llu pages sent after the switch: %s", why,
+		     (unsigned long long)st.postcopy_pages,
+		     lmt_message(rc, lmt_session_error(session)));
+		return;
+	}
 	if (run->last.pass == 0) {
 		note(run->out, "source: %s before the first iteration returned: %s", why,
 		     lmt_message(rc, lmt_session_error(session)));
@@ -589,12 +721,33 @@ static uint8_t *source_ram(struct run *run)
 	return mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, run->src_memfd, 0);
 }
 
+/* --postcopy: the destination guest's write log, shared with the
+ * destination process it forks into. */
+static int prepare_log(struct run *run)
+{
+	uint64_t pages = run->cfg->working_set / GUEST_PAGE_SIZE;
+	uint8_t *map;
+
+	run->log_bytes = pages * (sizeof(uint64_t) + 1);
+	map = mmap(NULL, run->log_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED) {
+		note(run->out, "destination write log: %s", strerror(errno));
+		run->log_bytes = 0;
+		return -1;
+	}
+	run->log.state = (uint64_t *)map;
+	run->log.written = map + pages * sizeof(uint64_t);
+	return 0;
+}
+
 static int prepare(struct run *run)
 {
 	const struct bench_config *cfg = run->cfg;
 	uint64_t rng = cfg->seed ^ UINT64_C(0xd1b54a32d192ed03);
 	uint8_t *src;
 
+	if (cfg->postcopy && prepare_log(run) < 0)
+		return -1;
 	run->memfd = memfd_create("lmt-bench-ram", MFD_CLOEXEC);
 	if (run->memfd < 0 || ftruncate(run->memfd, (off_t)cfg->ram_bytes) < 0) {
 		note(run->out, "destination RAM memfd: %s", strerror(errno));
@@ -635,8 +788,8 @@ static int spawn(struct run *run)
 	run->child = fork();
 	if (run->child == 0) {
 		close(fds[0]);
-		dest_main(run->cfg, run->plugin, run->memfd, run->src_memfd, fds[1], parent,
-		          run->deadline_ns);
+		dest_main(run->cfg, run->plugin, &run->log, run->memfd, run->src_memfd, fds[1],
+		          parent, run->deadline_ns);
 	}
 	close(fds[1]);
 	run->pipe_fd = fds[0];
@@ -719,6 +872,19 @@ static int wait_listening(struct run *run, uint16_t *port)
 	return -1;
 }
 
+static void collect_postcopy(struct run *run)
+{
+	struct bench_postcopy *pc = &run->out->postcopy;
+
+	if (!run->cfg->postcopy || run->report.rc < 0)
+		return;
+	*pc = run->report.postcopy;
+	/* Both instants are CLOCK_MONOTONIC on this host. */
+	if (run->pause_ns && run->report.resumed_at_ns >= run->pause_ns)
+		pc->pause_to_resume_ns = run->report.resumed_at_ns - run->pause_ns;
+	run->out->postcopy_ran = true;
+}
+
 static void collect_child(struct run *run, bool source_ok)
 {
 	/* After a failure the destination, told by its connection or by its
@@ -732,6 +898,7 @@ static void collect_child(struct run *run, bool source_ok)
 	status = reap(run, run->have_report ? limit + GRACE_NS : 0);
 	if (run->have_report) {
 		run->out->prefault_ns = run->report.prefault_ns;
+		collect_postcopy(run);
 		if (run->report.rc < 0)
 			note(run->out, "destination: %s", run->report.error);
 		return;
@@ -769,6 +936,44 @@ static bool compare_block(struct bench_result *out, const struct guest_block *b,
 	return false;
 }
 
+/* --postcopy: a page the destination guest wrote after resuming must hold
+ * what it last wrote there (rebuilt from its log), every other page what
+ * the source held at the pause. */
+static bool compare_block_postcopy(struct run *run, const struct guest_block *b, const uint8_t *dst,
+                                   uint64_t base_offset)
+{
+	uint64_t first_page = base_offset / GUEST_PAGE_SIZE;
+	uint64_t logged = run->cfg->working_set / GUEST_PAGE_SIZE;
+	uint64_t written[GUEST_PAGE_SIZE / sizeof(uint64_t)];
+	uint64_t bad = 0;
+
+	for (uint64_t i = 0; i < b->npages; i++) {
+		uint64_t p = first_page + i, off = i * GUEST_PAGE_SIZE, at = 0;
+		bool by_destination = p < logged && run->log.written[p];
+		const uint8_t *want = b->host + off, *got = dst + off;
+
+		if (by_destination) {
+			guest_page_pattern(written, run->log.state[p]);
+			want = (const uint8_t *)written;
+		}
+		if (memcmp(want, got, GUEST_PAGE_SIZE) == 0 || bad++ > 0)
+			continue;
+		while (want[at] == got[at])
+			at++;
+		note(run->out,
+		     "RAM differs, first at offset %llu (block %s + %llu): %s 0x%02x, "
+		     "destination 0x%02x",
+		     (unsigned long long)(base_offset + off + at), b->name,
+		     (unsigned long long)(off + at),
+		     by_destination ? "written by the destination guest" : "source at the pause",
+		     want[at], got[at]);
+	}
+	if (bad)
+		note(run->out, "%llu of the block's %llu pages differ", (unsigned long long)bad,
+		     (unsigned long long)b->npages);
+	return bad == 0;
+}
+
 /* The destination's RAM against the paused source's. */
 static bool compare_ram(struct run *run)
 {
@@ -781,14 +986,24 @@ static bool compare_ram(struct run *run)
 		note(run->out, "verify: mapping the destination RAM: %s", strerror(errno));
 		return false;
 	}
-	/* Proves that the check catches a wrong byte (tests only). */
-	if (cfg->test_corrupt)
+	/* Proves that the check catches a wrong byte (tests only); with
+	 * --postcopy, in a page the destination guest wrote too. */
+	if (cfg->test_corrupt) {
 		dst[cfg->ram_bytes / 2] ^= 0x01;
+		for (uint64_t p = 0; run->log.written && p < cfg->working_set / GUEST_PAGE_SIZE;
+		     p++) {
+			if (run->log.written[p] && p != cfg->ram_bytes / 2 / GUEST_PAGE_SIZE) {
+				dst[p * GUEST_PAGE_SIZE + 1] ^= 0x01;
+				break;
+			}
+		}
+	}
 	for (uint32_t i = 0; i < run->src.nblocks && same; i++) {
 		const struct guest_block *b = &run->src.blocks[i];
 		uint64_t offset = (uint64_t)(b->host - run->src.base);
 
-		same = compare_block(run->out, b, dst + offset, offset);
+		same = run->log.state ? compare_block_postcopy(run, b, dst + offset, offset)
+		                      : compare_block(run->out, b, dst + offset, offset);
 	}
 	munmap(dst, cfg->ram_bytes);
 	return same;
@@ -832,6 +1047,8 @@ static void release(struct run *run)
 		close(run->src_memfd);
 	if (run->src.base)
 		munmap(run->src.base, run->src.bytes);
+	if (run->log_bytes)
+		munmap(run->log.state, run->log_bytes);
 	guest_ram_free_dirty(&run->src);
 }
 

@@ -41,6 +41,27 @@ struct bench_config {
 	 * plugin copies. */
 	bool local;
 	bool local_anonymous;
+	/* --postcopy: postcopy=on on both sides; the guest's workload moves to
+	 * the destination at the switch and its postcopy figures are taken.
+	 * `postcopy_after` 0: the bench switches at once after setup
+	 * (lmt_save_postcopy), else lmt says when (postcopy-after=N). */
+	bool postcopy;
+	uint32_t postcopy_after;
+};
+
+/* What the destination measured in a --postcopy run. */
+struct bench_postcopy {
+	bool switched;               /* the migration ended in postcopy */
+	uint64_t pause_to_resume_ns; /* source pause to the destination's lmt_load_run return */
+	uint64_t resume_ns;          /* the destination's own: connection to lmt_load_run return */
+	uint64_t faults;
+	uint64_t fault_p50_ns;
+	uint64_t fault_p99_ns;
+	uint64_t fault_max_ns;
+	uint64_t background_pages;
+	uint64_t postcopy_pages; /* placed after the switch */
+	uint64_t written_pages;  /* pages the destination guest wrote after resuming */
+	uint64_t dirtied_bytes;  /* what its workload wrote */
 };
 
 /* The outcome of one migration. */
@@ -57,7 +78,7 @@ struct bench_result {
 	uint64_t dirtied_bytes;        /* written by the workload */
 	struct lmt_pass_stats *passes; /* the source's timeline, malloc'ed */
 	uint32_t npasses;
-	bool unavailable; /* setup found no device to run on */
+	bool unavailable;        /* setup found no device to run on */
 	uint64_t max_iterate_ns; /* the longest lmt_save_iterate call */
 	bool to_file;            /* a file target: the three below are measured */
 	uint64_t file_bytes;     /* the file's length after the save */
@@ -71,6 +92,8 @@ struct bench_result {
 	uint64_t lazy_restore_ns; /* lmt_load_listen to lmt_load_finish's return */
 	uint64_t lazy_faults;
 	uint64_t lazy_fault_p99_ns;
+	bool postcopy_ran; /* --postcopy: the figures below are measured */
+	struct bench_postcopy postcopy;
 };
 
 /* ---- bench-run.c -------------------------------------------------------- */
@@ -124,6 +147,13 @@ enum bench_figure {
 	BENCH_LAZY_RESTORE_MS,
 	BENCH_LAZY_FAULTS,
 	BENCH_LAZY_FAULT_P99_MS,
+	BENCH_PAUSE_TO_RESUME_MS,
+	BENCH_FAULTS,
+	BENCH_FAULT_P50_MS,
+	BENCH_FAULT_P99_MS,
+	BENCH_FAULT_MAX_MS,
+	BENCH_BACKGROUND_PAGES,
+	BENCH_POSTCOPY_PAGES,
 	BENCH_FIGURE_COUNT
 };
 

@@ -134,6 +134,14 @@ static void usage(FILE *f)
 	        "                       then dirties that share less, when passes do not\n"
 	        "                       converge; the throttle column is the last asked for\n"
 	        "                       (default: off)\n"
+	        "  --postcopy           -o postcopy=on,postcopy-after=1: when the passes do not\n"
+	        "                       converge, lmt switches to postcopy; the guest's workload\n"
+	        "                       then runs on the destination's RAM, faulting on pages\n"
+	        "                       not there yet, and its writes are checked bit for bit;\n"
+	        "                       adds the postcopy columns (default: off)\n"
+	        "  --postcopy-after N   --postcopy, switching after N passes (0 to 1000; 0: the\n"
+	        "                       bench switches at once after setup, lmt_save_postcopy)\n"
+	        "                       (default 1)\n"
 	        "  --zero-fraction F    fraction of the 4 KiB pages left all-zero, 0 to 1\n"
 	        "                       (default 0)\n"
 	        "  --seed N             seed of the guest's pseudo-random data (default 1)\n"
@@ -195,6 +203,8 @@ static const struct lmt_option_desc repeat_flag = {
         .name = "--repeat", .type = LMT_OPT_INT, .min = 1, .max = MAX_REPEAT};
 static const struct lmt_option_desc seed_flag = {
         .name = "--seed", .type = LMT_OPT_INT, .min = 0, .max = INT64_MAX};
+static const struct lmt_option_desc postcopy_after_flag = {
+        .name = "--postcopy-after", .type = LMT_OPT_INT, .min = 0, .max = 1000};
 static const struct lmt_option_desc port_flag = {
         .name = "--port", .type = LMT_OPT_INT, .min = 0, .max = UINT16_MAX};
 
@@ -356,6 +366,10 @@ static void apply_flag(struct args *args, int flag, const char *value)
 	case 'A':
 		append_options(args, "auto-converge=on");
 		break;
+	case 'a':
+		cfg->postcopy = true;
+		cfg->postcopy_after = (uint32_t)arg_number(&postcopy_after_flag, value);
+		break;
 	case 'n':
 		args->repeat = (unsigned)arg_number(&repeat_flag, value);
 		break;
@@ -413,6 +427,9 @@ static void apply_switch(struct args *args, int flag)
 	case 'Y':
 		args->yardsticks = true;
 		break;
+	case 'C':
+		args->cfg.postcopy = true;
+		break;
 	}
 }
 
@@ -427,6 +444,24 @@ static void check_sizes(struct bench_config *cfg, const char *ram_text, const ch
 	if (cfg->working_set == 0 || cfg->working_set % GUEST_PAGE_SIZE != 0 ||
 	    cfg->working_set > cfg->ram_bytes)
 		bad_arg("--working-set", "a multiple of 4K no larger than --ram", ws_text);
+}
+
+/* --postcopy becomes the options both sides need; postcopy-after=0 is
+ * lmt's default, the bench then switching by itself. */
+static void check_postcopy(struct args *args)
+{
+	char text[64];
+
+	if (!args->cfg.postcopy)
+		return;
+	if (args->cfg.target_dir || args->cfg.local)
+		usage_error("--postcopy migrates to a forked destination: not with --target");
+	append_options(args, "postcopy=on");
+	if (args->cfg.postcopy_after > 0) {
+		snprintf(text, sizeof(text), "postcopy-after=%u",
+		         (unsigned)args->cfg.postcopy_after);
+		append_options(args, text);
+	}
 }
 
 static void parse_args(int argc, char **argv, struct args *args)
@@ -454,6 +489,8 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"yardsticks", no_argument, NULL, 'Y'},
 	        {"test-corrupt", no_argument, NULL, 'X'},
 	        {"auto-converge", no_argument, NULL, 'A'},
+	        {"postcopy", no_argument, NULL, 'C'},
+	        {"postcopy-after", required_argument, NULL, 'a'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -465,6 +502,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	args->cfg.timeout_ns = DEFAULT_TIMEOUT_NS;
 	args->cfg.prefault = true;
 	args->cfg.thp = true;
+	args->cfg.postcopy_after = 1;
 	args->repeat = 1;
 	while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		if (c == 'h') {
@@ -474,7 +512,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 			usage_error("see --help for the flags");
 		} else if (c == 'A') {
 			apply_flag(args, c, NULL);
-		} else if (strchr("FHjcDXY", c)) {
+		} else if (strchr("FHjcDXYC", c)) {
 			apply_switch(args, c);
 		} else {
 			ram_text = c == 'r' ? optarg : ram_text;
@@ -487,6 +525,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 		exit(2);
 	}
 	check_sizes(&args->cfg, ram_text, ws_text);
+	check_postcopy(args);
 }
 
 static void args_free(struct args *args)
