@@ -35,6 +35,7 @@
 #define BUSY_WAIT_NS 200000ull /* a wait with writes in flight */
 #define IDLE_WAIT_NS 10000000ull
 #define TARGET_SLICE_NS 200000ull
+#define SETTLE_PAGES 512u /* the guest's own pages put back between messages */
 #define SLOT_BITS 20
 
 enum slot_state { SLOT_FREE, SLOT_WRITING, SLOT_AT_DESTINATION };
@@ -100,6 +101,7 @@ struct lmt__postcopy {
 	lmt_mr *staging_mr;
 	struct lmt_msg_pages *in;
 	struct lmt_msg_slots *freed;
+	bool settled; /* every local page is back */
 	pthread_mutex_t req_lock; /* the fault thread's requests */
 	struct lmt_buf req_buf;
 	uint64_t channel_bytes[LMT_MAX_CHANNELS];
@@ -854,7 +856,7 @@ static int place(struct lmt__postcopy *pc, const struct lmt_msg_pc_entry *e)
 		                 alias ? "written in place" : "not written in place");
 	/* Only pages announced at the switch and not placed yet. */
 	for (uint64_t p = r->page; p < r->page + r->npages; p++)
-		if (lmt__uffd_present(pc->u, r->block, p))
+		if (lmt__uffd_present(pc->u, r->block, p) || lmt__uffd_local(pc->u, r->block, p))
 			return lmt__fail(s, LMT_EPROTO,
 			                 "PAGES: page %llu of block '%s' is not one still to come",
 			                 (unsigned long long)p, b->name);
@@ -934,6 +936,11 @@ static int take_done(struct lmt__postcopy *pc, size_t length)
 	int rc = lmt__dec_pc_done(s->in, length, &m, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
+	/* The guest's own pages not back yet go back now. */
+	while ((rc = lmt__uffd_settle(pc->u, UINT64_MAX, &err)) > 0)
+		;
+	if (rc < 0)
+		return lmt__fail(s, rc, "postcopy: %s", err.message);
 	uint64_t missing = lmt__uffd_missing(pc->u);
 	struct lmt_msg_status st = {.code = 0};
 	if (missing) {
@@ -970,7 +977,14 @@ static int destination_loop(struct lmt__postcopy *pc)
 				return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
 				                 lmt_err_name(n));
 		}
-		if (!lmt__ctrl_wait(s, lmt__now() + (target ? 0 : IDLE_WAIT_NS)))
+		/* Between messages, the guest's own pages go back, a slice at a
+		 * time (the fault thread puts back any it touches first). */
+		struct lmt_error err = {0};
+		int settling = pc->settled ? 0 : lmt__uffd_settle(pc->u, SETTLE_PAGES, &err);
+		if (settling < 0)
+			return lmt__fail(s, settling, "postcopy: %s", err.message);
+		pc->settled = settling == 0;
+		if (!lmt__ctrl_wait(s, lmt__now() + (target || settling ? 0 : IDLE_WAIT_NS)))
 			continue;
 		struct lmt_msg_header h;
 		int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);
@@ -1090,13 +1104,13 @@ static int watch_blocks(struct lmt__postcopy *pc, uint64_t announced)
 		if (!pc->coming[i] && !(pc->coming[i] = calloc(b->words, 8)))
 			return lmt__fail(s, LMT_ENOMEM, "out of memory");
 		/* A block of a shared file is written in place where the kernel
-		 * has minor faults; any other is placed from staging. */
-		if (b->fd >= 0 && lmt__uffd_can_place_in_place(pc->u))
-			rc = lmt__uffd_register_in_place(pc->u, i, b->host, b->length, b->page_shift,
-			                                 pc->coming[i], b->fd, b->fd_offset, &err);
-		else
-			rc = lmt__uffd_register_partial(pc->u, i, b->host, b->length, b->page_shift,
-			                                pc->coming[i], &err);
+		 * has minor faults; any other is placed from staging. Either way
+		 * its pages move aside at once, however many are coming, and
+		 * the guest's own come back on touch or in the background. */
+		bool in_place = b->fd >= 0 && lmt__uffd_can_place_in_place(pc->u);
+		rc = lmt__uffd_register_moved(pc->u, i, b->host, b->length, b->page_shift,
+		                              pc->coming[i], in_place ? b->fd : -1, b->fd_offset,
+		                              &err);
 		if (rc)
 			return lmt__fail(s, err.code, "postcopy: block '%s': %s", b->name,
 			                 err.message);

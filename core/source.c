@@ -1440,8 +1440,8 @@ static bool postcopy_due(const struct lmt_session *s)
 static void postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
-	res->ready = 1;
-	res->postcopy = 1;
+	/* Said once the writes in flight have landed (iterate). */
+	res->ready = res->postcopy = !e->inflight_bytes;
 	e->postcopy_due = true;
 	e->need_pass = true;
 }
@@ -1512,9 +1512,12 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res)
 	if (e->pass == 0 && (rc = start_first_pass(s)))
 		return rc;
 	if (e->postcopy_due) {
-		/* Switching is due: nothing more to do but say so again. */
-		res->ready = 1;
-		res->postcopy = 1;
+		/* Switching is due. The writes still in flight land first,
+		 * while the guest runs, so that the pause does not wait for
+		 * them; then the call says to switch. */
+		if (e->inflight_bytes && (rc = drain(s, deadline)) < 0)
+			return rc;
+		res->ready = res->postcopy = !e->inflight_bytes;
 		return report_landed(s, false);
 	}
 	if (e->need_pass) {

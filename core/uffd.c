@@ -37,6 +37,12 @@ struct uffd_range {
 	_Atomic uint64_t *present;
 	bool registered;
 	bool minor; /* shared memory watched for minor faults: placed in place */
+	/* lmt__uffd_register_moved: the range's pages as they were, moved
+	 * aside (mremap MREMAP_DONTUNMAP), and which of them are the guest's
+	 * (local: not coming); placed back by a fault or lmt__uffd_settle. */
+	uint8_t *shadow;
+	uint64_t *local;
+	uint64_t settle_next; /* where lmt__uffd_settle goes on */
 };
 
 /* A fault read and not yet placed: when, to time it. */
@@ -61,11 +67,12 @@ struct lmt__uffd {
 	_Atomic bool failed;
 	_Atomic uint64_t missing;
 	bool minor; /* the kernel gave minor faults on shared memory */
+	uint32_t settle_range;
 	/* Guards what follows: the faults in wait and the statistics. */
 	pthread_mutex_t lock;
 	struct pending pending[PENDING_MAX];
 	uint32_t npending;
-	uint64_t faults, fault_pages, background_pages;
+	uint64_t faults, fault_pages, background_pages, local_pages;
 	uint64_t samples[RESERVOIR];
 	uint64_t nsamples; /* latencies seen; the reservoir keeps RESERVOIR */
 	uint64_t max_ns;
@@ -266,6 +273,17 @@ static int drop_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint
 	return 0;
 }
 
+/* A run of a moved range's coming pages taken out of its file (shared
+ * memory); -EINVAL for private memory. */
+static int remove_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
+{
+	(void)fd;
+	(void)fd_offset;
+	return madvise(r->host + (p << r->page_shift), (end - p) << r->page_shift, MADV_REMOVE)
+	               ? -errno
+	               : 0;
+}
+
 /* A run to be written in place: its pages stay in the file (allocated
  * there where they were holes, so that a touch is a minor fault, not a
  * zero page the kernel makes up), and leave the guest's mapping. */
@@ -353,6 +371,123 @@ int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
 	return rc;
 }
 
+/* A coming page that is a hole in the file must be one there, so that
+ * touching it is a minor fault and not a zero page the kernel makes up.
+ * The holes come from SEEK_HOLE, not page by page: fallocate over pages
+ * already there, or mincore, costs a page-cache lookup per page. */
+static int allocate_holes(struct uffd_range *r, const uint64_t *coming, int fd,
+                          uint64_t fd_offset, uint32_t range, struct lmt_error *err)
+{
+	off_t end = (off_t)(fd_offset + r->length);
+	for (off_t off = (off_t)fd_offset; off < end;) {
+		off_t hole = lseek(fd, off, SEEK_HOLE);
+		if (hole < 0 || hole >= end)
+			break;
+		off_t data = lseek(fd, hole, SEEK_DATA);
+		if (data < 0 || data > end)
+			data = end; /* ENXIO: no data after the hole */
+		uint64_t first = (uint64_t)(hole - (off_t)fd_offset) >> r->page_shift;
+		uint64_t last = ((uint64_t)(data - (off_t)fd_offset) + (1ull << r->page_shift) - 1) >>
+		                r->page_shift;
+		for (uint64_t p = lmt__bitmap_next(coming, first, last); p < last;) {
+			uint64_t run = p + 1;
+			while (run < last && lmt__bitmap_test(coming, run))
+				run++;
+			if (fallocate(fd, 0, (off_t)(fd_offset + (p << r->page_shift)),
+			              (off_t)((run - p) << r->page_shift)) &&
+			    errno != EOPNOTSUPP)
+				return lmt__error(err, LMT_EINVAL,
+				                  "userfaultfd: range %u: cannot allocate pages "
+				                  "%llu-%llu: %s",
+				                  range, (unsigned long long)p,
+				                  (unsigned long long)(run - 1), strerror(errno));
+			p = lmt__bitmap_next(coming, run, last);
+		}
+		off = data;
+	}
+	return 0;
+}
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+/* Move the range's pages aside, leaving it mapped and empty: page tables
+ * move, no page is freed or copied. The system call itself: a transport
+ * library's memory hooks may wrap mremap (UCX's do). NULL where the
+ * kernel cannot (before 5.7; 5.13 for shared memory) or would not be
+ * fast. */
+static uint8_t *move_aside(uint8_t *host, uint64_t length)
+{
+	/* Fast only a page table at a time: where the range is not aligned
+	 * to one (2 MiB), the kernel moves each page's entry, slower than
+	 * dropping the coming pages (shared memory: 0.25 ms per MiB). */
+	const uint64_t table = 2ull << 20;
+	if ((uintptr_t)host % table || length % table)
+		return NULL;
+	void *at = (void *)syscall(SYS_mremap, host, (size_t)length, (size_t)length,
+	                           MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+	return at == MAP_FAILED ? NULL : at;
+}
+
+int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
+                             uint32_t page_shift, const uint64_t *coming, int fd,
+                             uint64_t fd_offset, struct lmt_error *err)
+{
+	bool minor = fd >= 0;
+	if (minor && !u->minor)
+		return lmt__error(err, LMT_ENOTSUP,
+		                  "userfaultfd: this kernel has no minor faults on shared memory");
+	uint64_t words = ((length >> page_shift) + 63) / 64;
+	uint64_t *local = malloc((words ? words : 1) * sizeof(uint64_t));
+	if (!local)
+		return lmt__error(err, LMT_ENOMEM, "userfaultfd: out of memory");
+	uint8_t *shadow = move_aside(host, length);
+	if (!shadow) {
+		free(local);
+		return minor ? lmt__uffd_register_in_place(u, range, host, length, page_shift,
+		                                           coming, fd, fd_offset, err)
+		             : lmt__uffd_register_partial(u, range, host, length, page_shift, coming,
+		                                          err);
+	}
+	/* Nothing is mapped any more: every page is missing until placed,
+	 * the coming ones from the source, the others from the shadow. */
+	uint64_t *all = calloc(words ? words : 1, sizeof(uint64_t));
+	int rc = all ? 0 : lmt__error(err, LMT_ENOMEM, "userfaultfd: out of memory");
+	uint64_t npages = length >> page_shift;
+	for (uint64_t w = 0; all && w < words; w++) {
+		uint64_t valid = w == words - 1 && npages % 64 ? (1ull << (npages % 64)) - 1 : ~0ull;
+		all[w] = valid;
+		local[w] = ~coming[w] & valid;
+	}
+	if (!rc)
+		rc = register_keeping(u, range, host, length, page_shift, all, minor, err);
+	free(all);
+	struct uffd_range *r = &u->ranges[range];
+	r->shadow = shadow;
+	r->local = local;
+	/* Shared memory taken as private (no descriptor given): its file
+	 * still holds the coming pages, which missing-page mode would let the
+	 * guest see. They leave the file; private memory refuses this at
+	 * once (EINVAL), having nothing more to drop. */
+	if (!rc && !minor)
+		rc = each_run(r, coming, remove_run, -1, 0);
+	if (rc == -EINVAL)
+		rc = 0;
+	else if (rc < 0)
+		rc = lmt__error(err, LMT_EINVAL, "userfaultfd: range %u: cannot drop pages: %s",
+		                range, strerror(-rc));
+	if (!rc && minor)
+		rc = allocate_holes(r, coming, fd, fd_offset, range, err);
+	return rc;
+}
+
+bool lmt__uffd_local(struct lmt__uffd *u, uint32_t range, uint64_t page)
+{
+	const struct uffd_range *r = &u->ranges[range];
+	return r->local && lmt__bitmap_test(r->local, page);
+}
+
 /* ---- the present bitmaps and the faults in wait ---- */
 
 bool lmt__uffd_present(struct lmt__uffd *u, uint32_t range, uint64_t page)
@@ -408,7 +543,9 @@ static void placed(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
 		*p = u->pending[--u->npending];
 		waited = true;
 	}
-	if (origin == LMT_UFFD_FAULT || (origin == LMT_UFFD_AUTO && waited))
+	if (origin == LMT_UFFD_LOCAL)
+		u->local_pages += n;
+	else if (origin == LMT_UFFD_FAULT || (origin == LMT_UFFD_AUTO && waited))
 		u->fault_pages += n;
 	else
 		u->background_pages += n;
@@ -506,12 +643,19 @@ static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_
 		if (pages)
 			wake(u, r->host + ((page + at) << r->page_shift), pages << r->page_shift);
 		at += pages;
-		if (rc == -EEXIST && at < n)
+		if (rc == -EEXIST && at < n) {
 			mark(u, range, page + at++);
-		else if (rc && rc != -EAGAIN && rc != -EEXIST)
+		} else if (rc == -EFAULT && fn == place_continue && origin == LMT_UFFD_LOCAL &&
+		           at < n) {
+			/* A hole in the file: nothing to map. Touching it is no
+			 * minor fault; the kernel gives the zero page it is. */
+			mark(u, range, page + at);
+			placed(u, range, page + at++, 1, origin);
+		} else if (rc && rc != -EAGAIN && rc != -EEXIST) {
 			return lmt__error(err, LMT_EIO,
 			                  "userfaultfd: range %u: cannot place page %llu: %s",
 			                  range, (unsigned long long)(page + at), strerror(-rc));
+		}
 	}
 	return 0;
 }
@@ -560,6 +704,44 @@ int lmt__uffd_zero(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
 	return place(u, range, page, npages, NULL, place_zero, origin, err);
 }
 
+/* A run of local pages put back: a copy from the shadow (private memory,
+ * the shadow's pages then freed), or mapped from the file (shared). */
+static int settle_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t n,
+                      struct lmt_error *err)
+{
+	struct uffd_range *r = &u->ranges[range];
+	uint8_t *from = r->shadow + (page << r->page_shift);
+	int rc = r->minor ? place(u, range, page, n, NULL, place_continue, LMT_UFFD_LOCAL, err)
+	                  : place(u, range, page, n, from, place_copy, LMT_UFFD_LOCAL, err);
+	if (!rc)
+		madvise(from, n << r->page_shift, MADV_DONTNEED);
+	return rc;
+}
+
+int lmt__uffd_settle(struct lmt__uffd *u, uint64_t max_pages, struct lmt_error *err)
+{
+	uint64_t done = 0;
+	while (done < max_pages && u->settle_range < u->nranges) {
+		struct uffd_range *r = &u->ranges[u->settle_range];
+		uint64_t p = r->local && r->registered
+		                     ? lmt__bitmap_next(r->local, r->settle_next, r->npages)
+		                     : r->npages;
+		if (p == r->npages) {
+			u->settle_range++;
+			continue;
+		}
+		uint64_t end = p + 1;
+		while (end < r->npages && end - p < max_pages - done && lmt__bitmap_test(r->local, end))
+			end++;
+		int rc = settle_run(u, u->settle_range, p, end - p, err);
+		if (rc)
+			return rc;
+		r->settle_next = end;
+		done += end - p;
+	}
+	return (int)(done > 0);
+}
+
 uint64_t lmt__uffd_missing(struct lmt__uffd *u)
 {
 	return atomic_load(&u->missing);
@@ -605,6 +787,14 @@ static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
 			pthread_rwlock_unlock(&u->place_lock);
 		}
 		wake(u, at, 1ull << r->page_shift);
+		return;
+	}
+	/* The guest's own page, moved aside at the switch: put back now. */
+	if (r->local && lmt__bitmap_test(r->local, page)) {
+		struct lmt_error err = {0};
+		if (settle_run(u, range, page, 1, &err))
+			lmt__log(LMT_LOG_ERROR, "%s", err.message);
+		wake(u, r->host + (page << r->page_shift), 1ull << r->page_shift);
 		return;
 	}
 	if (note_fault(u, range, page))
@@ -727,6 +917,9 @@ void lmt__uffd_close(struct lmt__uffd *u)
 		struct uffdio_range range = {.start = (uintptr_t)r->host, .len = r->length};
 		if (r->registered)
 			ioctl(u->fd, UFFDIO_UNREGISTER, &range);
+		if (r->shadow)
+			munmap(r->shadow, r->length);
+		free(r->local);
 		free(r->present);
 	}
 	if (u->fd >= 0)

@@ -28,6 +28,7 @@ enum lmt__uffd_origin {
 	LMT_UFFD_FAULT,      /* asked for by a fault */
 	LMT_UFFD_BACKGROUND, /* loaded ahead of any fault */
 	LMT_UFFD_AUTO,       /* a fault's when a fault waits on one of its pages */
+	LMT_UFFD_LOCAL,      /* put back from where the range's own pages were moved */
 };
 
 struct lmt__uffd_stats {
@@ -73,6 +74,25 @@ bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u);
 int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
                                 uint64_t length, uint32_t page_shift, const uint64_t *coming,
                                 int fd, uint64_t fd_offset, struct lmt_error *err);
+/* The same, for postcopy's switch, in time independent of how many pages
+ * are coming: every page of the range is moved aside at once (mremap
+ * MREMAP_DONTUNMAP: page tables move, no page is freed or copied) and the
+ * range watched, missing-page mode for private memory, minor faults for a
+ * shared file (fd >= 0, the range at fd_offset in it; coming pages that
+ * are holes are allocated). The pages not coming are local: a fault on
+ * one puts it back at once (copied from the moved-aside pages, or mapped
+ * from the file), and lmt__uffd_settle puts them all back in the
+ * background. The coming ones are placed as usual. Where the kernel
+ * cannot move pages so, the same as lmt__uffd_register_partial or
+ * lmt__uffd_register_in_place. */
+int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
+                             uint32_t page_shift, const uint64_t *coming, int fd,
+                             uint64_t fd_offset, struct lmt_error *err);
+/* Whether a page of a moved range is local (not coming). */
+bool lmt__uffd_local(struct lmt__uffd *u, uint32_t range, uint64_t page);
+/* Put back up to max_pages local pages not placed yet: 1 when it did
+ * some, 0 when none is left, or a negative code. One thread at a time. */
+int lmt__uffd_settle(struct lmt__uffd *u, uint64_t max_pages, struct lmt_error *err);
 /* Start the fault thread. */
 int lmt__uffd_start(struct lmt__uffd *u, lmt__uffd_fetch_fn fetch, void *opaque,
                     struct lmt_error *err);

@@ -434,7 +434,9 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin, str
 		child_fail(msg, rc, "", lmt_message(rc, &err));
 		return;
 	}
-	rc = add_blocks(session, ram, src_memfd >= 0 ? memfd : -1);
+	/* By descriptor for a handover, and for postcopy, whose pages then
+	 * land in place in the memfd (docs/engine.md, "Postcopy"). */
+	rc = add_blocks(session, ram, src_memfd >= 0 || cfg->postcopy ? memfd : -1);
 	if (rc == 0)
 		rc = dest_load(cfg, session, fd, deadline_ns, ram, log, msg, &fired);
 	if (rc == 0)
@@ -452,6 +454,22 @@ static void dest_migrate(const struct bench_config *cfg, const char *plugin, str
 	lmt_session_free(session);
 }
 
+/* The destination's RAM at a 2 MiB-aligned address, as a VMM maps guest
+ * RAM: lmt's postcopy switch moves such memory aside a page table at a
+ * time (docs/engine.md). */
+static uint8_t *map_aligned(uint64_t bytes, int memfd)
+{
+	const uint64_t align = 2ull << 20;
+	uint8_t *area = mmap(NULL, bytes + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (area == MAP_FAILED)
+		return MAP_FAILED;
+	uint8_t *at = (uint8_t *)(((uintptr_t)area + align - 1) & ~(uintptr_t)(align - 1));
+	if (at > area)
+		munmap(area, (size_t)(at - area));
+	munmap(at + bytes, (size_t)(area + bytes + align - (at + bytes)));
+	return mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd, 0);
+}
+
 /* src_memfd: the source guest's file when it is handed over, or -1. */
 static noreturn void dest_main(const struct bench_config *cfg, const char *plugin,
                                const struct guest_write_log *log, int memfd, int src_memfd, int fd,
@@ -466,7 +484,7 @@ static noreturn void dest_main(const struct bench_config *cfg, const char *plugi
 		_exit(1);
 	/* The last resort if a cancel does not end the run. */
 	alarm((unsigned)((cfg->timeout_ns + 2 * GRACE_NS) / 1000000000u) + 1);
-	base = mmap(NULL, cfg->ram_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	base = map_aligned(cfg->ram_bytes, memfd);
 	if (base == MAP_FAILED) {
 		child_fail(&msg, -LMT_ENOMEM, "mapping the destination RAM", strerror(errno));
 	} else {
