@@ -208,14 +208,33 @@ static void on_log(void *opaque, enum lmt_log_level level, const char *msg)
 		atomic_store(&in_place_blocks, (int)n);
 }
 
+/* RAM at a 2 MiB boundary, as VMMs map it (the switch then moves its
+ * pages aside a page table at a time), or a page past one (lmt drops the
+ * pages still to come instead): private anonymous memory, or the memfd
+ * `fd` shared. */
+static uint8_t *map_at(uint64_t bytes, int fd, bool aligned)
+{
+	const uint64_t table = 2ull << 20;
+	uint8_t *area = mmap(NULL, bytes + 2 * table, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(area != MAP_FAILED);
+	uint8_t *at = (uint8_t *)(((uintptr_t)area + table - 1) & ~(uintptr_t)(table - 1));
+	if (!aligned)
+		at += PAGE;
+	munmap(area, bytes + 2 * table);
+	uint8_t *p = mmap(at, bytes, PROT_READ | PROT_WRITE,
+	                  fd >= 0 ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+	                  fd, 0);
+	assert_true(p == at);
+	return p;
+}
+
 /* The destination's RAM in a memfd, its blocks added by descriptor. */
-static lmt_session *memfd_session(struct dest *d, const char *opts)
+static lmt_session *memfd_session(struct dest *d, const char *opts, bool aligned)
 {
 	int fd = memfd_create("postcopy-guest", MFD_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, RAM_BYTES), 0);
-	uint8_t *base = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	assert_true(base != MAP_FAILED);
+	uint8_t *base = map_at(RAM_BYTES, fd, aligned);
 	guest_ram_layout(&d->ram, base, RAM_BYTES);
 	struct lmt_error err = {0};
 	lmt_session *s = NULL;
@@ -234,15 +253,15 @@ static lmt_session *memfd_session(struct dest *d, const char *opts)
 	return s;
 }
 
-static void dest_start_on(struct dest *d, const char *opts, bool memfd)
+static void dest_start_on(struct dest *d, const char *opts, bool memfd, bool aligned)
 {
 	memset(d, 0, sizeof(*d));
 	d->wrote = calloc(RAM_BYTES / PAGE, 1);
 	assert_non_null(d->wrote);
 	if (memfd) {
-		d->s = memfd_session(d, opts);
+		d->s = memfd_session(d, opts, aligned);
 	} else {
-		guest_ram_layout(&d->ram, ram_map(RAM_BYTES), RAM_BYTES);
+		guest_ram_layout(&d->ram, map_at(RAM_BYTES, -1, aligned), RAM_BYTES);
 		d->s = session_with_blocks(LMT_ROLE_DESTINATION, &d->ram, opts);
 	}
 	assert_int_equal(lmt_load_listen(d->s, "127.0.0.1:0", &d->port), 0);
@@ -257,7 +276,7 @@ static void dest_start_on(struct dest *d, const char *opts, bool memfd)
 
 static void dest_start(struct dest *d, const char *opts)
 {
-	dest_start_on(d, opts, false);
+	dest_start_on(d, opts, false, false);
 }
 
 static void dest_join(struct dest *d)
@@ -349,12 +368,12 @@ static void assert_guest_moved(const struct source *src, const struct dest *d)
 #define OPTS "postcopy=on,max-bandwidth=32M,downtime-limit=10ms,idle-timeout=5s"
 
 /* The guest never converges at 32 MB/s; after one pass lmt says to switch. */
-static void after_one_pass(bool memfd)
+static void after_one_pass(bool memfd, bool aligned)
 {
 	struct dest d;
 	struct source src;
 	atomic_store(&in_place_blocks, -1);
-	dest_start_on(&d, "postcopy=on,idle-timeout=5s", memfd);
+	dest_start_on(&d, "postcopy=on,idle-timeout=5s", memfd, aligned);
 	source_start(&src, OPTS ",postcopy-after=1", d.port);
 	struct lmt_iterate_result it = {0};
 	uint32_t calls = 0;
@@ -396,7 +415,7 @@ static void after_one_pass(bool memfd)
 static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unused)
 {
 	(void)unused;
-	after_one_pass(false);
+	after_one_pass(false, true);
 }
 
 /* Destination RAM in a memfd: the source writes the pages through a
@@ -404,7 +423,16 @@ static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unus
 static void test_postcopy_into_a_memfd_writes_pages_in_place(void **unused)
 {
 	(void)unused;
-	after_one_pass(true);
+	after_one_pass(true, true);
+}
+
+/* The same where the RAM is not on a 2 MiB boundary: the pages still to
+ * come are taken out of the mapping one run at a time instead. */
+static void test_postcopy_into_unaligned_memory(void **unused)
+{
+	(void)unused;
+	after_one_pass(true, false);
+	after_one_pass(false, false);
 }
 
 /* The switch at once, before any pass: every page comes after it. */
@@ -675,6 +703,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_postcopy_after_one_pass_moves_the_guest_bit_for_bit),
 	        cmocka_unit_test(test_postcopy_into_a_memfd_writes_pages_in_place),
+	        cmocka_unit_test(test_postcopy_into_unaligned_memory),
 	        cmocka_unit_test(test_postcopy_before_any_pass_sends_every_page_after_the_switch),
 	        cmocka_unit_test(test_source_cancel_in_postcopy_fails_both_and_wakes_vcpus),
 	        cmocka_unit_test(test_destination_cancel_in_postcopy_fails_both_and_wakes_vcpus),
