@@ -378,32 +378,28 @@ int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
 static int allocate_holes(struct uffd_range *r, const uint64_t *coming, int fd,
                           uint64_t fd_offset, uint32_t range, struct lmt_error *err)
 {
-	off_t end = (off_t)(fd_offset + r->length);
-	for (off_t off = (off_t)fd_offset; off < end;) {
-		off_t hole = lseek(fd, off, SEEK_HOLE);
-		if (hole < 0 || hole >= end)
-			break;
-		off_t data = lseek(fd, hole, SEEK_DATA);
-		if (data < 0 || data > end)
-			data = end; /* ENXIO: no data after the hole */
-		uint64_t first = (uint64_t)(hole - (off_t)fd_offset) >> r->page_shift;
-		uint64_t last = ((uint64_t)(data - (off_t)fd_offset) + (1ull << r->page_shift) - 1) >>
-		                r->page_shift;
-		for (uint64_t p = lmt__bitmap_next(coming, first, last); p < last;) {
-			uint64_t run = p + 1;
-			while (run < last && lmt__bitmap_test(coming, run))
-				run++;
-			if (fallocate(fd, 0, (off_t)(fd_offset + (p << r->page_shift)),
-			              (off_t)((run - p) << r->page_shift)) &&
-			    errno != EOPNOTSUPP)
+	for (uint64_t p = lmt__bitmap_next(coming, 0, r->npages); p < r->npages;) {
+		uint64_t end = p + 1;
+		while (end < r->npages && lmt__bitmap_test(coming, end))
+			end++;
+		/* The holes within this run of coming pages. */
+		off_t base = (off_t)fd_offset, stop = base + (off_t)(end << r->page_shift);
+		for (off_t off = base + (off_t)(p << r->page_shift); off < stop;) {
+			off_t hole = lseek(fd, off, SEEK_HOLE);
+			if (hole < 0 || hole >= stop)
+				break;
+			off_t data = lseek(fd, hole, SEEK_DATA);
+			if (data < 0 || data > stop)
+				data = stop; /* ENXIO: no data after the hole */
+			if (fallocate(fd, 0, hole, data - hole) && errno != EOPNOTSUPP)
 				return lmt__error(err, LMT_EINVAL,
-				                  "userfaultfd: range %u: cannot allocate pages "
-				                  "%llu-%llu: %s",
-				                  range, (unsigned long long)p,
-				                  (unsigned long long)(run - 1), strerror(errno));
-			p = lmt__bitmap_next(coming, run, last);
+				                  "userfaultfd: range %u: cannot allocate %lld bytes at "
+				                  "%lld in its file: %s",
+				                  range, (long long)(data - hole), (long long)hole,
+				                  strerror(errno));
+			off = data;
 		}
-		off = data;
+		p = lmt__bitmap_next(coming, end, r->npages);
 	}
 	return 0;
 }
@@ -425,9 +421,24 @@ static uint8_t *move_aside(uint8_t *host, uint64_t length)
 	const uint64_t table = 2ull << 20;
 	if ((uintptr_t)host % table || length % table)
 		return NULL;
+	/* The new place must be on a 2 MiB boundary too: a place of its own
+	 * choosing, the kernel moves file mappings page by page. */
+	uint8_t *area = mmap(NULL, length + table, PROT_NONE,
+	                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (area == MAP_FAILED)
+		return NULL;
+	uint8_t *to = (uint8_t *)(((uintptr_t)area + table - 1) & ~(uintptr_t)(table - 1));
 	void *at = (void *)syscall(SYS_mremap, host, (size_t)length, (size_t)length,
-	                           MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
-	return at == MAP_FAILED ? NULL : at;
+	                           MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
+	if (at == MAP_FAILED) {
+		munmap(area, length + table);
+		return NULL;
+	}
+	if (to > area)
+		munmap(area, (size_t)(to - area));
+	if (area + table > to)
+		munmap(to + length, (size_t)(area + table - to));
+	return at;
 }
 
 int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
