@@ -93,13 +93,13 @@ static void *play_source(void *arg)
 		h->magic = LMT_PROTO_MAGIC;
 		h->version = LMT_PROTO_VERSION;
 		strcpy(h->plugin, "null");
-		const char *names[] = {"chunk-size", "pin-all", "channels", "verify"};
-		const char *values[] = {"64K", "off", "1", "on"};
-		for (int i = 0; i < 4; i++) {
+		const char *names[] = {"chunk-size", "pin-all", "channels", "verify", "postcopy"};
+		const char *values[] = {"64K", "off", "1", "on", "off"};
+		for (int i = 0; i < 5; i++) {
 			strcpy(h->options[i].name, names[i]);
 			strcpy(h->options[i].value, values[i]);
 		}
-		h->option_count = 4;
+		h->option_count = 5;
 		h->auth = 1;
 		memset(h->nonce, 0x5a, sizeof(h->nonce));
 		uint8_t theirs[LMT_PROTO_NONCE];

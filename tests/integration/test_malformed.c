@@ -159,13 +159,13 @@ static void encode_hello(struct lmt_buf *b, uint32_t magic, uint16_t version, co
 	m->magic = magic;
 	m->version = version;
 	snprintf(m->plugin, sizeof(m->plugin), "%s", plugin);
-	const char *names[] = {"chunk-size", "pin-all", "channels", "verify"};
-	const char *values[] = {"1M", "off", channels, "off"};
-	for (int i = 0; i < 4; i++) {
+	const char *names[] = {"chunk-size", "pin-all", "channels", "verify", "postcopy"};
+	const char *values[] = {"1M", "off", channels, "off", "off"};
+	for (int i = 0; i < 5; i++) {
 		snprintf(m->options[i].name, sizeof(m->options[i].name), "%s", names[i]);
 		snprintf(m->options[i].value, sizeof(m->options[i].value), "%s", values[i]);
 	}
-	m->option_count = 4;
+	m->option_count = 5;
 	assert_int_equal(lmt__enc_hello(b, m), 0);
 	free(m);
 }

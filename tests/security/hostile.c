@@ -159,13 +159,13 @@ struct lmt_msg_hello *hostile_hello(bool auth)
 	m->magic = LMT_PROTO_MAGIC;
 	m->version = LMT_PROTO_VERSION;
 	snprintf(m->plugin, sizeof(m->plugin), "tcp");
-	const char *names[] = {"chunk-size", "pin-all", "channels", "verify"};
-	const char *values[] = {"1M", "off", "1", "off"};
-	for (int i = 0; i < 4; i++) {
+	const char *names[] = {"chunk-size", "pin-all", "channels", "verify", "postcopy"};
+	const char *values[] = {"1M", "off", "1", "off", "off"};
+	for (int i = 0; i < 5; i++) {
 		snprintf(m->options[i].name, sizeof(m->options[i].name), "%s", names[i]);
 		snprintf(m->options[i].value, sizeof(m->options[i].value), "%s", values[i]);
 	}
-	m->option_count = 4;
+	m->option_count = 5;
 	m->auth = auth;
 	for (unsigned i = 0; i < LMT_PROTO_NONCE; i++)
 		m->nonce[i] = (uint8_t)(rand() & 0xff);

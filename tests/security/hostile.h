@@ -54,7 +54,7 @@ uint16_t hostile_recv(int fd, uint8_t *payload, uint32_t *len, int timeout_ms);
 bool hostile_closed_by_peer(int fd, int timeout_ms);
 
 /* A HELLO with the destination's default must-match options (chunk-size
- * 1M, pin-all off, channels 1, verify off) for plugin tcp. */
+ * 1M, pin-all off, channels 1, verify off, postcopy off) for plugin tcp. */
 struct lmt_msg_hello *hostile_hello(bool auth);
 /* The HMAC-SHA-256 proof of docs/protocol.md, from the key and the nonces. */
 void hostile_proof(const char *key, const char *label, const uint8_t *first,
