@@ -1162,6 +1162,19 @@ static void test_postcopy_done_with_pages_missing_is_refused(void **state)
 	pc_finish(&pc, -LMT_EPROTO, "POSTCOPY_DONE with 6 pages still missing");
 }
 
+static void test_postcopy_done_that_miscounts_the_pages_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 0, PC_COUNT}};
+	send_pages(pc.f, 2, 0, &e, 1);
+	send_done(pc.f, PC_COUNT + 1);
+	pc_finish(&pc, -LMT_EPROTO,
+	          "POSTCOPY_DONE: the source counts 17 pages sent, 16 were placed");
+}
+
 static void test_postcopy_without_postcopy_on_is_refused(void **state)
 {
 	struct abi_source src = {0};
@@ -1329,6 +1342,7 @@ int main(void)
 	        cmocka_unit_test(test_postcopy_announcement_past_the_end_of_the_block_is_refused),
 	        cmocka_unit_test(test_postcopy_with_a_wrong_page_count_is_refused),
 	        cmocka_unit_test(test_postcopy_done_with_pages_missing_is_refused),
+	        cmocka_unit_test(test_postcopy_done_that_miscounts_the_pages_is_refused),
 	        cmocka_unit_test(test_postcopy_without_postcopy_on_is_refused),
 	        cmocka_unit_test(test_postcopy_announcement_without_postcopy_on_is_refused),
 	        cmocka_unit_test(
