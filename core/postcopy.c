@@ -227,6 +227,16 @@ static int announce(struct lmt_session *s, uint64_t deadline, uint64_t *total)
 	return 0;
 }
 
+/* The largest page of a copied block: a staging slot must hold one. */
+static uint32_t largest_page(const struct lmt_session *s)
+{
+	uint32_t largest = 0;
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		if (lmt__block_copied(&s->blocks[i]) && s->blocks[i].page_size > largest)
+			largest = s->blocks[i].page_size;
+	return largest;
+}
+
 /* POSTCOPY_ACK: the destination took the guest, and lends its slots. */
 static int take_ack(struct lmt__postcopy *pc, uint64_t deadline)
 {
@@ -245,7 +255,17 @@ static int take_ack(struct lmt__postcopy *pc, uint64_t deadline)
 	else if (m->code) {
 		atomic_store(&s->in_postcopy, 0); /* it never ran the guest */
 		rc = lmt__fail(s, m->code, "the destination refused postcopy: %s", m->text);
-	}
+	} else if (m->slots <= FAULT_SLOTS)
+		/* push() only writes while more than FAULT_SLOTS are free: with
+		 * fewer, the pages no fault asks for would never go. */
+		rc = lmt__fail(s, LMT_EPROTO,
+		               "POSTCOPY_ACK: %u staging slots, postcopy needs more than %u",
+		               m->slots, FAULT_SLOTS);
+	else if (m->slot_size < largest_page(s))
+		rc = lmt__fail(
+		        s, LMT_EPROTO,
+		        "POSTCOPY_ACK: staging slots of %u bytes cannot hold a page of %u bytes",
+		        m->slot_size, largest_page(s));
 	else if ((rc = s->desc->ops.rkey_import(s->inst, &m->key, &pc->rkey)))
 		rc = lmt__fail(s, rc, "postcopy: the destination's staging key is unusable");
 	if (!rc && !(pc->alias_rkeys = calloc(s->nblocks, sizeof(*pc->alias_rkeys))))
@@ -948,6 +968,11 @@ static int take_done(struct lmt__postcopy *pc, size_t length)
 		               (unsigned long long)missing);
 		return rc;
 	}
+	if (m.pages != pc->pages)
+		return lmt__fail(
+		        s, LMT_EPROTO,
+		        "POSTCOPY_DONE: the source counts %llu pages sent, %llu were placed",
+		        (unsigned long long)m.pages, (unsigned long long)pc->pages);
 	lmt__copy(st.text, sizeof(st.text), "ok");
 	if ((rc = lmt__enc_status(&s->out, LMT_MSG_COMPLETE_ACK, &st)))
 		return lmt__fail(s, rc, "encoding COMPLETE_ACK");

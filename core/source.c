@@ -234,11 +234,15 @@ static int service(struct lmt_session *s)
 /* The switchover took longer than switchover-timeout: `what` was not done. */
 static int switchover_expired(struct lmt_session *s, const char *what)
 {
+	/* Once POSTCOPY went out the destination may be running the guest. */
+	bool sent = atomic_load(&s->in_postcopy);
 	return lmt__fail_over(s, LMT_ETIMEDOUT,
-	                      "switchover-timeout (%llu ms) passed with the guest paused, %s; the "
-	                      "source guest may resume",
+	                      "switchover-timeout (%llu ms) passed with the guest paused, %s; %s",
 	                      (unsigned long long)(s->source->switchover_timeout_ns / 1000000),
-	                      what);
+	                      what,
+	                      sent ? "the switch was sent and the destination may run the guest: "
+	                             "do not resume the source guest"
+	                           : "the source guest may resume");
 }
 
 /* How long to wait for the destination's answer: idle-timeout, and never

@@ -1,5 +1,6 @@
 /* libFuzzer harness: the source engine facing a malicious destination. The
- * session runs the real source engine (setup, iterate, complete) over the
+ * session runs the real source engine (setup, iterate, complete; or with
+ * postcopy=on the switch and lmt_save_finish) over the
  * real tcp plugin; a thread plays the destination on the control
  * connection, following a script taken from the input (source_script.h),
  * and another plays the tcp data side: it accepts the source's channels,
@@ -18,6 +19,14 @@
  *   the source RAM of the place the key stands for;
  * - a completed migration had a COMPLETE_ACK sent to it, and every write
  *   the data side received was acknowledged;
+ * - postcopy: POSTCOPY counts the pages POSTCOPY_PAGES announced (all of
+ *   them inside their blocks); writes into the staging area start at a
+ *   slot, fit in it, and never touch a slot the destination holds (named
+ *   in PAGES and not freed yet); each PAGES entry names pages announced
+ *   and not sent before, inside their block, a slot that exists and holds
+ *   the run's pages, and carries the run's source RAM in its slot (once
+ *   the write landed) or names pages that are zero; POSTCOPY_DONE comes
+ *   after every announced page was sent, and counts them;
  * - descriptors and threads are back to what they were, and an input takes
  *   less than INPUT_LIMIT_NS (LeakSanitizer checks memory). */
 #define _GNU_SOURCE
@@ -60,6 +69,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define MAX_KEYS 512u
 #define MAX_TOKENS 64u
 #define INPUT_LIMIT_NS 8000000000ull
+#define MAX_CHANNELS 3u          /* two, and postcopy's for faults */
+#define PAYLOAD_MAX (256u << 10) /* the largest write any key allows: a block */
+/* the staging area's tcp region id: far above the windows' ids, which
+ * count up from 0x5000 over the whole run */
+#define STAGING_REGION 0x5354414749000000ull
+#define STAGING_BLOCK NBLOCKS    /* given_key.block for the staging area */
+#define STAGING_MAX (16u << 20)  /* what the harness keeps of it */
 
 static const uint64_t block_len[NBLOCKS] = {192u << 10, 64u << 10};
 static const char *const block_name[NBLOCKS] = {"ram0", "ram1"};
@@ -221,12 +237,31 @@ struct world {
 	bool tokens_unknown;
 	struct data_conn conn[4]; /* the accepted ones, by order */
 	unsigned nconn;
-	int conn_of[2];         /* channel -> index in conn, or -1 */
-	uint64_t received[2];   /* whole writes per channel */
-	uint64_t acked_max[2];  /* the highest count of an ACK or BYE sent */
+	int conn_of[MAX_CHANNELS];        /* channel -> index in conn, or -1 */
+	uint64_t received[MAX_CHANNELS];  /* whole writes per channel */
+	uint64_t acked_max[MAX_CHANNELS]; /* the highest count of an ACK or BYE sent */
+	bool early_ack;                   /* an ACK went out for writes not received yet */
 	bool sent_complete_ack; /* a COMPLETE_ACK went out (framed) */
 	bool sent_raw;          /* raw bytes went out on the control connection */
 	atomic_bool stop;
+	/* postcopy: what the source announced and sent, and the staging
+	 * area the fake lent (slot contents as the data side received them) */
+	uint64_t announced[NBLOCKS]; /* a bit per page: each block has <= 64 */
+	uint64_t sent[NBLOCKS];
+	uint64_t sent_pages;
+	bool switched; /* POSTCOPY read */
+	bool staging_given;
+	uint32_t slot_size, slots;
+	uint8_t *staging;   /* slots * slot_size bytes when that is <= STAGING_MAX */
+	uint32_t *slot_len; /* per slot: bytes of the last whole write at its start */
+	bool *slot_held;    /* per slot: named in PAGES and not freed yet */
+	uint32_t *to_free;  /* slots named in PAGES, for SRC_OP_SLOTS_FREE */
+	uint32_t nto_free;
+	/* SLOTS_FREE named a slot the fake did not hold: the source may have
+	 * reused it under a PAGES still on its way, so slot contents and
+	 * holding are no longer checked */
+	bool freed_blindly;
+	bool staging_raw; /* the POSTCOPY_ACK taken was raw bytes (SRC_OP_MSG) */
 };
 
 static void note_key(struct world *w, uint64_t region, uint64_t len, uint32_t block,
@@ -313,6 +348,25 @@ static void check_write(struct world *w, struct data_conn *c)
 		fail("channel %u: write of %llu bytes at %llu past a key of %llu bytes", c->channel,
 		     (unsigned long long)h->len, (unsigned long long)h->offset,
 		     (unsigned long long)k->len);
+	if (k->block == STAGING_BLOCK) {
+		/* A staging slot: its content is checked against PAGES. */
+		uint64_t slot = h->offset / w->slot_size;
+		if (h->offset % w->slot_size || h->len > w->slot_size || slot >= w->slots)
+			fail("channel %u: write of %llu bytes at %llu of the staging area, not "
+			     "within one of its %u slots of %u bytes",
+			     c->channel, (unsigned long long)h->len, (unsigned long long)h->offset,
+			     w->slots, w->slot_size);
+		/* (An ACK sent ahead of the writes lets the source name a slot
+		 * in PAGES before its bytes arrive.) */
+		if (w->slot_held[slot] && !w->freed_blindly && !w->early_ack)
+			fail("channel %u: write into staging slot %llu, which the destination "
+			     "holds (named in PAGES, not freed)",
+			     c->channel, (unsigned long long)slot);
+		if (w->staging)
+			memcpy(w->staging + h->offset, c->payload, h->len);
+		w->slot_len[slot] = (uint32_t)h->len;
+		return;
+	}
 	/* The key stands for block k->block at k->offset: the write must carry
 	 * that RAM, where the key said it is. */
 	if (k->block < NBLOCKS && k->offset <= block_len[k->block] &&
@@ -321,6 +375,16 @@ static void check_write(struct world *w, struct data_conn *c)
 		fail("channel %u: write of %llu bytes at %llu of block %u does not carry its RAM",
 		     c->channel, (unsigned long long)h->len,
 		     (unsigned long long)(k->offset + h->offset), k->block);
+}
+
+/* The longest write region may take: chunk-size into a window, a slot
+ * into the staging area; PAYLOAD_MAX for a key the harness did not see. */
+static uint64_t write_limit(const struct world *w, uint64_t region)
+{
+	for (unsigned i = 0; i < w->nkeys; i++)
+		if (w->keys[i].region == region)
+			return w->keys[i].block == STAGING_BLOCK ? w->slot_size : 64u << 10;
+	return PAYLOAD_MAX;
 }
 
 /* Read what connection c has; false once it is done. */
@@ -366,9 +430,14 @@ static bool pump(struct world *w, struct data_conn *c)
 					     "%llu",
 					     c->channel, (unsigned long long)c->h.seq,
 					     (unsigned long long)w->received[c->channel]);
-				if (c->h.len > (64u << 10))
-					fail("channel %u: a write of %llu bytes, over chunk-size",
-					     c->channel, (unsigned long long)c->h.len);
+				uint64_t limit = write_limit(w, c->h.region);
+				if (c->h.len > limit)
+					fail("channel %u: a write of %llu bytes to region 0x%llx, "
+					     "over its limit of %llu (chunk-size, or a staging "
+					     "slot)",
+					     c->channel, (unsigned long long)c->h.len,
+					     (unsigned long long)c->h.region,
+					     (unsigned long long)limit);
 				c->payload_got = 0;
 			}
 		} else {
@@ -427,8 +496,8 @@ static void *play_data(void *arg)
 			if (fd >= 0)
 				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
 			if (fd >= 0 && w->nconn < 4) {
-				w->conn[w->nconn++] =
-				        (struct data_conn){.fd = fd, .payload = malloc(64u << 10)};
+				w->conn[w->nconn++] = (struct data_conn){
+				        .fd = fd, .payload = malloc(PAYLOAD_MAX)};
 			} else if (fd >= 0) {
 				close(fd); /* the channels that connected twice are caught */
 			}
@@ -489,6 +558,150 @@ static void send_framed(struct fake *f, uint16_t type, const uint8_t *payload, u
 		f->w->sent_complete_ack = true;
 }
 
+/* ---- postcopy, as the destination sees it ---- */
+
+static uint64_t block_pages(uint32_t b)
+{
+	return block_len[b] / PAGE;
+}
+
+static bool page_is_zero(uint32_t b, uint64_t page)
+{
+	for (uint32_t i = 0; i < PAGE; i++)
+		if (ram[b][page * PAGE + i])
+			return false;
+	return true;
+}
+
+/* POSTCOPY_PAGES: inside a block, before the switch. */
+static void seen_announcement(struct world *w, const uint8_t *p, uint32_t len)
+{
+	struct lmt_msg_pc_pages m;
+	struct lmt_error err;
+	if (lmt__dec_pc_pages(p, len, &m, &err))
+		fail("the source sent a POSTCOPY_PAGES that does not decode: %s", err.message);
+	if (w->switched)
+		fail("POSTCOPY_PAGES after POSTCOPY");
+	if (m.block >= NBLOCKS || m.first != 0 || m.words != 1)
+		fail("POSTCOPY_PAGES for block %u, bits %llu+%u: not a block's bitmap", m.block,
+		     (unsigned long long)m.first, 64 * m.words);
+	uint64_t bits = lmt__get64(m.bits), pages = block_pages(m.block);
+	if (pages < 64 && bits >> pages)
+		fail("POSTCOPY_PAGES announces pages past the end of block %u", m.block);
+	pthread_mutex_lock(&w->lock);
+	w->announced[m.block] |= bits;
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void seen_switch(struct world *w, const uint8_t *p, uint32_t len)
+{
+	struct lmt_msg_postcopy m;
+	struct lmt_error err;
+	if (lmt__dec_postcopy(p, len, &m, &err))
+		fail("the source sent a POSTCOPY that does not decode: %s", err.message);
+	uint64_t n = 0;
+	for (uint32_t b = 0; b < NBLOCKS; b++)
+		n += (uint64_t)__builtin_popcountll(w->announced[b]);
+	if (m.pages != n)
+		fail("POSTCOPY counts %llu pages, POSTCOPY_PAGES announced %llu",
+		     (unsigned long long)m.pages, (unsigned long long)n);
+	pthread_mutex_lock(&w->lock);
+	w->switched = true;
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* One PAGES entry: pages announced and not sent yet, and what they hold. */
+static void seen_entry(struct world *w, const struct lmt_msg_pc_entry *e)
+{
+	const struct lmt_msg_page *r = &e->run;
+	if (r->block >= NBLOCKS || r->page >= block_pages(r->block) ||
+	    r->npages > block_pages(r->block) - r->page)
+		fail("PAGES: pages %llu+%u of block %u are not a block's",
+		     (unsigned long long)r->page, r->npages, r->block);
+	for (uint64_t pg = r->page; pg < r->page + r->npages; pg++) {
+		uint64_t bit = 1ull << pg;
+		if (!(w->announced[r->block] & bit) || (w->sent[r->block] & bit))
+			fail("PAGES: page %llu of block %u %s", (unsigned long long)pg, r->block,
+			     w->sent[r->block] & bit ? "was sent before" : "was not announced");
+		w->sent[r->block] |= bit;
+		if (e->slot == LMT_PROTO_ZERO_SLOT && !page_is_zero(r->block, pg))
+			fail("PAGES: page %llu of block %u sent as zero, and it is not",
+			     (unsigned long long)pg, r->block);
+	}
+	w->sent_pages += r->npages;
+	if (e->slot == LMT_PROTO_ZERO_SLOT || w->staging_raw)
+		return;
+	uint64_t bytes = (uint64_t)r->npages * PAGE;
+	if (!w->staging_given || e->slot >= w->slots || bytes > w->slot_size)
+		fail("PAGES: slot %u of %u (%u bytes each) for %u pages", e->slot, w->slots,
+		     w->slot_size, r->npages);
+	if (w->slot_held[e->slot] && !w->freed_blindly)
+		fail("PAGES: slot %u named again before the destination freed it", e->slot);
+	/* Named once its write completed: with every ACK sent for writes
+	 * received whole, its bytes are there. */
+	if (!w->early_ack && !w->keys_unknown && !w->freed_blindly) {
+		if (w->slot_len[e->slot] != bytes)
+			fail("PAGES: slot %u named for %llu bytes, its last write was %u", e->slot,
+			     (unsigned long long)bytes, w->slot_len[e->slot]);
+		if (w->staging && memcmp(w->staging + (size_t)e->slot * w->slot_size,
+		                         ram[r->block] + r->page * PAGE, bytes))
+			fail("PAGES: slot %u does not hold pages %llu+%u of block %u", e->slot,
+			     (unsigned long long)r->page, r->npages, r->block);
+	}
+	w->slot_len[e->slot] = 0;
+	if (!w->slot_held[e->slot]) {
+		w->slot_held[e->slot] = true;
+		w->to_free[w->nto_free++] = e->slot;
+	}
+}
+
+static void seen_pages(struct fake *f, const uint8_t *p, uint32_t len)
+{
+	struct world *w = f->w;
+	struct lmt_msg_pages *m = malloc(sizeof(*m));
+	struct lmt_error err;
+	if (!m)
+		abort();
+	if (lmt__dec_pages(p, len, m, &err))
+		fail("the source sent a PAGES that does not decode: %s", err.message);
+	if (!w->switched)
+		fail("PAGES before POSTCOPY");
+	if (m->channels != w->channels)
+		fail("PAGES with %u byte counts for %u channels", m->channels, w->channels);
+	pthread_mutex_lock(&w->lock);
+	for (uint32_t i = 0; i < m->count; i++)
+		seen_entry(w, &m->entries[i]);
+	pthread_mutex_unlock(&w->lock);
+	free(m);
+}
+
+static void seen_done(struct world *w, const uint8_t *p, uint32_t len)
+{
+	struct lmt_msg_pc_done m;
+	struct lmt_error err;
+	if (lmt__dec_pc_done(p, len, &m, &err))
+		fail("the source sent a POSTCOPY_DONE that does not decode: %s", err.message);
+	for (uint32_t b = 0; b < NBLOCKS; b++)
+		if (w->sent[b] != w->announced[b])
+			fail("POSTCOPY_DONE with pages of block %u not sent (0x%llx of 0x%llx)", b,
+			     (unsigned long long)w->sent[b], (unsigned long long)w->announced[b]);
+	if (m.pages != w->sent_pages)
+		fail("POSTCOPY_DONE counts %llu pages, PAGES named %llu",
+		     (unsigned long long)m.pages, (unsigned long long)w->sent_pages);
+}
+
+static void seen_postcopy(struct fake *f, uint16_t type, uint32_t len)
+{
+	if (type == LMT_MSG_POSTCOPY_PAGES)
+		seen_announcement(f->w, f->payload, len);
+	else if (type == LMT_MSG_POSTCOPY)
+		seen_switch(f->w, f->payload, len);
+	else if (type == LMT_MSG_PAGES)
+		seen_pages(f, f->payload, len);
+	else if (type == LMT_MSG_POSTCOPY_DONE)
+		seen_done(f->w, f->payload, len);
+}
+
 /* One message from the source within `deadline`: its type, or 0. PINGs
  * are answered on the way. */
 static uint16_t fake_recv(struct fake *f, uint64_t deadline)
@@ -520,6 +733,7 @@ static uint16_t fake_recv(struct fake *f, uint64_t deadline)
 		if (h.type == LMT_MSG_REG_REQ &&
 		    lmt__dec_regs(f->payload, h.length, LMT_MSG_REG_REQ, f->last_req, &err))
 			f->last_req->count = 0;
+		seen_postcopy(f, h.type, h.length);
 		return h.type;
 	}
 	return 0;
@@ -527,7 +741,7 @@ static uint16_t fake_recv(struct fake *f, uint64_t deadline)
 
 static void op_expect(struct fake *f)
 {
-	uint16_t want = take8(&f->in) % 16;
+	uint16_t want = take8(&f->in) % 32;
 	uint64_t start = lmt__now_ns();
 	if (f->expect_spent >= EXPECT_BUDGET_NS)
 		return;
@@ -679,8 +893,10 @@ static void op_msg(struct fake *f)
 			abort();
 		send_out(f);
 	} else {
-		if (type == LMT_MSG_REG_REPLY)
+		if (type == LMT_MSG_REG_REPLY || type == LMT_MSG_POSTCOPY_ACK)
 			f->w->keys_unknown = true;
+		if (type == LMT_MSG_POSTCOPY_ACK && !f->w->staging_given)
+			f->w->staging_raw = true;
 		send_framed(f, type, p, (uint32_t)len);
 	}
 	free(a);
@@ -715,8 +931,124 @@ static void op_ack(struct fake *f)
 		if ((magic == TCP_MAGIC_ACK || magic == TCP_MAGIC_BYE) &&
 		    count > w->acked_max[channel])
 			w->acked_max[channel] = count;
+		if (count > w->received[channel])
+			w->early_ack = true;
 	}
 	pthread_mutex_unlock(&w->lock);
+}
+
+/* ---- postcopy's operations ---- */
+
+static void op_pc_ack(struct fake *f)
+{
+	struct world *w = f->w;
+	uint8_t status = take8(&f->in), slots = take8(&f->in), size = take8(&f->in);
+	unsigned key = take8(&f->in) % 3;
+	if (!w->switched) {
+		uint64_t deadline = lmt__now_ns() + EXPECT_WAIT_NS;
+		while (!w->switched && fake_recv(f, deadline))
+			;
+	}
+	struct lmt_msg_pc_ack *m = calloc(1, sizeof(*m));
+	if (!m)
+		abort();
+	m->code = -(int32_t)status;
+	snprintf(m->text, sizeof(m->text), "%s", status ? "no" : "ok");
+	m->slots = slots ? 2 + slots % 255u : 256;
+	m->slot_size = (4096u << (2 * (size % 3))); /* 4, 16 or 64 KiB */
+	uint64_t len = (uint64_t)m->slots * m->slot_size;
+	if (key == 2) {
+		size_t n = take8(&f->in);
+		const uint8_t *p = take_bytes(&f->in, &n);
+		m->key.len = n ? (uint32_t)n : 1;
+		memcpy(m->key.data, p, n);
+		w->keys_unknown = true;
+	} else {
+		tcp_key_encode(&(struct tcp_key){.region = STAGING_REGION, .len = len - (key == 1)},
+		               &m->key);
+	}
+	if (!status && !w->staging_given && !w->staging_raw) {
+		pthread_mutex_lock(&w->lock);
+		w->slot_size = m->slot_size;
+		w->slots = m->slots;
+		w->staging = len <= STAGING_MAX ? calloc(1, len) : NULL;
+		w->slot_len = calloc(m->slots, sizeof(*w->slot_len));
+		w->slot_held = calloc(m->slots, sizeof(*w->slot_held));
+		w->to_free = calloc(m->slots, sizeof(*w->to_free));
+		if (!w->slot_len || !w->slot_held || !w->to_free)
+			abort();
+		w->staging_given = true;
+		pthread_mutex_unlock(&w->lock);
+		if (key != 2)
+			note_key(w, STAGING_REGION, len - (key == 1), STAGING_BLOCK, 0);
+	}
+	if (lmt__enc_pc_ack(&f->out, m))
+		abort();
+	free(m);
+	send_out(f);
+}
+
+static void op_page_req(struct fake *f)
+{
+	struct lmt_msg_page_req m = {.count = 1};
+	m.pages[0].block = take8(&f->in) % 4;
+	m.pages[0].page = take(&f->in, 2);
+	m.pages[0].npages = take8(&f->in);
+	if (lmt__enc_page_req(&f->out, &m))
+		abort();
+	send_out(f);
+}
+
+static void op_slots_free(struct fake *f)
+{
+	struct world *w = f->w;
+	unsigned mode = take8(&f->in) % 3;
+	uint32_t raw = (uint32_t)take(&f->in, mode == 2 ? 2 : 0);
+	struct lmt_msg_slots *m = calloc(1, sizeof(*m));
+	if (!m)
+		abort();
+	pthread_mutex_lock(&w->lock);
+	if (mode == 2) {
+		m->slots[m->count++] = raw;
+		bool held = w->staging_given && raw < w->slots && w->slot_held[raw];
+		for (uint32_t i = 0; held && i < w->nto_free; i++)
+			if (w->to_free[i] == raw)
+				w->to_free[i] = w->to_free[--w->nto_free];
+		if (held)
+			w->slot_held[raw] = false;
+		else
+			w->freed_blindly = true;
+	} else {
+		for (uint32_t i = 0; i < w->nto_free; i++) {
+			m->slots[m->count++] = w->to_free[i];
+			w->slot_held[w->to_free[i]] = false;
+		}
+		w->nto_free = 0;
+		if (mode == 1 && m->count)
+			m->slots[m->count++] = m->slots[0];
+	}
+	pthread_mutex_unlock(&w->lock);
+	if (m->count) {
+		if (lmt__enc_slots(&f->out, m))
+			abort();
+		send_out(f);
+	}
+	free(m);
+}
+
+/* Everything the source sends until it closes the connection (its
+ * session ends soon after it reads the end of the stream). */
+static void drain(struct fake *f)
+{
+	struct lmt__wait wt = {.deadline_ns = lmt__now_ns() + INPUT_LIMIT_NS};
+	struct lmt__net_error e;
+	struct lmt_msg_header h;
+	struct lmt_error err;
+	uint8_t raw[LMT_PROTO_HEADER_SIZE];
+	while (!lmt__net_recv_all(f->fd, raw, sizeof(raw), &wt, &e) &&
+	       !lmt__dec_header(raw, sizeof(raw), &h, &err) &&
+	       !lmt__net_recv_all(f->fd, f->payload, h.length, &wt, &e))
+		seen_postcopy(f, h.type, h.length);
 }
 
 static void *play_destination(void *arg)
@@ -773,6 +1105,15 @@ static void *play_destination(void *arg)
 			send_out(f);
 			break;
 		}
+		case SRC_OP_PC_ACK:
+			op_pc_ack(f);
+			break;
+		case SRC_OP_PAGE_REQ:
+			op_page_req(f);
+			break;
+		case SRC_OP_SLOTS_FREE:
+			op_slots_free(f);
+			break;
 		default: { /* SRC_OP_PAUSE */
 			unsigned ms = take8(&f->in) % 20;
 			if (f->pause_spent + ms <= PAUSE_BUDGET_MS) {
@@ -783,8 +1124,11 @@ static void *play_destination(void *arg)
 		}
 		}
 	}
-	/* The script is over: hang up, as a destination that is done does. */
-	shutdown(f->fd, SHUT_RDWR);
+	/* The script is over: hang up, as a destination that is done does,
+	 * but read what the source still sends until it closes, so that the
+	 * postcopy checks see every PAGES and POSTCOPY_DONE it sent. */
+	shutdown(f->fd, SHUT_WR);
+	drain(f);
 	return NULL;
 }
 
@@ -823,13 +1167,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		close(stale);
 
 	unsigned flags = data[0];
+	bool postcopy = flags & SRC_F_POSTCOPY;
 	struct world *w = calloc(1, sizeof(*w));
 	struct fake *f = calloc(1, sizeof(*f));
 	if (!w || !f || pthread_mutex_init(&w->lock, NULL))
 		abort();
-	w->channels = flags & SRC_F_CHANNELS ? 2 : 1;
+	unsigned channels = flags & SRC_F_CHANNELS ? 2 : 1;
+	w->channels = channels + postcopy; /* the tcp plugin has many channels */
 	w->auto_ack = !(flags & SRC_F_NO_ACK);
-	w->conn_of[0] = w->conn_of[1] = -1;
+	for (unsigned c = 0; c < MAX_CHANNELS; c++)
+		w->conn_of[c] = -1;
 	f->w = w;
 	f->flags = flags;
 	f->in = (struct cursor){data + 1, size - 1};
@@ -848,13 +1195,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    pthread_create(&control, NULL, play_destination, f))
 		abort();
 
-	char opts[320];
+	/* postcopy=on needs verify=off: SRC_F_VERIFY then makes
+	 * lmt_save_complete the switch (postcopy-after=1). */
+	bool switch_in_complete = postcopy && (flags & SRC_F_VERIFY);
+	char opts[360];
 	snprintf(opts, sizeof(opts),
 	         "chunk-size=64K,pin-all=%s,verify=%s,channels=%u,connect-timeout=200ms,"
 	         "idle-timeout=100ms,switchover-timeout=200ms,max-iterate-ms=5ms,"
-	         "downtime-limit=50ms,queue-depth=8%s",
-	         flags & SRC_F_PIN_ALL ? "on" : "off", flags & SRC_F_VERIFY ? "on" : "off",
-	         w->channels, flags & SRC_F_AUTH ? ",auth-key=" KEY : "");
+	         "downtime-limit=50ms,queue-depth=8%s%s%s",
+	         flags & SRC_F_PIN_ALL ? "on" : "off",
+	         flags & SRC_F_VERIFY && !postcopy ? "on" : "off", channels,
+	         flags & SRC_F_AUTH ? ",auth-key=" KEY : "", postcopy ? ",postcopy=on" : "",
+	         switch_in_complete ? ",postcopy-after=1" : "");
 	struct lmt_error err;
 	lmt_session *s = NULL;
 	unsigned calls = 0;
@@ -868,19 +1220,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = lmt__save_connected(s, fds[1]);
 	if (rc)
 		check_failure(s, rc, "setup");
-	unsigned iterations = flags >> SRC_F_ITERATE_SHIFT;
+	unsigned iterations = (flags >> SRC_F_ITERATE_SHIFT) & SRC_F_ITERATE_MASK;
 	for (unsigned i = 0; i < iterations && !rc; i++) {
 		struct lmt_iterate_result res;
 		if ((rc = lmt_save_iterate(s, &res)))
 			check_failure(s, rc, "iterate");
-		else if (res.ready)
+		else if (res.ready || res.postcopy)
 			break;
 	}
 	static const char state[] = "device state of the fuzzed source";
-	if (!rc && (rc = lmt_save_complete(s, state, sizeof(state))))
+	if (!rc && postcopy && !switch_in_complete &&
+	    (rc = lmt_save_postcopy(s, state, sizeof(state))))
+		check_failure(s, rc, "postcopy");
+	else if (!rc && !(postcopy && !switch_in_complete) &&
+	         (rc = lmt_save_complete(s, state, sizeof(state))))
 		check_failure(s, rc, "complete");
+	/* After the switch the rest goes in lmt_save_finish (0 at once after
+	 * a migration that completed in lmt_save_complete). */
+	if (!rc && postcopy && (rc = lmt_save_finish(s)))
+		check_failure(s, rc, "finish");
 	char why[sizeof(err.message)];
 	snprintf(why, sizeof(why), "%s", rc ? lmt_session_error(s)->message : "completed");
+	struct lmt_stats st;
+	if (lmt_session_stats(s, &st))
+		abort();
 	lmt_session_free(s);
 
 	pthread_join(control, NULL);
@@ -890,6 +1253,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!rc) {
 		if (!w->sent_complete_ack && !w->sent_raw)
 			fail("the migration completed without a COMPLETE_ACK");
+		for (uint32_t b = 0; w->switched && !w->sent_raw && b < NBLOCKS; b++)
+			if (w->sent[b] != w->announced[b])
+				fail("postcopy completed, block %u: pages 0x%llx of 0x%llx sent", b,
+				     (unsigned long long)w->sent[b],
+				     (unsigned long long)w->announced[b]);
 		for (unsigned c = 0; c < w->channels; c++)
 			if (w->received[c] > w->acked_max[c])
 				fail("the migration completed with channel %u's writes %llu "
@@ -899,14 +1267,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				     (unsigned long long)w->acked_max[c]);
 	}
 	if (getenv("FUZZ_SOURCE_VERBOSE"))
-		fprintf(stderr, "fuzz_source: %s; %llu+%llu writes received, after %llu ms\n", why,
-		        (unsigned long long)w->received[0], (unsigned long long)w->received[1],
+		fprintf(stderr,
+		        "fuzz_source: %s (status %s); %llu+%llu+%llu writes received%s, %llu "
+		        "pages after the switch, after %llu ms\n",
+		        why, lmt_status_name(st.status), (unsigned long long)w->received[0], (unsigned long long)w->received[1],
+		        (unsigned long long)w->received[2], w->switched ? ", switched" : "",
+		        (unsigned long long)w->sent_pages,
 		        (unsigned long long)((now_ns() - t0) / 1000000));
 	for (unsigned i = 0; i < w->nconn; i++) {
 		close(w->conn[i].fd);
 		free(w->conn[i].payload);
 	}
 	pthread_mutex_destroy(&w->lock);
+	free(w->staging);
+	free(w->slot_len);
+	free(w->slot_held);
+	free(w->to_free);
 	free(w);
 	lmt__buf_free(&f->out);
 	free(f->payload);

@@ -154,6 +154,129 @@ static void proto_and_destination(void)
 	lmt__buf_free(&b);
 }
 
+/* Postcopy's messages for the proto harness, and sessions for the
+ * destination harness that switch and complete: announced pages come
+ * zero or in staging slots (the null transport writes none, so they land
+ * zero too), then POSTCOPY_DONE. */
+static void add_msg(struct lmt_buf *stream, const struct lmt_buf *b)
+{
+	stream->data = realloc(stream->data, stream->len + b->len);
+	memcpy(stream->data + stream->len, b->data, b->len);
+	stream->len += b->len;
+}
+
+static void postcopy_pages_msg(struct lmt_buf *b, uint64_t coming)
+{
+	uint8_t bits[8];
+	for (int i = 0; i < 8; i++)
+		bits[i] = (uint8_t)(coming >> (8 * i));
+	struct lmt_msg_pc_pages m = {.block = 0, .first = 0, .words = 1, .bits = bits};
+	lmt__enc_pc_pages(b, &m);
+}
+
+/* PAGES for the 64-page block: pages [0, 8) zero, [8, 24) in slots 0 and
+ * 1 (8 pages each, 32 KiB of a 64 KiB slot), [24, 64) in slot 2 and zero. */
+static void postcopy_pages_entries(struct lmt_buf *b)
+{
+	struct lmt_msg_pages *m = calloc(1, sizeof(*m));
+	m->channels = 2;
+	m->bytes[0] = 2 * 8 * 4096;
+	m->count = 5;
+	m->entries[0] = (struct lmt_msg_pc_entry){LMT_PROTO_ZERO_SLOT, {0, 0, 8}};
+	m->entries[1] = (struct lmt_msg_pc_entry){0, {0, 8, 8}};
+	m->entries[2] = (struct lmt_msg_pc_entry){1, {0, 16, 8}};
+	m->entries[3] = (struct lmt_msg_pc_entry){2, {0, 24, 16}};
+	m->entries[4] = (struct lmt_msg_pc_entry){LMT_PROTO_ZERO_SLOT, {0, 40, 24}};
+	lmt__enc_pages(b, m);
+	free(m);
+}
+
+static void postcopy_seeds(void)
+{
+	struct lmt_buf b = {0}, stream = {0};
+	postcopy_pages_msg(&b, ~0ull);
+	save_msg("postcopy-pages", &b);
+	add_msg(&stream, &b);
+	uint8_t state[64];
+	memset(state, 0x17, sizeof(state));
+	struct lmt_msg_state ds = {
+	        .offset = 0, .total = sizeof(state), .length = sizeof(state), .data = state};
+	lmt__enc_state(&b, &ds);
+	add_msg(&stream, &b);
+	struct lmt_msg_postcopy sw = {.passes = 3, .state_length = sizeof(state), .pages = 64};
+	lmt__enc_postcopy(&b, &sw);
+	save_msg("postcopy", &b);
+	add_msg(&stream, &b);
+	postcopy_pages_entries(&b);
+	save_msg("pages", &b);
+	add_msg(&stream, &b);
+	struct lmt_msg_pc_done done = {.pages = 64};
+	lmt__enc_pc_done(&b, &done);
+	save_msg("postcopy-done", &b);
+	add_msg(&stream, &b);
+	/* Lead byte: after READY, postcopy=on (8); then pin-all on (4). */
+	save("destination", "postcopy-session", 3 | 8, stream.data, stream.len);
+	save("destination", "postcopy-session-pin-all", 3 | 4 | 8, stream.data, stream.len);
+
+	/* Past the switch (16): the announced bitmap, then what follows it. */
+	uint8_t switched[8 + 4096];
+	size_t n = 0;
+	memset(switched, 0xff, 8);
+	n = 8;
+	postcopy_pages_entries(&b);
+	memcpy(switched + n, b.data, b.len);
+	n += b.len;
+	lmt__enc_pc_done(&b, &done);
+	memcpy(switched + n, b.data, b.len);
+	n += b.len;
+	save("destination", "postcopy-switched", 3 | 8 | 16, switched, n);
+	/* Only some pages announced: PAGES names one that was not. */
+	memset(switched, 0, 8);
+	switched[0] = 0x0f;
+	save("destination", "postcopy-switched-partly", 3 | 8 | 16, switched, n);
+	/* Every page announced; a run longer than its slot, then
+	 * POSTCOPY_DONE with pages missing. */
+	struct lmt_msg_pages *pg = calloc(1, sizeof(*pg));
+	pg->channels = 2;
+	pg->count = 1;
+	pg->entries[0] = (struct lmt_msg_pc_entry){0, {0, 0, 17}};
+	lmt__enc_pages(&b, pg);
+	memset(switched, 0xff, 8);
+	memcpy(switched + 8, b.data, b.len);
+	save("destination", "postcopy-switched-run-past-its-slot", 3 | 8 | 16, switched, 8 + b.len);
+	pg->entries[0] = (struct lmt_msg_pc_entry){LMT_PROTO_ZERO_SLOT, {0, 0, 17}};
+	lmt__enc_pages(&b, pg);
+	n = 8;
+	memcpy(switched + n, b.data, b.len);
+	n += b.len;
+	lmt__enc_pc_done(&b, &done);
+	memcpy(switched + n, b.data, b.len);
+	n += b.len;
+	save("destination", "postcopy-switched-done-early", 3 | 8 | 16, switched, n);
+	free(pg);
+
+	struct lmt_msg_pc_ack ack = {.code = 0, .slot_size = 64 << 10, .slots = 256};
+	strcpy(ack.text, "ok");
+	ack.key.len = 4;
+	memcpy(ack.key.data, "\x01\0\0\0", 4);
+	lmt__enc_pc_ack(&b, &ack);
+	save_msg("postcopy-ack", &b);
+	ack.code = -LMT_ENOTSUP;
+	strcpy(ack.text, "userfaultfd is not available");
+	lmt__enc_pc_ack(&b, &ack);
+	save_msg("postcopy-ack-refused", &b);
+	struct lmt_msg_page_req req = {.count = 2};
+	req.pages[0] = (struct lmt_msg_page){.block = 0, .page = 5, .npages = 1};
+	req.pages[1] = (struct lmt_msg_page){.block = 1, .page = 17, .npages = 3};
+	lmt__enc_page_req(&b, &req);
+	save_msg("page-req", &b);
+	struct lmt_msg_slots sl = {.count = 3, .slots = {0, 7, 255}};
+	lmt__enc_slots(&b, &sl);
+	save_msg("slots-free", &b);
+	free(stream.data);
+	lmt__buf_free(&b);
+}
+
 static void blobs(void)
 {
 	struct lmt_blob b;
@@ -248,6 +371,38 @@ static void source_session(const char *name, unsigned flags)
 	save("source", name, (uint8_t)flags, s.b, s.n);
 }
 
+/* fuzz_source, postcopy=on: a destination that takes the switch (or
+ * refuses it with `refuse`), asks for a fault's pages when `fault`, frees
+ * the slots PAGES names and acknowledges POSTCOPY_DONE. */
+static void source_postcopy(const char *name, unsigned flags, bool fault, uint8_t refuse)
+{
+	struct script s = {0};
+	unsigned channels = (flags & SRC_F_CHANNELS ? 2 : 1) + 1;
+	unsigned iterations = (flags >> SRC_F_ITERATE_SHIFT) & SRC_F_ITERATE_MASK;
+	op(&s, 2, SRC_OP_HELLO_REPLY, 0);
+	op(&s, 2, SRC_OP_ADDRS, 0);
+	for (unsigned c = 0; c < channels; c++) {
+		op(&s, 1, 0);
+		op64(&s, 0x5566778899aabbccull + c);
+	}
+	if (flags & SRC_F_PIN_ALL) {
+		op(&s, 2, SRC_OP_KEYS, 0);
+		op(&s, 1, SRC_OP_READY);
+	} else {
+		op(&s, 1, SRC_OP_READY);
+		if (iterations)
+			op(&s, 4, SRC_OP_EXPECT, LMT_MSG_REG_REQ, SRC_OP_KEYS, 0);
+	}
+	/* accepted, 256 slots of 64 KiB, a tcp key for them */
+	op(&s, 5, SRC_OP_PC_ACK, refuse, 0, 2, 0);
+	if (fault)
+		op(&s, 5, SRC_OP_PAGE_REQ, 1, 3, 0, 2);
+	op(&s, 4, SRC_OP_EXPECT, LMT_MSG_PAGES, SRC_OP_SLOTS_FREE, 0);
+	op(&s, 4, SRC_OP_EXPECT, LMT_MSG_POSTCOPY_DONE, SRC_OP_SLOTS_FREE, 0);
+	op(&s, 2, SRC_OP_COMPLETE_ACK, 0);
+	save("source", name, (uint8_t)flags, s.b, s.n);
+}
+
 static void source(void)
 {
 	unsigned four = 2u << SRC_F_ITERATE_SHIFT;
@@ -260,6 +415,15 @@ static void source(void)
 	               four | SRC_F_CHANNELS | SRC_F_PIN_ALL | SRC_F_VERIFY);
 	source_session("scripted-acks", four | SRC_F_NO_ACK);
 	source_session("no-iterate", SRC_F_PIN_ALL);
+	unsigned one = 1u << SRC_F_ITERATE_SHIFT;
+	source_postcopy("postcopy-at-once", SRC_F_POSTCOPY, false, 0);
+	source_postcopy("postcopy-fault", SRC_F_POSTCOPY, true, 0);
+	source_postcopy("postcopy-after-a-pass", SRC_F_POSTCOPY | SRC_F_PIN_ALL | one, false, 0);
+	source_postcopy("postcopy-pin-all-two-channels",
+	                SRC_F_POSTCOPY | SRC_F_PIN_ALL | SRC_F_CHANNELS | one, true, 0);
+	source_postcopy("postcopy-from-complete",
+	                SRC_F_POSTCOPY | SRC_F_PIN_ALL | SRC_F_VERIFY | 3 * one, false, 0);
+	source_postcopy("postcopy-refused", SRC_F_POSTCOPY, false, LMT_ENOTSUP);
 	/* A destination that refuses, and one that fails mid-session. */
 	struct script s = {0};
 	op(&s, 4, SRC_OP_HELLO_REPLY, 2, LMT_EMISMATCH, SRC_OP_EXPECT);
@@ -271,6 +435,17 @@ static void source(void)
 	op(&s, 4, SRC_OP_READY, SRC_OP_EXPECT, LMT_MSG_REG_REQ, SRC_OP_ERROR);
 	op(&s, 5, LMT_EIO, 3, 'b', 'a', 'd');
 	save("source", "error-mid-session", four, s.b, s.n);
+	/* A destination that reads POSTCOPY and never answers it. */
+	s.n = 0;
+	op(&s, 4, SRC_OP_HELLO_REPLY, 0, SRC_OP_ADDRS, 0);
+	for (unsigned c = 0; c < 2; c++) {
+		op(&s, 1, 0);
+		op64(&s, 0x2222 + c);
+	}
+	op(&s, 3, SRC_OP_READY, SRC_OP_EXPECT, LMT_MSG_POSTCOPY);
+	for (int i = 0; i < 3; i++)
+		op(&s, 2, SRC_OP_EXPECT, 31); /* no such message: waits 100 ms */
+	save("source", "postcopy-no-ack", SRC_F_POSTCOPY, s.b, s.n);
 }
 
 /* fuzz_tcp_wire: a source's stream that the receiver takes whole, and a
@@ -373,6 +548,7 @@ int main(int argc, char **argv)
 	out_dir = argv[1];
 	mkdir(out_dir, 0755);
 	proto_and_destination();
+	postcopy_seeds();
 	blobs();
 	options();
 	source();

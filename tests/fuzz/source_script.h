@@ -12,13 +12,19 @@ enum src_flag {
 	SRC_F_AUTH = 4,     /* the source holds auth-key */
 	SRC_F_CHANNELS = 8, /* channels=2, else 1 */
 	SRC_F_NO_ACK = 16,  /* the data side acknowledges only what SRC_OP_ACK says */
-	/* bits 5-7: lmt_save_iterate calls before lmt_save_complete, 0-7 */
+	/* bits 5-6: lmt_save_iterate calls before the pause, 0-3 */
 	SRC_F_ITERATE_SHIFT = 5,
+	SRC_F_ITERATE_MASK = 3,
+	/* postcopy=on (and verify=off: SRC_F_VERIFY then means postcopy-after=1
+	 * and the pause is lmt_save_complete, which switches when the passes
+	 * did not converge); the pause is lmt_save_postcopy otherwise; then
+	 * lmt_save_finish. The session has one channel more, for faults. */
+	SRC_F_POSTCOPY = 128,
 };
 
 enum src_op {
 	/* type: read the source's messages (answering PINGs) until one of
-	 * `type % 16` arrives (0: any), it hangs up, or a short wait ends */
+	 * `type % 32` arrives (0: any), it hangs up, or a short wait ends */
 	SRC_OP_EXPECT,
 	/* flags: a HELLO_REPLY to the source's HELLO (read first if it was not
 	 * yet), accepting it with the right proof; flags 1 another version
@@ -53,6 +59,19 @@ enum src_op {
 	SRC_OP_ERROR,
 	/* ms (u8 % 20): wait */
 	SRC_OP_PAUSE,
+	/* status (u8: 0 accepts, else a refusal with that code, negated),
+	 * slots (u8: 0 for 256, else 2 + value % 255), size (u8 % 3: 4, 16
+	 * or 64 KiB), key (u8 % 3: 0 a tcp key for the whole staging area,
+	 * 1 that a byte short, 2 raw: u8 length, bytes): POSTCOPY_ACK to the
+	 * source's POSTCOPY (read first when it was not yet) */
+	SRC_OP_PC_ACK,
+	/* block (u8 % 4: 2 and 3 do not exist), page (u16), pages (u8): a
+	 * PAGE_REQ, as a fault on the destination sends it */
+	SRC_OP_PAGE_REQ,
+	/* mode (u8 % 3): SLOTS_FREE for every slot PAGES named and that was
+	 * not freed yet (none: nothing is sent); that with its first slot
+	 * twice; one slot (u16) */
+	SRC_OP_SLOTS_FREE,
 	SRC_OP_COUNT,
 };
 

@@ -1,7 +1,10 @@
 /* The destination fed malformed or hostile control traffic by a fake
  * source: every case ends the load with an error that names the problem,
  * without a crash and without a write outside the RAM blocks (which sit
- * between PROT_NONE guard pages). */
+ * between PROT_NONE guard pages). The postcopy cases go past the switch
+ * (userfaultfd: skipped where it cannot be opened): there the guest's
+ * pages that were not announced must keep what they held, and a thread
+ * waiting on an announced page must be let go when the load fails. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,11 +15,16 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <lmt/lmt.h>
@@ -30,6 +38,12 @@
 #define PAGE 4096u
 #define BLOCK_BYTES (1u << 20)
 
+/* Postcopy: the destination's bytes before the switch, none zero. */
+static uint8_t own_byte(uint64_t i)
+{
+	return (uint8_t)(0x40 + (i / PAGE) % 97 + i % 13);
+}
+
 /* A destination loading in a thread, with guarded RAM. */
 struct dest {
 	uint8_t *map;
@@ -40,6 +54,8 @@ struct dest {
 	uint16_t port;
 	pthread_t thread;
 	int rc;
+	bool postcopy;         /* postcopy=on: lmt_load_finish follows lmt_load_run */
+	_Atomic bool switched; /* lmt_load_run returned 0 there */
 	char error[600];
 };
 
@@ -47,6 +63,10 @@ static void *run_dest(void *arg)
 {
 	struct dest *d = arg;
 	d->rc = lmt_load_run(d->session);
+	if (!d->rc && d->postcopy) {
+		atomic_store(&d->switched, true);
+		d->rc = lmt_load_finish(d->session);
+	}
 	snprintf(d->error, sizeof(d->error), "%s", lmt_session_error(d->session)->message);
 	return NULL;
 }
@@ -57,10 +77,15 @@ static struct dest *start_dest_at(const char *opts, const char *unix_path)
 {
 	struct dest *d = calloc(1, sizeof(*d));
 	d->memfd = -1;
+	d->postcopy = strstr(opts, "postcopy=on") != NULL;
 	d->map = mmap(NULL, BLOCK_BYTES + 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(d->map != MAP_FAILED);
 	d->ram = d->map + PAGE;
 	assert_int_equal(mprotect(d->ram, BLOCK_BYTES, PROT_READ | PROT_WRITE), 0);
+	/* Postcopy: the pages the destination holds before the switch, as
+	 * precopy left them (see own_byte). */
+	for (uint32_t i = 0; d->postcopy && i < BLOCK_BYTES; i++)
+		d->ram[i] = own_byte(i);
 	if (unix_path) {
 		d->memfd = memfd_create("ram0", MFD_CLOEXEC);
 		assert_int_equal(ftruncate(d->memfd, BLOCK_BYTES), 0);
@@ -152,22 +177,30 @@ static uint16_t read_reply(int fd, struct lmt_msg_status *st, uint8_t *payload)
 	return hdr.type;
 }
 
-static void encode_hello(struct lmt_buf *b, uint32_t magic, uint16_t version, const char *plugin,
-                         const char *channels)
+/* A HELLO with every must-match option, at the destination's defaults but
+ * for `channels` and postcopy=on when `postcopy`. */
+static void encode_hello_with(struct lmt_buf *b, uint32_t magic, uint16_t version,
+                              const char *plugin, const char *channels, bool postcopy)
 {
 	struct lmt_msg_hello *m = calloc(1, sizeof(*m));
 	m->magic = magic;
 	m->version = version;
 	snprintf(m->plugin, sizeof(m->plugin), "%s", plugin);
 	const char *names[] = {"chunk-size", "pin-all", "channels", "verify", "postcopy"};
-	const char *values[] = {"1M", "off", channels, "off", "off"};
-	for (int i = 0; i < 5; i++) {
+	const char *values[] = {"1M", "off", channels, "off", postcopy ? "on" : "off"};
+	m->option_count = 5;
+	for (uint32_t i = 0; i < m->option_count; i++) {
 		snprintf(m->options[i].name, sizeof(m->options[i].name), "%s", names[i]);
 		snprintf(m->options[i].value, sizeof(m->options[i].value), "%s", values[i]);
 	}
-	m->option_count = 5;
 	assert_int_equal(lmt__enc_hello(b, m), 0);
 	free(m);
+}
+
+static void encode_hello(struct lmt_buf *b, uint32_t magic, uint16_t version, const char *plugin,
+                         const char *channels)
+{
+	encode_hello_with(b, magic, version, plugin, channels, false);
 }
 
 /* Send a valid HELLO and check the positive reply. */
@@ -367,9 +400,10 @@ struct abi_source {
 	const struct lmt_plugin *p;
 	lmt_instance *inst;
 	lmt_endpoint *ep;
+	lmt_endpoint *fault_ep; /* postcopy=on: the second channel, for faults */
 };
 
-static void abi_source_open(struct abi_source *src)
+static void abi_source_open(struct abi_source *src, uint32_t channels)
 {
 	struct lmt_error err = {0};
 	const char *path = getenv("LMT_TEST_TCP_PLUGIN");
@@ -378,27 +412,37 @@ static void abi_source_open(struct abi_source *src)
 		fail_msg("cannot load %s: %s", path, err.message);
 	src->run = (struct ph_run){.cfg = &src->cfg};
 	ph_host_init(&src->side.host, &src->cfg, "source");
-	if (!ph_instance_open(&src->run, &src->side, LMT_ROLE_SOURCE, 1, 5 * PH_SECOND))
+	if (!ph_instance_open(&src->run, &src->side, LMT_ROLE_SOURCE, channels, 5 * PH_SECOND))
 		fail_msg("%s", src->run.why);
 	src->p = src->cfg.plugin;
 	src->inst = src->side.inst;
 }
 
-/* One channel connected through the ABI; READY follows. */
-static void connect_channel(struct fake *f, struct abi_source *src)
+/* `channels` channels (1, or 2 with postcopy=on) connected through the
+ * ABI; READY follows. */
+static void connect_channels(struct fake *f, struct abi_source *src, uint32_t channels)
 {
-	abi_source_open(src);
+	abi_source_open(src, channels);
+	lmt_endpoint **eps[2] = {&src->ep, &src->fault_ep};
 	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
-	a->count = 1;
-	assert_int_equal(src->p->ops.ep_open(src->inst, 0, &src->ep, &a->addrs[0]), 0);
+	a->count = channels;
+	for (uint32_t c = 0; c < channels; c++)
+		assert_int_equal(src->p->ops.ep_open(src->inst, c, eps[c], &a->addrs[c]), 0);
 	assert_int_equal(lmt__enc_addrs(&f->out, a), 0);
 	send_buf(f->fd, &f->out);
 	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_EP_ADDRS);
 	struct lmt_error err = {0};
 	assert_int_equal(lmt__dec_addrs(f->in, reply_length, a, &err), 0);
-	assert_int_equal(src->p->ops.ep_connect(src->ep, &a->addrs[0]), 0);
+	assert_int_equal(a->count, channels);
+	for (uint32_t c = 0; c < channels; c++)
+		assert_int_equal(src->p->ops.ep_connect(*eps[c], &a->addrs[c]), 0);
 	free(a);
 	assert_int_equal(read_reply(f->fd, NULL, f->in), LMT_MSG_READY);
+}
+
+static void connect_channel(struct fake *f, struct abi_source *src)
+{
+	connect_channels(f, src, 1);
 }
 
 /* Handshake with blocks and one connected channel; the destination then
@@ -414,6 +458,8 @@ static struct fake *fake_connected(struct abi_source *src)
 
 static void abi_source_close(struct abi_source *src)
 {
+	if (src->fault_ep)
+		src->p->ops.ep_close(src->fault_ep);
 	if (src->ep)
 		src->p->ops.ep_close(src->ep);
 	src->p->ops.instance_close(src->inst);
@@ -742,6 +788,508 @@ static void test_registration_of_a_block_handed_over_is_refused(void **state)
 	abi_source_close(&src);
 }
 
+/* ---- postcopy: a hostile source at and after the switch ---- */
+
+#define PC_PAGES (BLOCK_BYTES / PAGE) /* ram0's 256 pages */
+#define PC_COMING 0xffffull           /* pages [0, 16) are announced */
+#define PC_COUNT 16u
+#define STAGED 0x5au /* what the fake source writes into staging slots */
+
+/* What the destination's lmt_load_run checks first with postcopy=on (and
+ * LMT_TEST_NO_USERFAULTFD=1 makes fail, as it makes lmt's). */
+static bool userfaultfd_available(char *why, size_t size)
+{
+	const char *no = getenv("LMT_TEST_NO_USERFAULTFD");
+	if (no && strcmp(no, "1") == 0) {
+		snprintf(why, size, "LMT_TEST_NO_USERFAULTFD=1: postcopy needs userfaultfd");
+		return false;
+	}
+	int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (fd >= 0) {
+		close(fd);
+		return true;
+	}
+	snprintf(why, size, "userfaultfd cannot be opened here (%s): postcopy needs it",
+	         strerror(errno));
+	return false;
+}
+
+#define REQUIRE_USERFAULTFD()                                                                      \
+	do {                                                                                       \
+		char why_[160];                                                                    \
+		if (!userfaultfd_available(why_, sizeof(why_))) {                                  \
+			print_message("skipped: %s\n", why_);                                      \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
+
+/* A fake source past its handshake with postcopy=on, and what the
+ * destination's POSTCOPY_ACK lent it. */
+struct pc_fake {
+	struct fake *f;
+	struct abi_source src;
+	uint64_t coming; /* pages [0, 64) announced, a bit each */
+	uint64_t staged; /* of them, those that must hold STAGED in the end */
+	uint32_t slot_size, slots;
+	lmt_rkey *staging;
+};
+
+/* HELLO with postcopy=on, BLOCKS, both channels (the second for faults)
+ * connected, READY read. */
+static void pc_connect(struct pc_fake *pc, const char *opts)
+{
+	pc->f = fake_start(opts);
+	struct fake *f = pc->f;
+	struct lmt_msg_status st;
+	encode_hello_with(&f->out, LMT_PROTO_MAGIC, LMT_PROTO_VERSION, "tcp", "1", true);
+	send_buf(f->fd, &f->out);
+	assert_int_equal(read_reply(f->fd, &st, f->in), LMT_MSG_HELLO_REPLY);
+	assert_int_equal(st.code, 0);
+	send_blocks(f->fd, &f->out, "ram0", BLOCK_BYTES);
+	connect_channels(f, &pc->src, 2);
+}
+
+/* The next reply other than a keep-alive, or a fault's PAGE_REQ unless
+ * that is what is wanted. */
+static uint16_t pc_reply(struct fake *f, uint16_t want, struct lmt_msg_status *st)
+{
+	for (;;) {
+		uint16_t type = read_reply(f->fd, st, f->in);
+		if (type == LMT_MSG_PING || type == LMT_MSG_PONG ||
+		    (type == LMT_MSG_PAGE_REQ && want != LMT_MSG_PAGE_REQ))
+			continue;
+		return type;
+	}
+}
+
+/* POSTCOPY_PAGES: bits [first, first + 64) of a block's bitmap. */
+static void send_coming(struct fake *f, uint32_t block, uint64_t first, uint64_t bits)
+{
+	uint8_t le[8];
+	for (int i = 0; i < 8; i++)
+		le[i] = (uint8_t)(bits >> (8 * i));
+	struct lmt_msg_pc_pages m = {.block = block, .first = first, .words = 1, .bits = le};
+	assert_int_equal(lmt__enc_pc_pages(&f->out, &m), 0);
+	send_buf(f->fd, &f->out);
+}
+
+static void send_switch(struct fake *f, uint64_t pages)
+{
+	struct lmt_msg_postcopy m = {.passes = 1, .state_length = 0, .pages = pages};
+	assert_int_equal(lmt__enc_postcopy(&f->out, &m), 0);
+	send_buf(f->fd, &f->out);
+}
+
+/* Announce pages [0, 16), switch, and take the staging area. */
+static void pc_switch(struct pc_fake *pc)
+{
+	struct fake *f = pc->f;
+	pc->coming = PC_COMING;
+	send_coming(f, 0, 0, pc->coming);
+	send_switch(f, PC_COUNT);
+	assert_int_equal(pc_reply(f, LMT_MSG_POSTCOPY_ACK, NULL), LMT_MSG_POSTCOPY_ACK);
+	struct lmt_msg_pc_ack *ack = malloc(sizeof(*ack));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_pc_ack(f->in, reply_length, ack, &err), 0);
+	if (ack->code)
+		fail_msg("the destination refused the switch: %s", ack->text);
+	pc->slot_size = ack->slot_size;
+	pc->slots = ack->slots;
+	assert_int_equal(pc->src.p->ops.rkey_import(pc->src.inst, &ack->key, &pc->staging), 0);
+	free(ack);
+}
+
+static void send_pages(struct fake *f, uint32_t channels, uint64_t bytes0,
+                       const struct lmt_msg_pc_entry *entries, uint32_t count)
+{
+	struct lmt_msg_pages *m = calloc(1, sizeof(*m));
+	m->channels = channels;
+	m->bytes[0] = bytes0;
+	m->count = count;
+	memcpy(m->entries, entries, count * sizeof(*entries));
+	assert_int_equal(lmt__enc_pages(&f->out, m), 0);
+	free(m);
+	send_buf(f->fd, &f->out);
+}
+
+static void send_done(struct fake *f, uint64_t pages)
+{
+	struct lmt_msg_pc_done m = {.pages = pages};
+	assert_int_equal(lmt__enc_pc_done(&f->out, &m), 0);
+	send_buf(f->fd, &f->out);
+}
+
+/* Write `npages` pages of STAGED into staging slot `slot` on channel 0
+ * and wait for the write to complete. */
+static void stage(struct pc_fake *pc, uint32_t slot, uint32_t npages)
+{
+	static uint8_t data[64 << 10];
+	assert_true(npages * PAGE <= sizeof(data));
+	memset(data, STAGED, sizeof(data));
+	const struct lmt_plugin *p = pc->src.p;
+	assert_int_equal(p->ops.write(pc->src.ep, data, npages * PAGE, NULL, pc->staging,
+	                              (uint64_t)slot * pc->slot_size, 1000 + slot),
+	                 0);
+	assert_int_equal(p->ops.flush(pc->src.inst, 5000000000ull), 0);
+	struct lmt_completion c;
+	assert_int_equal(p->ops.progress(pc->src.inst, &c, 1, 1000000000ull), 1);
+	assert_int_equal(c.status, 0);
+}
+
+/* A page of the destination's RAM, read without faulting: false when it
+ * is inaccessible (a page a failed postcopy never got). */
+static bool read_page(const uint8_t *at, uint8_t *out)
+{
+	struct iovec local = {.iov_base = out, .iov_len = PAGE};
+	struct iovec remote = {.iov_base = (void *)at, .iov_len = PAGE};
+	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == PAGE;
+}
+
+#define ANY_FAILURE 1 /* for pc_finish: whichever negative code */
+
+/* Join the destination; it failed with `code` and a message holding
+ * `text` (or completed, with code 0). Once the session is freed (no page
+ * waits on userfaultfd any more): every page not announced holds what it
+ * held before the switch, bit for bit; an announced one holds zero or
+ * what the fake staged, or is inaccessible, and those in pc->staged hold
+ * what was staged. */
+static void pc_finish(struct pc_fake *pc, int code, const char *text)
+{
+	struct fake *f = pc->f;
+	struct dest *d = f->d;
+	shutdown(f->fd, SHUT_WR);
+	pthread_join(d->thread, NULL);
+	if ((code == ANY_FAILURE ? d->rc >= 0 : d->rc != code) || !strstr(d->error, text))
+		fail_msg("destination returned %d '%s'; expected %d with '%s'", d->rc, d->error,
+		         code, text);
+	/* Announced pages: the guest ran (lmt_load_run returned 0); none:
+	 * the load ended before the switch. */
+	if (atomic_load(&d->switched) != (pc->coming != 0))
+		fail_msg("the load %s the switch", pc->coming ? "ended before" : "went past");
+	if (pc->staging)
+		pc->src.p->ops.rkey_release(pc->src.inst, pc->staging);
+	lmt_session_free(d->session);
+	static uint8_t page[PAGE];
+	for (uint64_t p = 0; p < PC_PAGES; p++) {
+		bool readable = read_page(d->ram + p * PAGE, page);
+		bool announced = p < 64 && ((pc->coming >> p) & 1);
+		if (!announced) {
+			if (!readable)
+				fail_msg("page %llu was not announced and is inaccessible",
+				         (unsigned long long)p);
+			for (uint32_t i = 0; i < PAGE; i++)
+				if (page[i] != own_byte(p * PAGE + i))
+					fail_msg("page %llu, not announced, changed at byte %u",
+					         (unsigned long long)p, i);
+			continue;
+		}
+		if (((pc->staged >> p) & 1) && (!readable || page[0] != STAGED))
+			fail_msg("page %llu does not hold what was staged for it",
+			         (unsigned long long)p);
+		for (uint32_t i = 1; readable && i < PAGE; i++)
+			if (page[i] != page[0] || (page[0] != 0 && page[0] != STAGED))
+				fail_msg("announced page %llu is neither zero nor staged",
+				         (unsigned long long)p);
+	}
+	abi_source_close(&pc->src);
+	close(f->fd);
+	munmap(d->map, BLOCK_BYTES + 2 * PAGE);
+	free(d);
+	lmt__buf_free(&f->out);
+	free(f->in);
+	free(f);
+}
+
+/* Past the switch, one PAGES message with these entries. */
+static void hostile_pages(const struct lmt_msg_pc_entry *entries, uint32_t count, int code,
+                          const char *text)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	send_pages(pc.f, 2, 0, entries, count);
+	pc_finish(&pc, code, text);
+}
+
+/* The fake source is a faithful one: the pages it announces land where
+ * it says, the others keep what the destination held, and the load
+ * completes. */
+static void test_fake_source_can_complete_a_postcopy(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	assert_true(pc.slot_size >= PC_COUNT * PAGE);
+	stage(&pc, 3, PC_COUNT);
+	struct lmt_msg_pc_entry e = {.slot = 3, .run = {.block = 0, .page = 0, .npages = PC_COUNT}};
+	send_pages(pc.f, 2, PC_COUNT * PAGE, &e, 1);
+	assert_int_equal(pc_reply(pc.f, LMT_MSG_SLOTS_FREE, NULL), LMT_MSG_SLOTS_FREE);
+	struct lmt_msg_slots *freed = malloc(sizeof(*freed));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_slots(pc.f->in, reply_length, freed, &err), 0);
+	assert_int_equal(freed->count, 1);
+	assert_int_equal(freed->slots[0], 3);
+	free(freed);
+	send_done(pc.f, PC_COUNT);
+	struct lmt_msg_status st;
+	assert_int_equal(pc_reply(pc.f, LMT_MSG_COMPLETE_ACK, &st), LMT_MSG_COMPLETE_ACK);
+	assert_int_equal(st.code, 0);
+	pc.staged = PC_COMING;
+	pc_finish(&pc, 0, "");
+}
+
+static void test_postcopy_pages_naming_a_page_not_announced_are_refused(void **state)
+{
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 100, 1}};
+	hostile_pages(&e, 1, -LMT_EPROTO,
+	              "PAGES: page 100 of block 'ram0' is not one still to come");
+}
+
+static void test_postcopy_pages_naming_a_page_twice_are_refused(void **state)
+{
+	struct lmt_msg_pc_entry e[2] = {{.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 2, 4}},
+	                                {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 5, 1}}};
+	hostile_pages(e, 2, -LMT_EPROTO, "PAGES: page 5 of block 'ram0' is not one still to come");
+}
+
+static void test_postcopy_pages_from_a_slot_out_of_range_are_refused(void **state)
+{
+	/* The destination lends 256 slots; the codec's limit is 4096. */
+	struct lmt_msg_pc_entry e = {.slot = 256, .run = {0, 0, 1}};
+	hostile_pages(&e, 1, -LMT_EPROTO, "PAGES: slot 256 cannot hold 1 pages of block 'ram0'");
+	e.slot = 4096;
+	hostile_pages(&e, 1, -LMT_EPROTO, "PAGES message: slot out of range");
+}
+
+static void test_postcopy_pages_longer_than_a_slot_are_refused(void **state)
+{
+	/* Slots are 64 KiB: 16 pages. The run would read past its slot. */
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc.coming = ~0ull;
+	send_coming(pc.f, 0, 0, pc.coming);
+	send_switch(pc.f, 64);
+	assert_int_equal(pc_reply(pc.f, LMT_MSG_POSTCOPY_ACK, NULL), LMT_MSG_POSTCOPY_ACK);
+	struct lmt_msg_pc_entry e = {.slot = 255, .run = {0, 0, 17}};
+	send_pages(pc.f, 2, 0, &e, 1);
+	pc_finish(&pc, -LMT_EPROTO, "PAGES: slot 255 cannot hold 17 pages of block 'ram0'");
+}
+
+static void test_postcopy_pages_of_a_block_out_of_range_are_refused(void **state)
+{
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {1, 0, 1}};
+	hostile_pages(&e, 1, -LMT_EPROTO, "PAGES: pages 0+1 of block 1 are not the guest's");
+}
+
+static void test_postcopy_pages_past_the_end_of_the_block_are_refused(void **state)
+{
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 250, 7}};
+	hostile_pages(&e, 1, -LMT_EPROTO, "PAGES: pages 250+7 of block 0 are not the guest's");
+}
+
+static void test_postcopy_pages_for_other_channels_are_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 0, 1}};
+	send_pages(pc.f, 1, 0, &e, 1);
+	pc_finish(&pc, -LMT_EPROTO, "PAGES: 1 channel counts for 2 channels");
+}
+
+static void test_postcopy_announcement_after_the_switch_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	send_coming(pc.f, 0, 64, 1);
+	pc_finish(&pc, -LMT_EPROTO, "postcopy: unexpected POSTCOPY_PAGES from the source");
+}
+
+static void test_postcopy_announcement_of_a_block_out_of_range_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	send_coming(pc.f, 3, 0, 1);
+	pc_finish(&pc, -LMT_EPROTO, "POSTCOPY_PAGES: block 3 is not one copied");
+}
+
+static void test_postcopy_announcement_past_the_end_of_the_block_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	send_coming(pc.f, 0, PC_PAGES, 1);
+	pc_finish(&pc, -LMT_EPROTO, "POSTCOPY_PAGES: pages past the end of block 'ram0'");
+}
+
+/* The count POSTCOPY carries must be the pages announced: the switch is
+ * refused, and nothing of the guest's RAM is dropped. */
+static void test_postcopy_with_a_wrong_page_count_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0}; /* pc.coming 0: every page must stay as it was */
+	pc_connect(&pc, "postcopy=on");
+	send_coming(pc.f, 0, 0, PC_COMING);
+	send_switch(pc.f, PC_COUNT + 1);
+	assert_int_equal(pc_reply(pc.f, LMT_MSG_POSTCOPY_ACK, NULL), LMT_MSG_POSTCOPY_ACK);
+	struct lmt_msg_pc_ack *ack = malloc(sizeof(*ack));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_pc_ack(pc.f->in, reply_length, ack, &err), 0);
+	assert_int_equal(ack->code, -LMT_EPROTO);
+	assert_non_null(strstr(ack->text, "17 pages announced, POSTCOPY_PAGES named 16"));
+	free(ack);
+	pc_finish(&pc, -LMT_EPROTO, "POSTCOPY: 17 pages announced, POSTCOPY_PAGES named 16");
+}
+
+static void test_postcopy_done_with_pages_missing_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 0, 10}};
+	send_pages(pc.f, 2, 0, &e, 1);
+	send_done(pc.f, PC_COUNT);
+	pc_finish(&pc, -LMT_EPROTO, "POSTCOPY_DONE with 6 pages still missing");
+}
+
+static void test_postcopy_done_that_miscounts_the_pages_is_refused(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 0, PC_COUNT}};
+	send_pages(pc.f, 2, 0, &e, 1);
+	send_done(pc.f, PC_COUNT + 1);
+	pc_finish(&pc, -LMT_EPROTO,
+	          "POSTCOPY_DONE: the source counts 17 pages sent, 16 were placed");
+}
+
+static void test_postcopy_without_postcopy_on_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_switch(f, 0);
+	fake_end(f, -LMT_EPROTO, "POSTCOPY without postcopy=on");
+	abi_source_close(&src);
+}
+
+static void test_postcopy_announcement_without_postcopy_on_is_refused(void **state)
+{
+	struct abi_source src = {0};
+	struct fake *f = fake_connected(&src);
+	send_coming(f, 0, 0, 1);
+	fake_end(f, -LMT_EPROTO, "POSTCOPY_PAGES without postcopy=on");
+	abi_source_close(&src);
+}
+
+/* A "vCPU" waiting on a page that the hostile source never sends: the
+ * failure lets it go (the page is made inaccessible: its read fails with
+ * EFAULT, a user-mode access would get SIGSEGV) instead of leaving it
+ * blocked. The read is a write(2) from the page, so the wait is in the
+ * kernel and no signal is involved. */
+struct waiter {
+	pthread_t thread;
+	const uint8_t *page;
+	_Atomic bool done;
+	ssize_t n;
+	int err;
+};
+
+static void *wait_on_page(void *arg)
+{
+	struct waiter *w = arg;
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	w->n = write(p[1], w->page, 1);
+	w->err = w->n < 0 ? errno : 0;
+	close(p[0]);
+	close(p[1]);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+static void test_a_thread_waiting_on_a_page_is_let_go_when_the_source_turns_hostile(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	pc_switch(&pc);
+	struct waiter w = {.page = pc.f->d->ram + 5 * PAGE};
+	assert_int_equal(pthread_create(&w.thread, NULL, wait_on_page, &w), 0);
+	/* Its fault reached the source: it waits. */
+	assert_int_equal(pc_reply(pc.f, LMT_MSG_PAGE_REQ, NULL), LMT_MSG_PAGE_REQ);
+	struct lmt_msg_page_req *req = malloc(sizeof(*req));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_page_req(pc.f->in, reply_length, req, &err), 0);
+	assert_int_equal(req->pages[0].page, 5);
+	free(req);
+	usleep(20000);
+	assert_false(atomic_load(&w.done));
+	struct lmt_msg_pc_entry e = {.slot = LMT_PROTO_ZERO_SLOT, .run = {0, 100, 1}};
+	send_pages(pc.f, 2, 0, &e, 1);
+	/* Failed: the thread is let go within a few seconds at most. */
+	for (int i = 0; i < 500 && !atomic_load(&w.done); i++)
+		usleep(10000);
+	if (!atomic_load(&w.done))
+		fail_msg("a thread waiting on an announced page is still blocked");
+	pthread_join(w.thread, NULL);
+	assert_int_equal(w.n, -1);
+	assert_int_equal(w.err, EFAULT);
+	pc_finish(&pc, -LMT_EPROTO, "PAGES: page 100 of block 'ram0' is not one still to come");
+}
+
+/* The windows the source registered before the switch are the guest's
+ * RAM: once the guest runs there, nothing may write them but the
+ * placement of announced pages. A write through a window's key after
+ * the switch must not land: the destination releases the windows at the
+ * switch. */
+static void test_a_window_registered_before_the_switch_is_not_written_after_it(void **state)
+{
+	REQUIRE_USERFAULTFD();
+	struct pc_fake pc = {0};
+	pc_connect(&pc, "postcopy=on");
+	send_reg_req(pc.f, 0, 0, BLOCK_BYTES);
+	assert_int_equal(pc_reply(pc.f, LMT_MSG_REG_REPLY, NULL), LMT_MSG_REG_REPLY);
+	struct lmt_msg_regs *r = malloc(sizeof(*r));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__dec_regs(pc.f->in, reply_length, LMT_MSG_REG_REPLY, r, &err), 0);
+	lmt_rkey *window = NULL;
+	assert_int_equal(pc.src.p->ops.rkey_import(pc.src.inst, &r->regs[0].key, &window), 0);
+	free(r);
+	pc_switch(&pc);
+	/* The guest runs at the destination: page 100 (not announced) is its. */
+	static uint8_t data[PAGE];
+	memset(data, 0xee, sizeof(data));
+	const struct lmt_plugin *p = pc.src.p;
+	int rc = p->ops.write(pc.src.ep, data, PAGE, NULL, window, 100 * PAGE, 7);
+	if (!rc)
+		rc = p->ops.flush(pc.src.inst, 2000000000ull);
+	struct lmt_completion c = {0};
+	if (!rc && p->ops.progress(pc.src.inst, &c, 1, 1000000000ull) == 1)
+		rc = c.status;
+	usleep(50000);
+	uint8_t page[PAGE];
+	assert_true(read_page(pc.f->d->ram + 100 * PAGE, page));
+	bool written = page[0] == 0xee;
+	p->ops.rkey_release(pc.src.inst, window);
+	if (written)
+		fail_msg("a write through a window registered before the switch landed in the "
+		         "running guest's page 100 (write status %d)",
+		         rc);
+	pc_finish(&pc, ANY_FAILURE, "");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -776,6 +1324,26 @@ int main(void)
 	                test_a_source_gone_after_the_handover_leaves_the_destination_its_own),
 	        cmocka_unit_test(test_descriptors_with_another_message_are_refused),
 	        cmocka_unit_test(test_registration_of_a_block_handed_over_is_refused),
+	        cmocka_unit_test(test_fake_source_can_complete_a_postcopy),
+	        cmocka_unit_test(test_postcopy_pages_naming_a_page_not_announced_are_refused),
+	        cmocka_unit_test(test_postcopy_pages_naming_a_page_twice_are_refused),
+	        cmocka_unit_test(test_postcopy_pages_from_a_slot_out_of_range_are_refused),
+	        cmocka_unit_test(test_postcopy_pages_longer_than_a_slot_are_refused),
+	        cmocka_unit_test(test_postcopy_pages_of_a_block_out_of_range_are_refused),
+	        cmocka_unit_test(test_postcopy_pages_past_the_end_of_the_block_are_refused),
+	        cmocka_unit_test(test_postcopy_pages_for_other_channels_are_refused),
+	        cmocka_unit_test(test_postcopy_announcement_after_the_switch_is_refused),
+	        cmocka_unit_test(test_postcopy_announcement_of_a_block_out_of_range_is_refused),
+	        cmocka_unit_test(test_postcopy_announcement_past_the_end_of_the_block_is_refused),
+	        cmocka_unit_test(test_postcopy_with_a_wrong_page_count_is_refused),
+	        cmocka_unit_test(test_postcopy_done_with_pages_missing_is_refused),
+	        cmocka_unit_test(test_postcopy_done_that_miscounts_the_pages_is_refused),
+	        cmocka_unit_test(test_postcopy_without_postcopy_on_is_refused),
+	        cmocka_unit_test(test_postcopy_announcement_without_postcopy_on_is_refused),
+	        cmocka_unit_test(
+	                test_a_thread_waiting_on_a_page_is_let_go_when_the_source_turns_hostile),
+	        cmocka_unit_test(
+	                test_a_window_registered_before_the_switch_is_not_written_after_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
