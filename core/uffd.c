@@ -550,7 +550,8 @@ static void placed(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_t 
 			i++;
 			continue;
 		}
-		sample(u, now - p->since_ns);
+		/* A fault noted after `now` was read waited for nothing. */
+		sample(u, now > p->since_ns ? now - p->since_ns : 0);
 		*p = u->pending[--u->npending];
 		waited = true;
 	}
