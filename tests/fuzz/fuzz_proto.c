@@ -56,8 +56,12 @@ static void postcopy(uint8_t pick, const uint8_t *p, size_t n)
 		if (ack.code > 0 || ack.code <= -LMT_ERRC_COUNT ||
 		    (ack.code == 0 &&
 		     (ack.slots < 2 || ack.slots > LMT_PROTO_MAX_SLOTS || ack.slot_size < 4096 ||
-		      ack.slot_size % 4096 || ack.slot_size > (64u << 20) || ack.key.len == 0)))
+		      ack.slot_size % 4096 || ack.slot_size > (64u << 20) || ack.key.len == 0 ||
+		      ack.naliases > LMT_PROTO_MAX_BLOCKS)))
 			abort();
+		for (uint32_t i = 1; ack.code == 0 && i < ack.naliases; i++)
+			if (ack.aliases[i].block <= ack.aliases[i - 1].block)
+				abort();
 		same_bytes(lmt__enc_pc_ack(&b, &ack), &b, p, n);
 		break;
 	case LMT_MSG_PAGE_REQ:
@@ -76,7 +80,8 @@ static void postcopy(uint8_t pick, const uint8_t *p, size_t n)
 			abort();
 		for (uint32_t i = 0; i < pages.count; i++) {
 			uint32_t slot = pages.entries[i].slot;
-			if (slot != LMT_PROTO_ZERO_SLOT && slot >= LMT_PROTO_MAX_SLOTS)
+			if (slot != LMT_PROTO_ZERO_SLOT && slot != LMT_PROTO_IN_PLACE_SLOT &&
+			    slot >= LMT_PROTO_MAX_SLOTS)
 				abort();
 			run_ok(&pages.entries[i].run);
 		}
