@@ -58,7 +58,6 @@ struct lmt__postcopy {
 	int rc;
 	uint32_t slot_size;
 	uint32_t nslots;
-	uint32_t priority; /* the faults' channel */
 	uint64_t pages;     /* sent (source) or placed (destination) */
 	uint64_t requested; /* of them, asked for by a fault */
 
@@ -85,6 +84,7 @@ struct lmt__postcopy {
 	double bw_allowance;
 	uint64_t bw_refill_ns;
 	uint64_t bw_wait_ns; /* max-bandwidth holds the pushes this long */
+	uint64_t bw_rate;    /* max-bandwidth, read at each turn of the loop */
 	/* The last sign of the destination's progress: a slot back, a write
 	 * completed, a request. */
 	uint64_t progress_ns;
@@ -178,6 +178,13 @@ static int pc_start(struct lmt__postcopy *pc, void *(*fn)(void *))
 		return lmt__fail(s, LMT_ENOMEM, "postcopy: cannot start its thread");
 	pc->started = true;
 	return 0;
+}
+
+/* Whether a run a peer named lies within a block that is copied. */
+static bool run_is_guests(const struct lmt_session *s, const struct lmt_msg_page *r)
+{
+	return r->block < s->nblocks && lmt__block_copied(&s->blocks[r->block]) &&
+	       r->page + r->npages <= s->blocks[r->block].npages;
 }
 
 /* The channel faults take: the last, opened for them (docs/engine.md). */
@@ -487,10 +494,7 @@ static int serve_requests(struct lmt__postcopy *pc)
  * wait for it, but count in it). Whether a bulk write may go now. */
 static bool bandwidth_allows(struct lmt__postcopy *pc)
 {
-	struct lmt_session *s = pc->s;
-	pthread_mutex_lock(&s->opts_lock);
-	uint64_t rate = (uint64_t)lmt__opt_int(s->opts, "max-bandwidth");
-	pthread_mutex_unlock(&s->opts_lock);
+	uint64_t rate = pc->bw_rate;
 	if (!rate)
 		return true;
 	uint64_t now = lmt__now();
@@ -613,8 +617,7 @@ static int take_requests(struct lmt__postcopy *pc, size_t length)
 		rc = lmt__fail(s, rc, "%s", err.message);
 	for (uint32_t i = 0; i < m->count && !rc; i++) {
 		struct lmt_msg_page *r = &m->pages[i];
-		if (r->block >= s->nblocks || !lmt__block_copied(&s->blocks[r->block]) ||
-		    r->page + r->npages > s->blocks[r->block].npages) {
+		if (!run_is_guests(s, r)) {
 			rc = lmt__fail(s, LMT_EPROTO,
 			               "PAGE_REQ: pages %llu+%u of block %u are not the guest's",
 			               (unsigned long long)r->page, r->npages, r->block);
@@ -717,6 +720,10 @@ static int source_loop(struct lmt__postcopy *pc)
 	for (;;) {
 		if (lmt__is_cancelled(s))
 			return lmt__fail(s, LMT_ECANCELED, "postcopy cancelled");
+		/* A runtime option: a VMM may change it while postcopy runs. */
+		pthread_mutex_lock(&s->opts_lock);
+		pc->bw_rate = (uint64_t)lmt__opt_int(s->opts, "max-bandwidth");
+		pthread_mutex_unlock(&s->opts_lock);
 		int rc = source_messages(pc);
 		if (!rc)
 			rc = serve_requests(pc);
@@ -764,7 +771,6 @@ int lmt__postcopy_source_switch(struct lmt_session *s, const void *state, size_t
 	struct lmt__postcopy *pc = pc_new(s);
 	if (!pc)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	pc->priority = priority_channel(s);
 	struct lmt_msg_postcopy m = {.passes = passes, .state_length = length};
 	int rc = announce(s, deadline, &m.pages);
 	if (!rc)
@@ -860,8 +866,7 @@ static int place(struct lmt__postcopy *pc, const struct lmt_msg_pc_entry *e)
 {
 	struct lmt_session *s = pc->s;
 	const struct lmt_msg_page *r = &e->run;
-	if (r->block >= s->nblocks || !lmt__block_copied(&s->blocks[r->block]) ||
-	    r->page + r->npages > s->blocks[r->block].npages)
+	if (!run_is_guests(s, r))
 		return lmt__fail(s, LMT_EPROTO, "PAGES: pages %llu+%u of block %u are not the guest's",
 		                 (unsigned long long)r->page, r->npages, r->block);
 	struct lmt_block *b = &s->blocks[r->block];
@@ -1186,7 +1191,6 @@ int lmt__postcopy_switch(struct lmt_session *s, size_t length, uint64_t state_le
 	}
 	if (pc->started)
 		return lmt__fail(s, LMT_EPROTO, "POSTCOPY twice");
-	pc->priority = priority_channel(s);
 	struct lmt_msg_pc_ack *ack = calloc(1, sizeof(*ack));
 	pc->alias = calloc(s->nblocks, sizeof(*pc->alias));
 	pc->alias_mrs = calloc(s->nblocks, sizeof(*pc->alias_mrs));
