@@ -772,7 +772,9 @@ int lmt__postcopy_source_switch(struct lmt_session *s, const void *state, size_t
 	if (!pc)
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
 	struct lmt_msg_postcopy m = {.passes = passes, .state_length = length};
+	uint64_t t0 = lmt__now();
 	int rc = announce(s, deadline, &m.pages);
+	uint64_t t1 = lmt__now(), t2 = t1;
 	if (!rc)
 		rc = lmt__source_send_state(s, state, length);
 	if (!rc && s->ctrl_unix)
@@ -783,8 +785,15 @@ int lmt__postcopy_source_switch(struct lmt_session *s, const void *state, size_t
 		/* From here the destination may run the guest: a failure is
 		 * postcopy's, unless it refuses the switch. */
 		atomic_store(&s->in_postcopy, 1);
+	t2 = lmt__now();
 	if (!rc)
 		rc = take_ack(pc, deadline);
+	if (!rc)
+		lmt__session_log(s, LMT_LOG_DEBUG,
+		                 "postcopy: %llu pages announced in %.2f ms, state and POSTCOPY "
+		                 "sent in %.2f, acknowledged after %.2f",
+		                 (unsigned long long)m.pages, (double)(t1 - t0) / 1e6,
+		                 (double)(t2 - t1) / 1e6, (double)(lmt__now() - t2) / 1e6);
 	pc->left = m.pages;
 	if (!rc)
 		rc = source_alloc(pc);
@@ -1196,15 +1205,23 @@ int lmt__postcopy_switch(struct lmt_session *s, size_t length, uint64_t state_le
 	pc->alias_mrs = calloc(s->nblocks, sizeof(*pc->alias_mrs));
 	if (!ack || !pc->alias || !pc->alias_mrs)
 		rc = lmt__fail(s, LMT_ENOMEM, "out of memory");
-	if (!rc && !(rc = watch_blocks(pc, m.pages)) && !(rc = open_staging(pc, &ack->key)))
-		rc = open_aliases(pc, ack);
+	uint64_t t[5] = {lmt__now()};
+	if (!rc && !(rc = watch_blocks(pc, m.pages))) {
+		t[1] = lmt__now();
+		if (!(rc = open_staging(pc, &ack->key))) {
+			t[2] = lmt__now();
+			rc = open_aliases(pc, ack);
+		}
+	}
 	if (rc) {
 		if (ack)
 			send_ack(s, ack, rc, lmt_session_error(s)->message);
 		free(ack);
 		return rc;
 	}
+	t[3] = lmt__now();
 	close_windows(s);
+	t[4] = lmt__now();
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		free(pc->coming[i]);
 		pc->coming[i] = NULL;
@@ -1217,6 +1234,12 @@ int lmt__postcopy_switch(struct lmt_session *s, size_t length, uint64_t state_le
 	                 (unsigned long long)m.pages, ack->naliases, pc->nslots, pc->slot_size);
 	rc = send_ack(s, ack, 0, "ok");
 	free(ack);
+	lmt__session_log(s, LMT_LOG_DEBUG,
+	                 "postcopy: switched in %.2f ms: userfaultfd and pages moved aside %.2f, "
+	                 "staging %.2f, second mappings %.2f, windows released %.2f, ack %.2f",
+	                 (double)(lmt__now() - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6,
+	                 (double)(t[2] - t[1]) / 1e6, (double)(t[3] - t[2]) / 1e6,
+	                 (double)(t[4] - t[3]) / 1e6, (double)(lmt__now() - t[4]) / 1e6);
 	if (rc)
 		return rc < 0 && !lmt_session_error(s)->code ? lmt__fail(s, rc, "POSTCOPY_ACK") : rc;
 	atomic_store(&s->in_postcopy, 1);

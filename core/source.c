@@ -1741,6 +1741,7 @@ static int postcopy_prepare(struct lmt_session *s)
 	int rc;
 	if (e->pass == 0)
 		return start_first_pass(s);
+	uint64_t t0 = lmt__now();
 	if ((rc = end_cut_pass(s)))
 		return rc;
 	uint64_t now = lmt__now();
@@ -1751,7 +1752,14 @@ static int postcopy_prepare(struct lmt_session *s)
 	if (rc)
 		return lmt__fail(s, rc, "plugin %s: flush failed (%s)", s->desc->name,
 		                 lmt_err_name(rc));
-	return report_landed(s, false);
+	uint64_t t2 = lmt__now();
+	rc = report_landed(s, false);
+	lmt__session_log(s, LMT_LOG_DEBUG,
+	                 "postcopy: last pass cut in %.2f ms, flushed in %.2f, landed reported "
+	                 "in %.2f",
+	                 (double)(now - t0) / 1e6, (double)(t2 - now) / 1e6,
+	                 (double)(lmt__now() - t2) / 1e6);
+	return rc;
 }
 
 static int save_postcopy(lmt_session *s, const void *device_state, size_t length)

@@ -284,21 +284,24 @@ static int remove_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, ui
 	               : 0;
 }
 
-/* A run to be written in place: its pages stay in the file (allocated
- * there where they were holes, so that a touch is a minor fault, not a
- * zero page the kernel makes up), and leave the guest's mapping. */
+/* A run to be written in place: its pages stay in the file and leave the
+ * guest's mapping (a hole among them is a missing-page fault: see
+ * register_keeping). */
 static int unmap_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
 {
-	off_t off = (off_t)(fd_offset + (p << r->page_shift));
-	size_t len = (end - p) << r->page_shift;
-	int rc = fallocate(fd, 0, off, (off_t)len);
-	if (rc && errno != EOPNOTSUPP)
-		return -errno;
-	return madvise(r->host + (p << r->page_shift), len, MADV_DONTNEED) ? -errno : 0;
+	(void)fd;
+	(void)fd_offset;
+	return madvise(r->host + (p << r->page_shift), (end - p) << r->page_shift, MADV_DONTNEED)
+	               ? -errno
+	               : 0;
 }
 
 /* Register a range keeping its pages but the coming ones, missing-page
- * mode or (minor) minor-fault mode. */
+ * mode or (minor) minor-fault mode. A minor range is watched for missing
+ * pages too: a page that is a hole in the file faults as missing, not
+ * minor, and without the mode the kernel would give the guest a zero
+ * page of its own making where a coming page belongs. So no hole need be
+ * filled at the switch (finding them costs a page-cache lookup a page). */
 static int register_keeping(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
                             uint32_t page_shift, const uint64_t *coming, bool minor,
                             struct lmt_error *err)
@@ -322,7 +325,8 @@ static int register_keeping(struct lmt__uffd *u, uint32_t range, void *host, uin
 	}
 	struct uffdio_register reg = {
 	        .range = {.start = (uintptr_t)host, .len = length},
-	        .mode = minor ? UFFDIO_REGISTER_MODE_MINOR : UFFDIO_REGISTER_MODE_MISSING};
+	        .mode = minor ? UFFDIO_REGISTER_MODE_MINOR | UFFDIO_REGISTER_MODE_MISSING
+	                      : UFFDIO_REGISTER_MODE_MISSING};
 	if (ioctl(u->fd, UFFDIO_REGISTER, &reg))
 		return lmt__error(
 		        err, LMT_EINVAL,
@@ -331,12 +335,13 @@ static int register_keeping(struct lmt__uffd *u, uint32_t range, void *host, uin
 		        strerror(errno));
 	r->registered = true;
 	atomic_fetch_add(&u->missing, missing);
-	uint64_t need = minor ? 1ull << _UFFDIO_CONTINUE | 1ull << _UFFDIO_WAKE
-	                      : 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
+	uint64_t need = (minor ? 1ull << _UFFDIO_CONTINUE : 1ull << _UFFDIO_COPY) |
+	                1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
 	if ((reg.ioctls & need) != need)
 		return lmt__error(err, LMT_ENOTSUP,
-		                  "userfaultfd: range %u: the kernel cannot %s and wake pages there",
-		                  range, minor ? "map" : "copy, zero");
+		                  "userfaultfd: range %u: the kernel cannot %s, zero and wake pages "
+		                  "there",
+		                  range, minor ? "map" : "copy");
 	return 0;
 }
 
@@ -369,39 +374,6 @@ int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
 		                  "userfaultfd: range %u: cannot take pages out of the mapping: %s",
 		                  range, strerror(-rc));
 	return rc;
-}
-
-/* A coming page that is a hole in the file must be one there, so that
- * touching it is a minor fault and not a zero page the kernel makes up.
- * The holes come from SEEK_HOLE, not page by page: fallocate over pages
- * already there, or mincore, costs a page-cache lookup per page. */
-static int allocate_holes(struct uffd_range *r, const uint64_t *coming, int fd,
-                          uint64_t fd_offset, uint32_t range, struct lmt_error *err)
-{
-	for (uint64_t p = lmt__bitmap_next(coming, 0, r->npages); p < r->npages;) {
-		uint64_t end = p + 1;
-		while (end < r->npages && lmt__bitmap_test(coming, end))
-			end++;
-		/* The holes within this run of coming pages. */
-		off_t base = (off_t)fd_offset, stop = base + (off_t)(end << r->page_shift);
-		for (off_t off = base + (off_t)(p << r->page_shift); off < stop;) {
-			off_t hole = lseek(fd, off, SEEK_HOLE);
-			if (hole < 0 || hole >= stop)
-				break;
-			off_t data = lseek(fd, hole, SEEK_DATA);
-			if (data < 0 || data > stop)
-				data = stop; /* ENXIO: no data after the hole */
-			if (fallocate(fd, 0, hole, data - hole) && errno != EOPNOTSUPP)
-				return lmt__error(err, LMT_EINVAL,
-				                  "userfaultfd: range %u: cannot allocate %lld bytes at "
-				                  "%lld in its file: %s",
-				                  range, (long long)(data - hole), (long long)hole,
-				                  strerror(errno));
-			off = data;
-		}
-		p = lmt__bitmap_next(coming, end, r->npages);
-	}
-	return 0;
 }
 
 #ifndef MREMAP_DONTUNMAP
@@ -488,8 +460,6 @@ int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, ui
 	else if (rc < 0)
 		rc = lmt__error(err, LMT_EINVAL, "userfaultfd: range %u: cannot drop pages: %s",
 		                range, strerror(-rc));
-	if (!rc && minor)
-		rc = allocate_holes(r, coming, fd, fd_offset, range, err);
 	return rc;
 }
 
@@ -659,10 +629,20 @@ static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_
 			mark(u, range, page + at++);
 		} else if (rc == -EFAULT && fn == place_continue && origin == LMT_UFFD_LOCAL &&
 		           at < n) {
-			/* A hole in the file: nothing to map. Touching it is no
-			 * minor fault; the kernel gives the zero page it is. */
+			/* The guest's own page is a hole in the file: nothing to
+			 * map, and a touch is a missing-page fault. What the hole
+			 * reads as, a zero page, goes there. */
+			rc = place_zero(u->fd, r->host + ((page + at) << r->page_shift), NULL, size,
+			                &done);
+			if (rc && rc != -EEXIST)
+				return lmt__error(err, LMT_EIO,
+				                  "userfaultfd: range %u: cannot zero page %llu: %s",
+				                  range, (unsigned long long)(page + at),
+				                  strerror(-rc));
 			mark(u, range, page + at);
-			placed(u, range, page + at++, 1, origin);
+			placed(u, range, page + at, 1, origin);
+			wake(u, r->host + ((page + at) << r->page_shift), size);
+			at++;
 		} else if (rc && rc != -EAGAIN && rc != -EEXIST) {
 			return lmt__error(err, LMT_EIO,
 			                  "userfaultfd: range %u: cannot place page %llu: %s",
@@ -793,9 +773,12 @@ static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
 		int64_t done = 0;
 		if (!atomic_load(&u->failed)) {
 			pthread_rwlock_rdlock(&u->place_lock);
-			if (!atomic_load(&u->failed))
-				(r->minor ? place_continue : place_zero)(u->fd, at, NULL,
-				                                         1ull << r->page_shift, &done);
+			/* A minor range's page that is a hole faults as missing:
+			 * nothing to map from the file, a zero page instead. */
+			if (!atomic_load(&u->failed) &&
+			    (!r->minor ||
+			     place_continue(u->fd, at, NULL, 1ull << r->page_shift, &done) == -EFAULT))
+				place_zero(u->fd, at, NULL, 1ull << r->page_shift, &done);
 			pthread_rwlock_unlock(&u->place_lock);
 		}
 		wake(u, at, 1ull << r->page_shift);

@@ -1,8 +1,8 @@
 /* The userfaultfd layer on its own (core/uffd.c), without files or
  * sessions: placement once per page and its counts, a fault handed to
  * fetch once and answered from it, failure that keeps placed pages and
- * makes the rest inaccessible, and the refusal where userfaultfd cannot
- * be opened. Exits 77 where it cannot be opened at all. */
+ * makes the rest inaccessible, the refusal where userfaultfd cannot be
+ * opened, and a memfd written in place with holes in its file. Exits 77 where it cannot be opened at all. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -201,6 +201,109 @@ static void test_shared_memory_is_refused(void **unused)
 	munmap(p, PAGES * PAGE);
 }
 
+/* A memfd block written in place (postcopy): its coming pages are
+ * written through a second mapping of the file and mapped with
+ * UFFDIO_CONTINUE. Holes in the file among the coming pages and among the
+ * guest's own must read right: a coming hole waits for its page (the
+ * kernel would otherwise map a zero page of its own), an own hole reads
+ * as zero, and neither asks the source for anything. */
+#define IN_PLACE_PAGES 1024u /* 4 MiB: two page tables */
+#define OWN_HOLE 10u
+#define COMING_HOLE 20u
+#define COMING_DATA 30u
+#define OWN_DATA 40u
+
+struct in_place {
+	struct lmt__uffd *u;
+	uint8_t *alias;
+	_Atomic int calls;
+	_Atomic uint64_t asked; /* a bit per page asked for, of the first 64 */
+};
+
+static void fetch_in_place(void *opaque, uint32_t range, uint64_t page)
+{
+	struct in_place *f = opaque;
+	atomic_fetch_add(&f->calls, 1);
+	if (page < 64)
+		atomic_fetch_or(&f->asked, 1ull << page);
+	memset(f->alias + page * PAGE, 0xc0 + (int)(page % 16), PAGE);
+	assert_int_equal(lmt__uffd_continue(f->u, range, page, 1, LMT_UFFD_FAULT, NULL), 0);
+}
+
+static void check_in_place(bool aligned)
+{
+	const size_t len = (size_t)IN_PLACE_PAGES * PAGE, table = 2u << 20;
+	int fd = memfd_create("lmt-test-in-place", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	/* The guest's mapping on a 2 MiB boundary (moved aside at once) or
+	 * a page off one (the coming pages dropped from it instead). */
+	uint8_t *area = mmap(NULL, len + 2 * table, PROT_NONE,
+	                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	assert_true(area != MAP_FAILED);
+	uint8_t *at = (uint8_t *)(((uintptr_t)area + table - 1) & ~(uintptr_t)(table - 1));
+	if (!aligned)
+		at += PAGE;
+	uint8_t *host = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	assert_true(host == at);
+	for (uint32_t p = 0; p < IN_PLACE_PAGES; p++)
+		if (p != OWN_HOLE && p != COMING_HOLE)
+			memset(host + (size_t)p * PAGE, 0xd0, PAGE);
+	struct in_place f = {.alias = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)};
+	assert_true(f.alias != MAP_FAILED);
+	uint64_t coming[IN_PLACE_PAGES / 64] = {0};
+	coming[0] = 1ull << COMING_HOLE | 1ull << COMING_DATA;
+
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
+	if (!lmt__uffd_can_place_in_place(f.u)) {
+		lmt__uffd_close(f.u);
+		printf("no minor faults on shared memory in this kernel: in-place not checked\n");
+		skip();
+	}
+	if (lmt__uffd_register_moved(f.u, 0, host, len, 12, coming, fd, 0, &err))
+		fail_msg("userfaultfd: %s", err.message);
+	assert_int_equal(lmt__uffd_start(f.u, fetch_in_place, &f, &err), 0);
+	/* Moved aside, every page is missing until put back or placed. */
+	assert_int_equal(lmt__uffd_missing(f.u), aligned ? IN_PLACE_PAGES : 2);
+
+	assert_int_equal(*(volatile uint8_t *)(host + OWN_DATA * PAGE + 5), 0xd0);
+	assert_int_equal(*(volatile uint8_t *)(host + OWN_HOLE * PAGE + 5), 0);
+	assert_int_equal(*(volatile uint8_t *)(host + COMING_HOLE * PAGE + 5),
+	                 0xc0 + COMING_HOLE % 16);
+	assert_int_equal(*(volatile uint8_t *)(host + COMING_DATA * PAGE + 5),
+	                 0xc0 + COMING_DATA % 16);
+	assert_int_equal(atomic_load(&f.calls), 2);
+	assert_int_equal(atomic_load(&f.asked), 1ull << COMING_HOLE | 1ull << COMING_DATA);
+	/* Every own page back, the hole still reading as zero and writable. */
+	while ((lmt__uffd_settle(f.u, 512, &err)) > 0)
+		;
+	assert_int_equal(lmt__uffd_missing(f.u), 0);
+	host[OWN_HOLE * PAGE] = 0x77;
+	assert_int_equal(f.alias[OWN_HOLE * PAGE], 0x77);
+	for (uint32_t p = 0; p < IN_PLACE_PAGES; p++) {
+		uint8_t want = p == OWN_HOLE || p == COMING_HOLE || p == COMING_DATA
+		                       ? host[(size_t)p * PAGE]
+		                       : 0xd0;
+		assert_int_equal(host[(size_t)p * PAGE + PAGE - 1], p == OWN_HOLE ? 0 : want);
+	}
+	assert_int_equal(atomic_load(&f.calls), 2);
+	lmt__uffd_close(f.u);
+	munmap(f.alias, len);
+	munmap(area, len + 2 * table);
+	close(fd);
+}
+
+static void test_a_memfd_written_in_place_with_holes_moved_aside(void **unused)
+{
+	check_in_place(true);
+}
+
+static void test_a_memfd_written_in_place_with_holes_off_boundaries(void **unused)
+{
+	check_in_place(false);
+}
+
 int main(void)
 {
 	int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
@@ -217,6 +320,8 @@ int main(void)
 	        cmocka_unit_test(test_failure_keeps_placed_pages_and_makes_the_rest_inaccessible),
 	        cmocka_unit_test(test_open_is_refused_with_the_reason_where_not_permitted),
 	        cmocka_unit_test(test_shared_memory_is_refused),
+	        cmocka_unit_test(test_a_memfd_written_in_place_with_holes_moved_aside),
+	        cmocka_unit_test(test_a_memfd_written_in_place_with_holes_off_boundaries),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
