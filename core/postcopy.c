@@ -36,6 +36,7 @@
 #define IDLE_WAIT_NS 10000000ull
 #define TARGET_SLICE_NS 200000ull
 #define SETTLE_PAGES 512u /* the guest's own pages put back between messages */
+#define POPULATE_PAGES 2048u /* second-mapping pages mapped between messages */
 #define SLOT_BITS 20
 
 enum slot_state { SLOT_FREE, SLOT_WRITING, SLOT_AT_DESTINATION };
@@ -102,6 +103,11 @@ struct lmt__postcopy {
 	struct lmt_msg_pages *in;
 	struct lmt_msg_slots *freed;
 	bool settled; /* every local page is back */
+	/* The second mappings' coming pages mapped ahead of their writes:
+	 * where populate_block/populate_page got to, and whether done. */
+	uint32_t populate_block;
+	uint64_t populate_page;
+	bool populated;
 	pthread_mutex_t req_lock; /* the fault thread's requests */
 	struct lmt_buf req_buf;
 	uint64_t channel_bytes[LMT_MAX_CHANNELS];
@@ -995,6 +1001,49 @@ static int take_done(struct lmt__postcopy *pc, size_t length)
 	return rc ? rc : 1;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Map up to max_pages of the pages still to come into the second
+ * mappings, in the order the source pushes them, ahead of their writes:
+ * a transport that copies (tcp, ucx over tcp or shared memory) would
+ * otherwise take a page fault per page in its receiving thread, many
+ * times the cost (512 MiB: 1.7 s against 0.05 s here). 1 when it mapped
+ * some, 0 when none is left. Only an optimisation: a kernel without
+ * MADV_POPULATE_WRITE (5.14) ends it. */
+static int populate(struct lmt__postcopy *pc, uint64_t max_pages)
+{
+	struct lmt_session *s = pc->s;
+	uint64_t done = 0;
+	while (done < max_pages && pc->populate_block < s->nblocks) {
+		uint32_t bi = pc->populate_block;
+		struct lmt_block *b = &s->blocks[bi];
+		uint64_t p = pc->alias[bi] ? lmt__uffd_next_coming(pc->u, bi, pc->populate_page)
+		                           : b->npages;
+		if (p >= b->npages) {
+			pc->populate_block++;
+			pc->populate_page = 0;
+			continue;
+		}
+		uint64_t end = p + 1;
+		while (end < b->npages && end - p < max_pages - done &&
+		       !lmt__uffd_present(pc->u, bi, end) && !lmt__uffd_local(pc->u, bi, end))
+			end++;
+		if (madvise(pc->alias[bi] + (p << b->page_shift), (end - p) << b->page_shift,
+		            MADV_POPULATE_WRITE)) {
+			lmt__session_log(s, LMT_LOG_DEBUG,
+			                 "postcopy: second mappings not populated ahead: %s",
+			                 strerror(errno));
+			pc->populate_block = s->nblocks;
+			break;
+		}
+		pc->populate_page = end;
+		done += end - p;
+	}
+	return done > 0;
+}
+
 static int destination_loop(struct lmt__postcopy *pc)
 {
 	struct lmt_session *s = pc->s;
@@ -1019,10 +1068,13 @@ static int destination_loop(struct lmt__postcopy *pc)
 		/* Between messages, the guest's own pages go back, a slice at a
 		 * time (the fault thread puts back any it touches first). */
 		struct lmt_error err = {0};
-		int settling = pc->settled ? 0 : lmt__uffd_settle(pc->u, SETTLE_PAGES, &err);
+		int settling = pc->populated ? 0 : populate(pc, POPULATE_PAGES);
+		pc->populated = settling == 0;
+		if (!settling)
+			settling = pc->settled ? 0 : lmt__uffd_settle(pc->u, SETTLE_PAGES, &err);
 		if (settling < 0)
 			return lmt__fail(s, settling, "postcopy: %s", err.message);
-		pc->settled = settling == 0;
+		pc->settled = pc->populated && settling == 0;
 		if (!lmt__ctrl_wait(s, lmt__now() + (target || settling ? 0 : IDLE_WAIT_NS)))
 			continue;
 		struct lmt_msg_header h;

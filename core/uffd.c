@@ -463,6 +463,21 @@ int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, ui
 	return rc;
 }
 
+uint64_t lmt__uffd_next_coming(struct lmt__uffd *u, uint32_t range, uint64_t from)
+{
+	const struct uffd_range *r = &u->ranges[range];
+	for (uint64_t w = from / 64; r->registered && w < (r->npages + 63) / 64; w++) {
+		uint64_t bits = ~atomic_load(&r->present[w]) & (r->local ? ~r->local[w] : ~0ull);
+		if (w == from / 64)
+			bits &= ~0ull << (from % 64);
+		if (bits) {
+			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			return p < r->npages ? p : r->npages;
+		}
+	}
+	return r->npages;
+}
+
 bool lmt__uffd_local(struct lmt__uffd *u, uint32_t range, uint64_t page)
 {
 	const struct uffd_range *r = &u->ranges[range];

@@ -87,6 +87,9 @@ int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
 int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
                              uint32_t page_shift, const uint64_t *coming, int fd,
                              uint64_t fd_offset, struct lmt_error *err);
+/* The first page from `from` on still to come: neither placed nor local
+ * (the range's page count when none). */
+uint64_t lmt__uffd_next_coming(struct lmt__uffd *u, uint32_t range, uint64_t from);
 /* Whether a page of a moved range is local (not coming). */
 bool lmt__uffd_local(struct lmt__uffd *u, uint32_t range, uint64_t page);
 /* Put back up to max_pages local pages not placed yet: 1 when it did

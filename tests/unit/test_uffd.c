@@ -266,6 +266,9 @@ static void check_in_place(bool aligned)
 	assert_int_equal(lmt__uffd_start(f.u, fetch_in_place, &f, &err), 0);
 	/* Moved aside, every page is missing until put back or placed. */
 	assert_int_equal(lmt__uffd_missing(f.u), aligned ? IN_PLACE_PAGES : 2);
+	assert_int_equal(lmt__uffd_next_coming(f.u, 0, 0), COMING_HOLE);
+	assert_int_equal(lmt__uffd_next_coming(f.u, 0, COMING_HOLE + 1), COMING_DATA);
+	assert_int_equal(lmt__uffd_next_coming(f.u, 0, COMING_DATA + 1), IN_PLACE_PAGES);
 
 	assert_int_equal(*(volatile uint8_t *)(host + OWN_DATA * PAGE + 5), 0xd0);
 	assert_int_equal(*(volatile uint8_t *)(host + OWN_HOLE * PAGE + 5), 0);
@@ -275,6 +278,7 @@ static void check_in_place(bool aligned)
 	                 0xc0 + COMING_DATA % 16);
 	assert_int_equal(atomic_load(&f.calls), 2);
 	assert_int_equal(atomic_load(&f.asked), 1ull << COMING_HOLE | 1ull << COMING_DATA);
+	assert_int_equal(lmt__uffd_next_coming(f.u, 0, 0), IN_PLACE_PAGES);
 	/* Every own page back, the hole still reading as zero and writable. */
 	while ((lmt__uffd_settle(f.u, 512, &err)) > 0)
 		;
