@@ -1200,8 +1200,7 @@ static int watch_blocks(struct lmt__postcopy *pc, uint64_t announced)
 		 * the guest's own come back on touch or in the background. */
 		bool in_place = b->fd >= 0 && lmt__uffd_can_place_in_place(pc->u);
 		rc = lmt__uffd_register_moved(pc->u, i, b->host, b->length, b->page_shift,
-		                              pc->coming[i], in_place ? b->fd : -1, b->fd_offset,
-		                              &err);
+		                              pc->coming[i], in_place, &err);
 		if (rc)
 			return lmt__fail(s, err.code, "postcopy: block '%s': %s", b->name,
 			                 err.message);

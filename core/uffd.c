@@ -241,17 +241,15 @@ int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t
 }
 
 /* Each run of set bits of `coming`, in order: fn(r, first, end). */
-typedef int (*run_fn)(struct uffd_range *r, uint64_t first, uint64_t end, int fd,
-                      uint64_t fd_offset);
+typedef int (*run_fn)(struct uffd_range *r, uint64_t first, uint64_t end);
 
-static int each_run(struct uffd_range *r, const uint64_t *coming, run_fn fn, int fd,
-                    uint64_t fd_offset)
+static int each_run(struct uffd_range *r, const uint64_t *coming, run_fn fn)
 {
 	for (uint64_t p = lmt__bitmap_next(coming, 0, r->npages); p < r->npages;) {
 		uint64_t end = p + 1;
 		while (end < r->npages && lmt__bitmap_test(coming, end))
 			end++;
-		int rc = fn(r, p, end, fd, fd_offset);
+		int rc = fn(r, p, end);
 		if (rc)
 			return rc;
 		p = lmt__bitmap_next(coming, end, r->npages);
@@ -262,10 +260,8 @@ static int each_run(struct uffd_range *r, const uint64_t *coming, run_fn fn, int
 /* A run dropped: private memory with MADV_DONTNEED, shared memory (memfd,
  * shmem) from its file with MADV_REMOVE, which refuses private memory
  * (EINVAL: done already). */
-static int drop_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
+static int drop_run(struct uffd_range *r, uint64_t p, uint64_t end)
 {
-	(void)fd;
-	(void)fd_offset;
 	uint8_t *at = r->host + (p << r->page_shift);
 	size_t len = (end - p) << r->page_shift;
 	if (madvise(at, len, MADV_DONTNEED) || (madvise(at, len, MADV_REMOVE) && errno != EINVAL))
@@ -275,10 +271,8 @@ static int drop_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint
 
 /* A run of a moved range's coming pages taken out of its file (shared
  * memory); -EINVAL for private memory. */
-static int remove_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
+static int remove_run(struct uffd_range *r, uint64_t p, uint64_t end)
 {
-	(void)fd;
-	(void)fd_offset;
 	return madvise(r->host + (p << r->page_shift), (end - p) << r->page_shift, MADV_REMOVE)
 	               ? -errno
 	               : 0;
@@ -287,10 +281,8 @@ static int remove_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, ui
 /* A run to be written in place: its pages stay in the file and leave the
  * guest's mapping (a hole among them is a missing-page fault: see
  * register_keeping). */
-static int unmap_run(struct uffd_range *r, uint64_t p, uint64_t end, int fd, uint64_t fd_offset)
+static int unmap_run(struct uffd_range *r, uint64_t p, uint64_t end)
 {
-	(void)fd;
-	(void)fd_offset;
 	return madvise(r->host + (p << r->page_shift), (end - p) << r->page_shift, MADV_DONTNEED)
 	               ? -errno
 	               : 0;
@@ -350,7 +342,7 @@ int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
                                struct lmt_error *err)
 {
 	int rc = register_keeping(u, range, host, length, page_shift, coming, false, err);
-	if (!rc && (rc = each_run(&u->ranges[range], coming, drop_run, -1, 0)))
+	if (!rc && (rc = each_run(&u->ranges[range], coming, drop_run)))
 		return lmt__error(err, LMT_EINVAL, "userfaultfd: range %u: cannot drop pages: %s",
 		                  range, strerror(-rc));
 	return rc;
@@ -363,13 +355,13 @@ bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u)
 
 int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
                                 uint64_t length, uint32_t page_shift, const uint64_t *coming,
-                                int fd, uint64_t fd_offset, struct lmt_error *err)
+                                struct lmt_error *err)
 {
 	if (!u->minor)
 		return lmt__error(err, LMT_ENOTSUP,
 		                  "userfaultfd: this kernel has no minor faults on shared memory");
 	int rc = register_keeping(u, range, host, length, page_shift, coming, true, err);
-	if (!rc && (rc = each_run(&u->ranges[range], coming, unmap_run, fd, fd_offset)))
+	if (!rc && (rc = each_run(&u->ranges[range], coming, unmap_run)))
 		return lmt__error(err, LMT_EINVAL,
 		                  "userfaultfd: range %u: cannot take pages out of the mapping: %s",
 		                  range, strerror(-rc));
@@ -414,10 +406,9 @@ static uint8_t *move_aside(uint8_t *host, uint64_t length)
 }
 
 int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
-                             uint32_t page_shift, const uint64_t *coming, int fd,
-                             uint64_t fd_offset, struct lmt_error *err)
+                             uint32_t page_shift, const uint64_t *coming, bool minor,
+                             struct lmt_error *err)
 {
-	bool minor = fd >= 0;
 	if (minor && !u->minor)
 		return lmt__error(err, LMT_ENOTSUP,
 		                  "userfaultfd: this kernel has no minor faults on shared memory");
@@ -429,7 +420,7 @@ int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, ui
 	if (!shadow) {
 		free(local);
 		return minor ? lmt__uffd_register_in_place(u, range, host, length, page_shift,
-		                                           coming, fd, fd_offset, err)
+		                                           coming, err)
 		             : lmt__uffd_register_partial(u, range, host, length, page_shift, coming,
 		                                          err);
 	}
@@ -454,7 +445,7 @@ int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, ui
 	 * guest see. They leave the file; private memory refuses this at
 	 * once (EINVAL), having nothing more to drop. */
 	if (!rc && !minor)
-		rc = each_run(r, coming, remove_run, -1, 0);
+		rc = each_run(r, coming, remove_run);
 	if (rc == -EINVAL)
 		rc = 0;
 	else if (rc < 0)

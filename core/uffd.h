@@ -67,26 +67,26 @@ int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
  * faults on shared memory (5.14 on). */
 bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u);
 /* The same for shared memory whose pages are written in place through a
- * second mapping of its file (`fd`, the range starting at `fd_offset`):
+ * second mapping of its file:
  * watched for minor faults (and missing ones: a hole in the file faults
  * so); the coming pages stay in the file but leave this mapping, and are
  * mapped again by lmt__uffd_continue once written. */
 int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
                                 uint64_t length, uint32_t page_shift, const uint64_t *coming,
-                                int fd, uint64_t fd_offset, struct lmt_error *err);
+                                struct lmt_error *err);
 /* The same, for postcopy's switch, in time independent of how many pages
  * are coming: every page of the range is moved aside at once (mremap
  * MREMAP_DONTUNMAP: page tables move, no page is freed or copied) and the
  * range watched, missing-page mode for private memory, minor faults for a
- * shared file (fd >= 0, the range at fd_offset in it). The pages not coming are local: a fault on
+ * shared file written in place (`minor`). The pages not coming are local: a fault on
  * one puts it back at once (copied from the moved-aside pages, or mapped
  * from the file), and lmt__uffd_settle puts them all back in the
  * background. The coming ones are placed as usual. Where the kernel
  * cannot move pages so, the same as lmt__uffd_register_partial or
  * lmt__uffd_register_in_place. */
 int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
-                             uint32_t page_shift, const uint64_t *coming, int fd,
-                             uint64_t fd_offset, struct lmt_error *err);
+                             uint32_t page_shift, const uint64_t *coming, bool minor,
+                             struct lmt_error *err);
 /* The first page from `from` on still to come: neither placed nor local
  * (the range's page count when none). */
 uint64_t lmt__uffd_next_coming(struct lmt__uffd *u, uint32_t range, uint64_t from);

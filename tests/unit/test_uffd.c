@@ -261,7 +261,7 @@ static void check_in_place(bool aligned)
 		printf("no minor faults on shared memory in this kernel: in-place not checked\n");
 		skip();
 	}
-	if (lmt__uffd_register_moved(f.u, 0, host, len, 12, coming, fd, 0, &err))
+	if (lmt__uffd_register_moved(f.u, 0, host, len, 12, coming, true, &err))
 		fail_msg("userfaultfd: %s", err.message);
 	assert_int_equal(lmt__uffd_start(f.u, fetch_in_place, &f, &err), 0);
 	/* Moved aside, every page is missing until put back or placed. */
