@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
@@ -108,6 +110,15 @@ static int check_fd(struct lmt_session *s, const char *name, int fd, uint64_t le
 		                  "block '%s': fd %d is not a memory file (memfd, hugetlbfs or "
 		                  "regular file)",
 		                  name, fd);
+	/* A hugetlbfs file is mapped in its huge pages only: lmt moves and
+	 * places the block's pages whole (postcopy), so they must be those. */
+	struct statfs fs;
+	if (fstatfs(fd, &fs) == 0 && (uint64_t)fs.f_type == HUGETLBFS_MAGIC &&
+	    page_size != (uint64_t)st->st_blksize)
+		return lmt__usage(s, LMT_EINVAL,
+		                  "block '%s': fd %d is a hugetlbfs file of %ld-byte pages: give "
+		                  "that page size, not %u",
+		                  name, fd, (long)st->st_blksize, page_size);
 	if (page_size && offset % page_size)
 		return lmt__usage(s, LMT_EINVAL,
 		                  "block '%s': offset %" PRIu64
@@ -157,6 +168,8 @@ int lmt_session_add_block_fd(lmt_session *s, const char *name, void *host, uint6
 	struct lmt_block *b = &s->blocks[s->nblocks - 1];
 	b->fd = copy;
 	b->fd_offset = offset;
+	struct statfs fs;
+	b->hugetlbfs = fstatfs(copy, &fs) == 0 && (uint64_t)fs.f_type == HUGETLBFS_MAGIC;
 	return 0;
 }
 

@@ -1106,6 +1106,13 @@ static void *destination_thread(void *arg)
 	return NULL;
 }
 
+/* Whether a block is written in place: a shared file (memfd, hugetlbfs)
+ * where the kernel has minor faults on it. */
+static bool written_in_place(const struct lmt__postcopy *pc, const struct lmt_block *b)
+{
+	return b->fd >= 0 && lmt__uffd_can_place_in_place(pc->u, b->hugetlbfs);
+}
+
 /* The second mapping of each block written in place, registered for the
  * source to write; the guest's own mapping stays out of its reach. */
 static int open_aliases(struct lmt__postcopy *pc, struct lmt_msg_pc_ack *ack)
@@ -1113,7 +1120,7 @@ static int open_aliases(struct lmt__postcopy *pc, struct lmt_msg_pc_ack *ack)
 	struct lmt_session *s = pc->s;
 	for (uint32_t i = 0; i < s->nblocks; i++) {
 		struct lmt_block *b = &s->blocks[i];
-		if (!lmt__block_copied(b) || b->fd < 0 || !lmt__uffd_can_place_in_place(pc->u))
+		if (!lmt__block_copied(b) || !written_in_place(pc, b))
 			continue;
 		uint8_t *at = mmap(NULL, b->length, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd,
 		                   (off_t)b->fd_offset);
@@ -1156,7 +1163,14 @@ static int open_staging(struct lmt__postcopy *pc, struct lmt_blob *key)
 	for (uint32_t i = 0; i < s->nblocks; i++)
 		if (s->blocks[i].page_size > pc->slot_size)
 			pc->slot_size = s->blocks[i].page_size;
-	pc->nslots = LMT_POSTCOPY_SLOTS;
+	/* Huge pages make the slots as large: fewer of them then, as long
+	 * as the pushes keep more than FAULT_SLOTS (at most 2 MiB pages:
+	 * 64 MiB). */
+	pc->nslots = LMT_POSTCOPY_STAGING / pc->slot_size;
+	if (pc->nslots > LMT_POSTCOPY_SLOTS)
+		pc->nslots = LMT_POSTCOPY_SLOTS;
+	if (pc->nslots < 2 * FAULT_SLOTS)
+		pc->nslots = 2 * FAULT_SLOTS;
 	pc->staging_len = (size_t)pc->slot_size * pc->nslots;
 	pc->staging = mmap(NULL, pc->staging_len, PROT_READ | PROT_WRITE,
 	                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1198,9 +1212,8 @@ static int watch_blocks(struct lmt__postcopy *pc, uint64_t announced)
 		 * has minor faults; any other is placed from staging. Either way
 		 * its pages move aside at once, however many are coming, and
 		 * the guest's own come back on touch or in the background. */
-		bool in_place = b->fd >= 0 && lmt__uffd_can_place_in_place(pc->u);
 		rc = lmt__uffd_register_moved(pc->u, i, b->host, b->length, b->page_shift,
-		                              pc->coming[i], in_place, &err);
+		                              pc->coming[i], written_in_place(pc, b), &err);
 		if (rc)
 			return lmt__fail(s, err.code, "postcopy: block '%s': %s", b->name,
 			                 err.message);

@@ -47,5 +47,11 @@ void lmt__postcopy_stats(struct lmt_session *s, struct lmt_stats *out);
 /* Staging: slots of 64 KiB (or one page where pages are larger). */
 #define LMT_POSTCOPY_SLOT_SIZE (64u << 10)
 #define LMT_POSTCOPY_SLOTS 256u
+/* The staging area's size, where pages leave that many slots; larger
+ * pages take 32 slots of their size. */
+#define LMT_POSTCOPY_STAGING (16u << 20)
+/* The largest page postcopy moves: a fault waits for a whole page, and
+ * the staging area holds 32 of the largest. */
+#define LMT_POSTCOPY_MAX_PAGE (2u << 20)
 
 #endif

@@ -522,6 +522,13 @@ int lmt__session_prepare(struct lmt_session *s)
 		return lmt__fail(s, LMT_EINVAL,
 		                 "postcopy=on with verify=on: pages placed after the switch are "
 		                 "not covered by the digests yet; choose one");
+	for (uint32_t i = 0; s->postcopy_on && i < s->nblocks; i++)
+		if (s->blocks[i].page_size > LMT_POSTCOPY_MAX_PAGE)
+			return lmt__fail(s, LMT_ENOTSUP,
+			                 "postcopy=on: block '%s' has pages of %u bytes; postcopy "
+			                 "moves pages of up to %u bytes",
+			                 s->blocks[i].name, s->blocks[i].page_size,
+			                 LMT_POSTCOPY_MAX_PAGE);
 	if (s->postcopy_on && s->file_path)
 		return lmt__fail(s, LMT_EINVAL,
 		                 "postcopy=on: a file: target has no destination to switch to");

@@ -65,6 +65,7 @@ struct lmt_block {
 	 * block of lmt_session_add_block. */
 	int fd;
 	uint64_t fd_offset;
+	bool hugetlbfs; /* fd is a hugetlbfs file (pages of page_size) */
 	/* unix: target: the block is handed over by descriptor at the
 	 * switchover, never copied (handover.c) */
 	bool handover;

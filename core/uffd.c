@@ -37,6 +37,9 @@ struct uffd_range {
 	_Atomic uint64_t *present;
 	bool registered;
 	bool minor; /* shared memory watched for minor faults: placed in place */
+	/* No UFFDIO_ZEROPAGE there (hugetlbfs): a zero page is copied in from
+	 * the descriptor's zero buffer. */
+	bool zero_by_copy;
 	/* lmt__uffd_register_moved: the range's pages as they were, moved
 	 * aside (mremap MREMAP_DONTUNMAP), and which of them are the guest's
 	 * (local: not coming); placed back by a fault or lmt__uffd_settle. */
@@ -66,7 +69,13 @@ struct lmt__uffd {
 	pthread_rwlock_t place_lock;
 	_Atomic bool failed;
 	_Atomic uint64_t missing;
-	bool minor; /* the kernel gave minor faults on shared memory */
+	/* The kernel gave minor faults on shared memory (shmem, memfd) and
+	 * on hugetlbfs. */
+	bool minor_shmem, minor_hugetlbfs;
+	/* Reads as zero, a page of the largest size zero_by_copy ranges have:
+	 * what their zero pages are copied from. */
+	uint8_t *zeros;
+	uint64_t zeros_len;
 	uint32_t settle_range;
 	/* Guards what follows: the faults in wait and the statistics. */
 	pthread_mutex_t lock;
@@ -112,6 +121,9 @@ static int open_fd(struct lmt_error *err)
 	                  strerror(sys));
 }
 
+#ifndef UFFD_FEATURE_MINOR_HUGETLBFS
+#define UFFD_FEATURE_MINOR_HUGETLBFS (1 << 9)
+#endif
 #ifndef UFFD_FEATURE_MINOR_SHMEM
 #define UFFD_FEATURE_MINOR_SHMEM (1 << 10)
 #endif
@@ -146,17 +158,30 @@ int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *e
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_rwlock_init(&u->place_lock, NULL);
 	u->stop_fd = eventfd(0, EFD_CLOEXEC);
-	/* Minor faults on shared memory (postcopy's placement in place) where
-	 * the kernel has them (5.14 on): a kernel without refuses the
-	 * feature, and a fresh descriptor goes without. */
-	u->fd = open_fd(err);
-	int rc = u->fd < 0 ? u->fd : 0;
-	if (!rc && handshake(u->fd, UFFD_FEATURE_MINOR_SHMEM, err) == 0) {
-		u->minor = true;
-	} else if (!rc) {
-		close(u->fd);
+	/* Minor faults (postcopy's placement in place) on shared memory and
+	 * hugetlbfs where the kernel has them (5.14 and 5.13 on): a kernel
+	 * without refuses the handshake, and a fresh descriptor asks for
+	 * less. The handshake is once per descriptor. */
+	static const uint64_t asked[] = {
+	        UFFD_FEATURE_MINOR_SHMEM | UFFD_FEATURE_MINOR_HUGETLBFS,
+	        UFFD_FEATURE_MINOR_SHMEM,
+	        UFFD_FEATURE_MINOR_HUGETLBFS,
+	        0,
+	};
+	int rc = 0;
+	u->fd = -1;
+	for (size_t i = 0; i < sizeof(asked) / sizeof(asked[0]); i++) {
+		if (u->fd >= 0)
+			close(u->fd);
 		u->fd = open_fd(err);
-		rc = u->fd < 0 ? u->fd : handshake(u->fd, 0, err);
+		if ((rc = u->fd < 0 ? u->fd : 0))
+			break;
+		bool last = i + 1 == sizeof(asked) / sizeof(asked[0]);
+		if ((rc = handshake(u->fd, asked[i], last ? err : NULL)) == 0) {
+			u->minor_shmem = asked[i] & UFFD_FEATURE_MINOR_SHMEM;
+			u->minor_hugetlbfs = asked[i] & UFFD_FEATURE_MINOR_HUGETLBFS;
+			break;
+		}
 	}
 	if (!rc && u->stop_fd < 0)
 		rc = lmt__error(err, LMT_ENOMEM, "userfaultfd: eventfd: %s", strerror(errno));
@@ -169,6 +194,39 @@ int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *e
 }
 
 /* ---- registration ---- */
+
+/* What the kernel lets lmt do in a registered range: place pages (copy,
+ * or map from the file for a minor range), zero them and wake waiters.
+ * Where it has no UFFDIO_ZEROPAGE (hugetlbfs), zero pages are copied
+ * from u->zeros, made as large as the range's pages. */
+static int check_ioctls(struct lmt__uffd *u, struct uffd_range *r, uint32_t range,
+                        uint64_t ioctls, struct lmt_error *err)
+{
+	uint64_t need = (r->minor ? 1ull << _UFFDIO_CONTINUE : 1ull << _UFFDIO_COPY) |
+	                1ull << _UFFDIO_WAKE;
+	bool zero = ioctls & 1ull << _UFFDIO_ZEROPAGE, copy = ioctls & 1ull << _UFFDIO_COPY;
+	if ((ioctls & need) != need || (!zero && !copy))
+		return lmt__error(err, LMT_ENOTSUP,
+		                  "userfaultfd: range %u: the kernel cannot %s, zero and wake pages "
+		                  "there",
+		                  range, r->minor ? "map" : "copy");
+	uint64_t size = 1ull << r->page_shift;
+	r->zero_by_copy = !zero;
+	if (r->zero_by_copy && u->zeros_len < size) {
+		/* Before the fault thread starts: nothing copies from it yet. */
+		if (u->zeros)
+			munmap(u->zeros, u->zeros_len);
+		u->zeros_len = 0;
+		u->zeros = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		                -1, 0);
+		if (u->zeros == MAP_FAILED) {
+			u->zeros = NULL;
+			return lmt__error(err, LMT_ENOMEM, "userfaultfd: no memory for a zero page");
+		}
+		u->zeros_len = size;
+	}
+	return 0;
+}
 
 /* Whether any page of the range is still populated, asked of mincore a
  * gigabyte at a time. */
@@ -231,13 +289,15 @@ int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t
 		        (unsigned long long)length, host, strerror(errno));
 	r->registered = true;
 	atomic_fetch_add(&u->missing, r->npages);
-	uint64_t need = 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
-	if ((reg.ioctls & need) != need)
-		return lmt__error(err, LMT_ENOTSUP,
-		                  "userfaultfd: range %u: the kernel cannot copy, zero and wake "
-		                  "pages there",
-		                  range);
-	return 0;
+	rc = check_ioctls(u, r, range, reg.ioctls, err);
+	/* A lazy restore places pages of the block's size from its reads,
+	 * and has not been made to work in huge pages. */
+	if (!rc && r->zero_by_copy)
+		rc = lmt__error(err, LMT_EINVAL,
+		                "userfaultfd: range %u is of huge pages (hugetlbfs), where the "
+		                "kernel maps no zero pages: it must be private anonymous memory",
+		                range);
+	return rc;
 }
 
 /* Each run of set bits of `coming`, in order: fn(r, first, end). */
@@ -258,13 +318,14 @@ static int each_run(struct uffd_range *r, const uint64_t *coming, run_fn fn)
 }
 
 /* A run dropped: private memory with MADV_DONTNEED, shared memory (memfd,
- * shmem) from its file with MADV_REMOVE, which refuses private memory
- * (EINVAL: done already). */
+ * shmem, hugetlbfs) from its file with MADV_REMOVE, which refuses private
+ * memory (EINVAL for anonymous, EACCES for hugetlbfs: done already). */
 static int drop_run(struct uffd_range *r, uint64_t p, uint64_t end)
 {
 	uint8_t *at = r->host + (p << r->page_shift);
 	size_t len = (end - p) << r->page_shift;
-	if (madvise(at, len, MADV_DONTNEED) || (madvise(at, len, MADV_REMOVE) && errno != EINVAL))
+	if (madvise(at, len, MADV_DONTNEED) ||
+	    (madvise(at, len, MADV_REMOVE) && errno != EINVAL && errno != EACCES))
 		return -errno;
 	return 0;
 }
@@ -327,14 +388,7 @@ static int register_keeping(struct lmt__uffd *u, uint32_t range, void *host, uin
 		        strerror(errno));
 	r->registered = true;
 	atomic_fetch_add(&u->missing, missing);
-	uint64_t need = (minor ? 1ull << _UFFDIO_CONTINUE : 1ull << _UFFDIO_COPY) |
-	                1ull << _UFFDIO_ZEROPAGE | 1ull << _UFFDIO_WAKE;
-	if ((reg.ioctls & need) != need)
-		return lmt__error(err, LMT_ENOTSUP,
-		                  "userfaultfd: range %u: the kernel cannot %s, zero and wake pages "
-		                  "there",
-		                  range, minor ? "map" : "copy");
-	return 0;
+	return check_ioctls(u, r, range, reg.ioctls, err);
 }
 
 int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
@@ -348,16 +402,16 @@ int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
 	return rc;
 }
 
-bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u)
+bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u, bool hugetlbfs)
 {
-	return u->minor;
+	return hugetlbfs ? u->minor_hugetlbfs : u->minor_shmem;
 }
 
 int lmt__uffd_register_in_place(struct lmt__uffd *u, uint32_t range, void *host,
                                 uint64_t length, uint32_t page_shift, const uint64_t *coming,
                                 struct lmt_error *err)
 {
-	if (!u->minor)
+	if (!u->minor_shmem && !u->minor_hugetlbfs)
 		return lmt__error(err, LMT_ENOTSUP,
 		                  "userfaultfd: this kernel has no minor faults on shared memory");
 	int rc = register_keeping(u, range, host, length, page_shift, coming, true, err);
@@ -409,7 +463,7 @@ int lmt__uffd_register_moved(struct lmt__uffd *u, uint32_t range, void *host, ui
                              uint32_t page_shift, const uint64_t *coming, bool minor,
                              struct lmt_error *err)
 {
-	if (minor && !u->minor)
+	if (minor && !u->minor_shmem && !u->minor_hugetlbfs)
 		return lmt__error(err, LMT_ENOTSUP,
 		                  "userfaultfd: this kernel has no minor faults on shared memory");
 	uint64_t words = ((length >> page_shift) + 63) / 64;
@@ -563,15 +617,18 @@ static void wake(struct lmt__uffd *u, uint8_t *addr, uint64_t len)
 	ioctl(u->fd, UFFDIO_WAKE, &r);
 }
 
-typedef int (*place_fn)(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done);
+typedef int (*place_fn)(struct lmt__uffd *u, const struct uffd_range *r, uint8_t *dst,
+                        const uint8_t *src, uint64_t len, int64_t *done);
 
-static int place_copy(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
+static int place_copy(struct lmt__uffd *u, const struct uffd_range *r, uint8_t *dst,
+                      const uint8_t *src, uint64_t len, int64_t *done)
 {
+	(void)r;
 	struct uffdio_copy c = {.dst = (uintptr_t)dst,
 	                        .src = (uintptr_t)src,
 	                        .len = len,
 	                        .mode = UFFDIO_COPY_MODE_DONTWAKE};
-	int rc = ioctl(fd, UFFDIO_COPY, &c) ? -errno : 0;
+	int rc = ioctl(u->fd, UFFDIO_COPY, &c) ? -errno : 0;
 	*done = c.copy;
 	return rc;
 }
@@ -588,23 +645,38 @@ struct uffdio_continue {
 #endif
 
 /* Map what the file holds at dst: the page is already in place. */
-static int place_continue(int fd, uint8_t *dst, const uint8_t *src, uint64_t len,
-                          int64_t *done)
+static int place_continue(struct lmt__uffd *u, const struct uffd_range *r, uint8_t *dst,
+                          const uint8_t *src, uint64_t len, int64_t *done)
 {
+	(void)r;
 	(void)src;
 	struct uffdio_continue c = {.range = {.start = (uintptr_t)dst, .len = len},
 	                            .mode = UFFDIO_CONTINUE_MODE_DONTWAKE};
-	int rc = ioctl(fd, UFFDIO_CONTINUE, &c) ? -errno : 0;
+	int rc = ioctl(u->fd, UFFDIO_CONTINUE, &c) ? -errno : 0;
 	*done = c.mapped;
 	return rc;
 }
 
-static int place_zero(int fd, uint8_t *dst, const uint8_t *src, uint64_t len, int64_t *done)
+/* Zero pages: UFFDIO_ZEROPAGE, or where the range has none (hugetlbfs)
+ * a copy of the zero buffer a page at a time. */
+static int place_zero(struct lmt__uffd *u, const struct uffd_range *r, uint8_t *dst,
+                      const uint8_t *src, uint64_t len, int64_t *done)
 {
 	(void)src;
+	if (r->zero_by_copy) {
+		uint64_t size = 1ull << r->page_shift, at = 0;
+		int rc = 0;
+		while (!rc && at < len) {
+			int64_t one = 0;
+			rc = place_copy(u, r, dst + at, u->zeros, size, &one);
+			at += one > 0 ? (uint64_t)one : 0;
+		}
+		*done = (int64_t)at;
+		return rc;
+	}
 	struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len},
 	                            .mode = UFFDIO_ZEROPAGE_MODE_DONTWAKE};
-	int rc = ioctl(fd, UFFDIO_ZEROPAGE, &z) ? -errno : 0;
+	int rc = ioctl(u->fd, UFFDIO_ZEROPAGE, &z) ? -errno : 0;
 	*done = z.zeropage;
 	return rc;
 }
@@ -621,7 +693,7 @@ static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_
 	uint64_t size = 1ull << r->page_shift, at = 0;
 	while (at < n) {
 		int64_t done = 0;
-		int rc = fn(u->fd, r->host + ((page + at) << r->page_shift),
+		int rc = fn(u, r, r->host + ((page + at) << r->page_shift),
 		            src ? src + (at << r->page_shift) : NULL, (n - at) << r->page_shift,
 		            &done);
 		uint64_t pages = done > 0 ? (uint64_t)done / size : 0;
@@ -638,7 +710,7 @@ static int place_run(struct lmt__uffd *u, uint32_t range, uint64_t page, uint64_
 			/* The guest's own page is a hole in the file: nothing to
 			 * map, and a touch is a missing-page fault. What the hole
 			 * reads as, a zero page, goes there. */
-			rc = place_zero(u->fd, r->host + ((page + at) << r->page_shift), NULL, size,
+			rc = place_zero(u, r, r->host + ((page + at) << r->page_shift), NULL, size,
 			                &done);
 			if (rc && rc != -EEXIST)
 				return lmt__error(err, LMT_EIO,
@@ -783,8 +855,8 @@ static void serve(struct lmt__uffd *u, const struct uffd_msg *m)
 			 * nothing to map from the file, a zero page instead. */
 			if (!atomic_load(&u->failed) &&
 			    (!r->minor ||
-			     place_continue(u->fd, at, NULL, 1ull << r->page_shift, &done) == -EFAULT))
-				place_zero(u->fd, at, NULL, 1ull << r->page_shift, &done);
+			     place_continue(u, r, at, NULL, 1ull << r->page_shift, &done) == -EFAULT))
+				place_zero(u, r, at, NULL, 1ull << r->page_shift, &done);
 			pthread_rwlock_unlock(&u->place_lock);
 		}
 		wake(u, at, 1ull << r->page_shift);
@@ -925,6 +997,8 @@ void lmt__uffd_close(struct lmt__uffd *u)
 	}
 	if (u->fd >= 0)
 		close(u->fd);
+	if (u->zeros)
+		munmap(u->zeros, u->zeros_len);
 	if (u->stop_fd >= 0)
 		close(u->stop_fd);
 	pthread_rwlock_destroy(&u->place_lock);

@@ -49,10 +49,15 @@ struct lmt__uffd_stats {
  * lacks it. LMT_TEST_NO_USERFAULTFD=1 in the environment makes it fail
  * that way (for tests, docs/testing.md). */
 int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *err);
-/* Register range `range`: `length` bytes of private anonymous memory at
+/* Ranges may be of huge pages (hugetlbfs, private or shared): page_shift
+ * is then the huge page's, and pages are zeroed by copying a zero page
+ * (the kernel has no UFFDIO_ZEROPAGE there).
+ *
+ * Register range `range`: `length` bytes of private anonymous memory at
  * `host` in pages of 1 << page_shift. Its pages are dropped first
  * (MADV_DONTNEED: they read as zero, as the caller promised); a range
- * that still has pages after that (shared or file memory) is refused. */
+ * that still has pages after that (shared or file memory), or of huge
+ * pages, is refused. */
 int lmt__uffd_register(struct lmt__uffd *u, uint32_t range, void *host, uint64_t length,
                        uint32_t page_shift, struct lmt_error *err);
 /* Register range `range` (any memory userfaultfd takes in missing mode:
@@ -64,8 +69,8 @@ int lmt__uffd_register_partial(struct lmt__uffd *u, uint32_t range, void *host,
                                uint64_t length, uint32_t page_shift, const uint64_t *coming,
                                struct lmt_error *err);
 /* Whether lmt__uffd_register_in_place can work: the kernel gave minor
- * faults on shared memory (5.14 on). */
-bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u);
+ * faults on shared memory (5.14 on), or on hugetlbfs (5.13 on). */
+bool lmt__uffd_can_place_in_place(const struct lmt__uffd *u, bool hugetlbfs);
 /* The same for shared memory whose pages are written in place through a
  * second mapping of its file:
  * watched for minor faults (and missing ones: a hole in the file faults

@@ -516,6 +516,25 @@ static void test_add_block_fd_refuses_what_is_not_the_blocks_memory(void **state
 	               "block 'ram1': the memory at");
 	expect_refused(s, lmt_session_add_block_fd(s, "ram0", NULL, b->length, 4096, m.fd, 0),
 	               "no memory given");
+	/* A hugetlbfs file is given with its huge page size (no huge page
+	 * is needed for the check: the file is empty). */
+	int huge = memfd_create("huge", MFD_CLOEXEC | MFD_HUGETLB);
+	if (huge >= 0 && ftruncate(huge, (off_t)b->length) == 0) {
+		struct stat st;
+		assert_int_equal(fstat(huge, &st), 0);
+		char want[128];
+		snprintf(want, sizeof(want),
+		         "block 'ram0': fd %d is a hugetlbfs file of %ld-byte pages: give that "
+		         "page size, not 4096",
+		         huge, (long)st.st_blksize);
+		expect_refused(s, lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, huge, 0),
+		               want);
+	} else {
+		printf("hugetlbfs page size not checked: no hugetlbfs memfd here (%s)\n",
+		       strerror(errno));
+	}
+	if (huge >= 0)
+		close(huge);
 	assert_int_equal(lmt_session_add_block_fd(s, "ram0", b->host, b->length, 4096, m.fd, 0), 0);
 	lmt_session_free(s);
 	close(p[0]);

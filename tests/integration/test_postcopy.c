@@ -28,8 +28,10 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "hugepages.h"
 
 #define RAM_BYTES (16ull << 20)
+#define HUGE_PAGES (RAM_BYTES / HUGE_PAGE_SIZE)
 #define PAGE GUEST_PAGE_SIZE
 #define VCPUS 2
 #define MARK 0xa5u
@@ -208,11 +210,26 @@ static void on_log(void *opaque, enum lmt_log_level level, const char *msg)
 		atomic_store(&in_place_blocks, (int)n);
 }
 
+/* What the destination's RAM is: private anonymous memory or a memfd, of
+ * 4 KiB pages or of 2 MiB huge pages (MAP_HUGETLB, a hugetlbfs memfd);
+ * huge pages are migrated as such, blocks of 2 MiB pages on both sides. */
+enum memory { ANONYMOUS, MEMFD, HUGE_PRIVATE, HUGE_FILE };
+
+static bool is_file(enum memory m)
+{
+	return m == MEMFD || m == HUGE_FILE;
+}
+
+static bool is_huge(enum memory m)
+{
+	return m == HUGE_PRIVATE || m == HUGE_FILE;
+}
+
 /* RAM at a 2 MiB boundary, as VMMs map it (the switch then moves its
  * pages aside a page table at a time), or a page past one (lmt drops the
  * pages still to come instead): private anonymous memory, or the memfd
- * `fd` shared. */
-static uint8_t *map_at(uint64_t bytes, int fd, bool aligned)
+ * `fd` shared; of huge pages with `huge` (always aligned). */
+static uint8_t *map_at(uint64_t bytes, int fd, bool aligned, bool huge)
 {
 	const uint64_t table = 2ull << 20;
 	uint8_t *area = mmap(NULL, bytes + 2 * table, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -221,49 +238,54 @@ static uint8_t *map_at(uint64_t bytes, int fd, bool aligned)
 	if (!aligned)
 		at += PAGE;
 	munmap(area, bytes + 2 * table);
-	uint8_t *p = mmap(at, bytes, PROT_READ | PROT_WRITE,
-	                  fd >= 0 ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-	                  fd, 0);
+	int flags = fd >= 0 ? MAP_SHARED | MAP_FIXED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+	if (huge && fd < 0)
+		flags |= MAP_HUGETLB | MAP_HUGE_2MB;
+	uint8_t *p = mmap(at, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
 	assert_true(p == at);
 	return p;
 }
 
-/* The destination's RAM in a memfd, its blocks added by descriptor. */
-static lmt_session *memfd_session(struct dest *d, const char *opts, bool aligned)
+/* A session over `ram` in blocks of `page`-byte pages; from the memfd
+ * `fd` where it is one (the blocks added by descriptor). */
+static lmt_session *paged_session(enum lmt_role role, struct guest_ram *ram, const char *opts,
+                                  uint32_t page, int fd)
 {
-	int fd = memfd_create("postcopy-guest", MFD_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, RAM_BYTES), 0);
-	uint8_t *base = map_at(RAM_BYTES, fd, aligned);
-	guest_ram_layout(&d->ram, base, RAM_BYTES);
 	struct lmt_error err = {0};
 	lmt_session *s = NULL;
-	if (lmt_session_new(&s, LMT_ROLE_DESTINATION, test_plugin(), opts, &err))
+	if (lmt_session_new(&s, role, test_plugin(), opts, &err))
 		fail_msg("session: %s", err.message);
 	const char *extra = getenv("LMT_TEST_OPTIONS");
 	if (extra && *extra)
 		assert_int_equal(lmt_session_set_options(s, extra), 0);
-	for (uint32_t i = 0; i < d->ram.nblocks; i++) {
-		struct guest_block *b = &d->ram.blocks[i];
-		if (lmt_session_add_block_fd(s, b->name, b->host, b->length, PAGE, fd,
-		                             (uint64_t)(b->host - base)))
-			fail_msg("add_block_fd: %s", lmt_session_error(s)->message);
+	for (uint32_t i = 0; i < ram->nblocks; i++) {
+		struct guest_block *b = &ram->blocks[i];
+		int rc = fd >= 0 ? lmt_session_add_block_fd(s, b->name, b->host, b->length, page, fd,
+		                                            (uint64_t)(b->host - ram->base))
+		                 : lmt_session_add_block(s, b->name, b->host, b->length, page);
+		if (rc)
+			fail_msg("block '%s': %s", b->name, lmt_session_error(s)->message);
 	}
-	close(fd);
 	return s;
 }
 
-static void dest_start_on(struct dest *d, const char *opts, bool memfd, bool aligned)
+static void dest_start_on(struct dest *d, const char *opts, enum memory m, bool aligned)
 {
 	memset(d, 0, sizeof(*d));
 	d->wrote = calloc(RAM_BYTES / PAGE, 1);
 	assert_non_null(d->wrote);
-	if (memfd) {
-		d->s = memfd_session(d, opts, aligned);
-	} else {
-		guest_ram_layout(&d->ram, map_at(RAM_BYTES, -1, aligned), RAM_BYTES);
-		d->s = session_with_blocks(LMT_ROLE_DESTINATION, &d->ram, opts);
+	int fd = -1;
+	if (is_file(m)) {
+		fd = memfd_create("postcopy-guest",
+		                  MFD_CLOEXEC | (is_huge(m) ? MFD_HUGETLB | MFD_HUGE_2MB : 0));
+		assert_true(fd >= 0);
+		assert_int_equal(ftruncate(fd, RAM_BYTES), 0);
 	}
+	guest_ram_layout(&d->ram, map_at(RAM_BYTES, fd, aligned, is_huge(m)), RAM_BYTES);
+	d->s = paged_session(LMT_ROLE_DESTINATION, &d->ram, opts,
+	                     is_huge(m) ? HUGE_PAGE_SIZE : PAGE, fd);
+	if (fd >= 0)
+		close(fd);
 	assert_int_equal(lmt_load_listen(d->s, "127.0.0.1:0", &d->port), 0);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cond, NULL);
@@ -276,7 +298,7 @@ static void dest_start_on(struct dest *d, const char *opts, bool memfd, bool ali
 
 static void dest_start(struct dest *d, const char *opts)
 {
-	dest_start_on(d, opts, false, false);
+	dest_start_on(d, opts, ANONYMOUS, false);
 }
 
 static void dest_join(struct dest *d)
@@ -308,19 +330,54 @@ static void throttle(void *opaque, uint32_t percent)
 	guest_workload_throttle(opaque, percent);
 }
 
-static void source_start(struct source *src, const char *opts, uint16_t port)
+/* The dirty bitmap of a block of 2 MiB pages: a huge page is dirty when
+ * any of its 4 KiB pages the workload wrote is. */
+static int huge_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t npages)
+{
+	struct guest_ram *ram = opaque;
+	const uint64_t words = HUGE_PAGE_SIZE / PAGE / 64; /* per huge page */
+	if (block >= ram->nblocks || npages != ram->blocks[block].length / HUGE_PAGE_SIZE)
+		return -LMT_EINVAL;
+	struct guest_block *b = &ram->blocks[block];
+	for (uint64_t h = 0; h < npages; h++) {
+		uint64_t any = 0;
+		for (uint64_t w = h * words; w < (h + 1) * words; w++)
+			any |= atomic_exchange_explicit(&b->dirty[w], 0, memory_order_acquire);
+		if (any)
+			bitmap[h / 64] |= 1ull << (h % 64);
+	}
+	return 0;
+}
+
+/* The source guest: private anonymous RAM in 4 KiB pages, or private huge
+ * pages migrated as 2 MiB pages. */
+static void source_start_on(struct source *src, const char *opts, uint16_t port, bool huge)
 {
 	memset(src, 0, sizeof(*src));
-	ram_fill(&src->ram, RAM_BYTES, 5);
+	if (huge) {
+		guest_ram_layout(&src->ram, map_at(RAM_BYTES, -1, true, true), RAM_BYTES);
+		guest_ram_fill(&src->ram, 0.1, 5);
+		assert_int_equal(guest_ram_alloc_dirty(&src->ram), 0);
+	} else {
+		ram_fill(&src->ram, RAM_BYTES, 5);
+	}
 	/* The guest dirties 128 MiB/s over 8 MiB; the link lets 32 MB/s by. */
 	assert_int_equal(guest_workload_start(&src->work, &src->ram, 8u << 20, 128u << 20, 9), 0);
-	src->s = session_with_blocks(LMT_ROLE_SOURCE, &src->ram, opts);
-	assert_int_equal(lmt_session_set_dirty_sync(src->s, guest_dirty_sync, &src->ram), 0);
+	src->s = paged_session(LMT_ROLE_SOURCE, &src->ram, opts, huge ? HUGE_PAGE_SIZE : PAGE, -1);
+	assert_int_equal(lmt_session_set_dirty_sync(src->s,
+	                                            huge ? huge_dirty_sync : guest_dirty_sync,
+	                                            &src->ram),
+	                 0);
 	assert_int_equal(lmt_session_set_throttle(src->s, throttle, src->work), 0);
 	char uri[64];
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
 	if (lmt_save_setup(src->s, uri))
 		fail_msg("setup: %s", lmt_session_error(src->s)->message);
+}
+
+static void source_start(struct source *src, const char *opts, uint16_t port)
+{
+	source_start_on(src, opts, port, false);
 }
 
 /* Pause the guest and note every page as it is now. */
@@ -368,13 +425,13 @@ static void assert_guest_moved(const struct source *src, const struct dest *d)
 #define OPTS "postcopy=on,max-bandwidth=32M,downtime-limit=10ms,idle-timeout=5s"
 
 /* The guest never converges at 32 MB/s; after one pass lmt says to switch. */
-static void after_one_pass(bool memfd, bool aligned)
+static void after_one_pass(enum memory m, bool aligned)
 {
 	struct dest d;
 	struct source src;
 	atomic_store(&in_place_blocks, -1);
-	dest_start_on(&d, "postcopy=on,idle-timeout=5s", memfd, aligned);
-	source_start(&src, OPTS ",postcopy-after=1", d.port);
+	dest_start_on(&d, "postcopy=on,idle-timeout=5s", m, aligned);
+	source_start_on(&src, OPTS ",postcopy-after=1", d.port, is_huge(m));
 	struct lmt_iterate_result it = {0};
 	uint32_t calls = 0;
 	do {
@@ -407,7 +464,7 @@ static void after_one_pass(bool memfd, bool aligned)
 	assert_memory_equal(state, "state", 5);
 	assert_guest_moved(&src, &d);
 	/* A memfd's pages are written in place, anonymous memory's staged. */
-	assert_int_equal(atomic_load(&in_place_blocks), memfd ? (int)d.ram.nblocks : 0);
+	assert_int_equal(atomic_load(&in_place_blocks), is_file(m) ? (int)d.ram.nblocks : 0);
 	source_end(&src);
 	dest_end(&d);
 }
@@ -415,7 +472,7 @@ static void after_one_pass(bool memfd, bool aligned)
 static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unused)
 {
 	(void)unused;
-	after_one_pass(false, true);
+	after_one_pass(ANONYMOUS, true);
 }
 
 /* Destination RAM in a memfd: the source writes the pages through a
@@ -423,7 +480,7 @@ static void test_postcopy_after_one_pass_moves_the_guest_bit_for_bit(void **unus
 static void test_postcopy_into_a_memfd_writes_pages_in_place(void **unused)
 {
 	(void)unused;
-	after_one_pass(true, true);
+	after_one_pass(MEMFD, true);
 }
 
 /* The same where the RAM is not on a 2 MiB boundary: the pages still to
@@ -431,8 +488,25 @@ static void test_postcopy_into_a_memfd_writes_pages_in_place(void **unused)
 static void test_postcopy_into_unaligned_memory(void **unused)
 {
 	(void)unused;
-	after_one_pass(true, false);
-	after_one_pass(false, false);
+	after_one_pass(MEMFD, false);
+	after_one_pass(ANONYMOUS, false);
+}
+
+/* Huge pages on both sides, migrated as 2 MiB pages: a hugetlbfs memfd
+ * written in place (the kernel cannot move its pages aside: the coming
+ * ones leave the mapping), and private huge pages placed from staging
+ * slots of a huge page each. Neither has UFFDIO_ZEROPAGE. */
+static void test_postcopy_into_huge_pages(void **unused)
+{
+	(void)unused;
+	char why[256];
+	if (!huge_pages_take(2 * HUGE_PAGES, why, sizeof(why))) {
+		printf("skipped: %s\n", why);
+		skip();
+	}
+	after_one_pass(HUGE_FILE, true);
+	after_one_pass(HUGE_PRIVATE, true);
+	huge_pages_return();
 }
 
 /* The switch at once, before any pass: every page comes after it. */
@@ -667,6 +741,22 @@ static void test_postcopy_is_refused_where_it_cannot_run(void **unused)
 	assert_true(lmt_load_run(s) < 0);
 	assert_non_null(strstr(lmt_session_error(s)->message, "verify=on"));
 	lmt_session_free(s);
+	/* Pages larger than 2 MiB: said at setup, naming the block. */
+	uint8_t *area = mmap(NULL, 8u << 20, PROT_READ | PROT_WRITE,
+	                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	assert_true(area != MAP_FAILED);
+	uint8_t *big = (uint8_t *)(((uintptr_t)area + (4u << 20) - 1) & ~(uintptr_t)((4u << 20) - 1));
+	struct lmt_error err = {0};
+	assert_int_equal(lmt_session_new(&s, LMT_ROLE_DESTINATION, test_plugin(), "postcopy=on", &err),
+	                 0);
+	assert_int_equal(lmt_session_add_block(s, "big", big, 4u << 20, 4u << 20), 0);
+	assert_int_equal(lmt_load_listen(s, "127.0.0.1:0", NULL), 0);
+	assert_int_equal(lmt_load_run(s), -LMT_ENOTSUP);
+	assert_non_null(strstr(lmt_session_error(s)->message,
+	                       "block 'big' has pages of 4194304 bytes; postcopy moves pages of "
+	                       "up to 2097152 bytes"));
+	lmt_session_free(s);
+	munmap(area, 8u << 20);
 	/* No userfaultfd: the destination says so before any source comes. */
 	setenv("LMT_TEST_NO_USERFAULTFD", "1", 1);
 	s = session_with_blocks(LMT_ROLE_DESTINATION, &ram, "postcopy=on");
@@ -704,6 +794,7 @@ int main(void)
 	        cmocka_unit_test(test_postcopy_after_one_pass_moves_the_guest_bit_for_bit),
 	        cmocka_unit_test(test_postcopy_into_a_memfd_writes_pages_in_place),
 	        cmocka_unit_test(test_postcopy_into_unaligned_memory),
+	        cmocka_unit_test(test_postcopy_into_huge_pages),
 	        cmocka_unit_test(test_postcopy_before_any_pass_sends_every_page_after_the_switch),
 	        cmocka_unit_test(test_source_cancel_in_postcopy_fails_both_and_wakes_vcpus),
 	        cmocka_unit_test(test_destination_cancel_in_postcopy_fails_both_and_wakes_vcpus),

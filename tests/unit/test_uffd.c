@@ -2,7 +2,9 @@
  * sessions: placement once per page and its counts, a fault handed to
  * fetch once and answered from it, failure that keeps placed pages and
  * makes the rest inaccessible, the refusal where userfaultfd cannot be
- * opened, and a memfd written in place with holes in its file. Exits 77 where it cannot be opened at all. */
+ * opened, a memfd written in place with holes in its file, and huge
+ * pages (hugetlbfs, shared and private), which have no UFFDIO_ZEROPAGE.
+ * Exits 77 where it cannot be opened at all. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hugepages.h"
 #include "uffd.h"
 
 #define PAGE 4096u
@@ -256,7 +259,7 @@ static void check_in_place(bool aligned)
 
 	struct lmt_error err = {0};
 	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
-	if (!lmt__uffd_can_place_in_place(f.u)) {
+	if (!lmt__uffd_can_place_in_place(f.u, false)) {
 		lmt__uffd_close(f.u);
 		printf("no minor faults on shared memory in this kernel: in-place not checked\n");
 		skip();
@@ -308,6 +311,156 @@ static void test_a_memfd_written_in_place_with_holes_off_boundaries(void **unuse
 	check_in_place(false);
 }
 
+/* ---- huge pages ---- */
+
+#define HUGE HUGE_PAGE_SIZE
+#define HUGE_SHIFT 21
+#define HUGE_PAGES 4u
+
+/* Huge pages for one test: taken, or the test is skipped saying why. */
+static void take_huge_pages(uint64_t pages)
+{
+	char why[256];
+	if (!huge_pages_take(pages, why, sizeof(why))) {
+		printf("huge pages not checked: %s\n", why);
+		skip();
+	}
+}
+
+/* Where a huge page is fetched: into the second mapping of a hugetlbfs
+ * file (in place), or copied from a buffer (private huge pages). */
+struct huge_fetcher {
+	struct lmt__uffd *u;
+	uint8_t *alias; /* NULL: copied */
+	uint8_t *buf;
+	_Atomic int calls;
+	_Atomic uint64_t asked;
+};
+
+static void fetch_huge(void *opaque, uint32_t range, uint64_t page)
+{
+	struct huge_fetcher *f = opaque;
+	atomic_fetch_add(&f->calls, 1);
+	atomic_fetch_or(&f->asked, 1ull << page);
+	uint8_t fill = (uint8_t)(0xc0 + page);
+	if (f->alias) {
+		memset(f->alias + page * HUGE, fill, HUGE);
+		assert_int_equal(lmt__uffd_continue(f->u, range, page, 1, LMT_UFFD_FAULT, NULL), 0);
+	} else {
+		memset(f->buf, fill, HUGE);
+		assert_int_equal(lmt__uffd_copy(f->u, range, page, 1, f->buf, LMT_UFFD_FAULT, NULL),
+		                 0);
+	}
+}
+
+/* A hugetlbfs file written in place: page 0 the guest's own, 1 an own
+ * hole, 2 a coming hole, 3 coming with stale data. The kernel cannot
+ * move huge pages aside (mremap refuses), so the coming ones leave the
+ * mapping; the own hole is zeroed by a copy, hugetlbfs having no
+ * UFFDIO_ZEROPAGE. */
+static void test_a_hugetlbfs_file_written_in_place_with_holes(void **unused)
+{
+	(void)unused;
+	take_huge_pages(HUGE_PAGES);
+	const size_t len = (size_t)HUGE_PAGES * HUGE;
+	int fd = memfd_create("lmt-test-huge", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	uint8_t *host = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(host != MAP_FAILED);
+	memset(host, 0xd0, HUGE);
+	memset(host + 3 * HUGE, 0xd3, HUGE);
+	struct huge_fetcher f = {.alias = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)};
+	assert_true(f.alias != MAP_FAILED);
+	uint64_t coming[1] = {1ull << 2 | 1ull << 3};
+	struct lmt_error err = {0};
+	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
+	if (!lmt__uffd_can_place_in_place(f.u, true)) {
+		lmt__uffd_close(f.u);
+		munmap(f.alias, len);
+		munmap(host, len);
+		close(fd);
+		huge_pages_return();
+		printf("no minor faults on hugetlbfs in this kernel: in-place not checked\n");
+		skip();
+	}
+	if (lmt__uffd_register_moved(f.u, 0, host, len, HUGE_SHIFT, coming, true, &err))
+		fail_msg("userfaultfd: %s", err.message);
+	assert_int_equal(lmt__uffd_start(f.u, fetch_huge, &f, &err), 0);
+	assert_int_equal(lmt__uffd_missing(f.u), 2);
+	assert_int_equal(lmt__uffd_next_coming(f.u, 0, 0), 2);
+	assert_int_equal(*(volatile uint8_t *)(host + 5), 0xd0);
+	assert_int_equal(*(volatile uint8_t *)(host + HUGE + 5), 0);
+	assert_int_equal(*(volatile uint8_t *)(host + 2 * HUGE + HUGE - 1), 0xc2);
+	assert_int_equal(*(volatile uint8_t *)(host + 3 * HUGE + 7), 0xc3);
+	assert_int_equal(atomic_load(&f.calls), 2);
+	assert_int_equal(atomic_load(&f.asked), 1ull << 2 | 1ull << 3);
+	assert_int_equal(lmt__uffd_missing(f.u), 0);
+	/* The own hole is a page of the file now, and writable. */
+	host[HUGE + 9] = 0x77;
+	assert_int_equal(f.alias[HUGE + 9], 0x77);
+	assert_int_equal(f.alias[HUGE + HUGE - 1], 0);
+	lmt__uffd_close(f.u);
+	munmap(f.alias, len);
+	munmap(host, len);
+	close(fd);
+	huge_pages_return();
+}
+
+/* Private huge pages (MAP_HUGETLB) placed by copy: page 0 the guest's
+ * own, 1 never written (zero on touch), 2 coming (fetched), 3 coming and
+ * zeroed from the background; then a failure fences nothing placed. */
+static void test_private_huge_pages_are_copied_and_zeroed(void **unused)
+{
+	(void)unused;
+	take_huge_pages(HUGE_PAGES + 1);
+	const size_t len = (size_t)HUGE_PAGES * HUGE;
+	uint8_t *host = mmap(NULL, len, PROT_READ | PROT_WRITE,
+	                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB, -1, 0);
+	assert_true(host != MAP_FAILED);
+	/* A lazy restore (lmt__uffd_register) refuses huge pages, saying so
+	 * (on a page of its own: closing fences the pages it left missing). */
+	struct lmt_error err = {0};
+	struct lmt__uffd *lazy = NULL;
+	uint8_t *other = mmap(NULL, HUGE, PROT_READ | PROT_WRITE,
+	                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB, -1, 0);
+	assert_true(other != MAP_FAILED);
+	assert_int_equal(lmt__uffd_open(&lazy, 1, &err), 0);
+	assert_int_equal(lmt__uffd_register(lazy, 0, other, HUGE, HUGE_SHIFT, &err), -LMT_EINVAL);
+	assert_non_null(strstr(err.message, "range 0 is of huge pages (hugetlbfs)"));
+	lmt__uffd_close(lazy);
+	munmap(other, HUGE);
+	memset(host, 0xd0, HUGE);
+	memset(host + 2 * HUGE, 0xd2, 2 * HUGE);
+	struct huge_fetcher f = {.buf = malloc(HUGE)};
+	assert_non_null(f.buf);
+	uint64_t coming[1] = {1ull << 2 | 1ull << 3};
+	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
+	if (lmt__uffd_register_moved(f.u, 0, host, len, HUGE_SHIFT, coming, false, &err))
+		fail_msg("userfaultfd: %s", err.message);
+	assert_int_equal(lmt__uffd_start(f.u, fetch_huge, &f, &err), 0);
+	assert_int_equal(lmt__uffd_missing(f.u), 2);
+	assert_int_equal(lmt__uffd_zero(f.u, 0, 3, 1, LMT_UFFD_BACKGROUND, &err), 0);
+	assert_int_equal(lmt__uffd_missing(f.u), 1);
+	assert_int_equal(*(volatile uint8_t *)(host + 5), 0xd0);
+	assert_int_equal(*(volatile uint8_t *)(host + HUGE + HUGE - 1), 0);
+	assert_int_equal(*(volatile uint8_t *)(host + 2 * HUGE + 3), 0xc2);
+	assert_int_equal(*(volatile uint8_t *)(host + 3 * HUGE + 3), 0);
+	assert_int_equal(atomic_load(&f.calls), 1);
+	assert_int_equal(atomic_load(&f.asked), 1ull << 2);
+	assert_int_equal(lmt__uffd_missing(f.u), 0);
+	host[HUGE] = 0x55;
+	assert_int_equal(host[HUGE], 0x55);
+	struct lmt__uffd_stats st;
+	lmt__uffd_stats(f.u, &st);
+	assert_int_equal(st.fault_pages, 1);
+	assert_int_equal(st.background_pages, 1);
+	lmt__uffd_close(f.u);
+	free(f.buf);
+	munmap(host, len);
+	huge_pages_return();
+}
+
 int main(void)
 {
 	int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
@@ -326,6 +479,8 @@ int main(void)
 	        cmocka_unit_test(test_shared_memory_is_refused),
 	        cmocka_unit_test(test_a_memfd_written_in_place_with_holes_moved_aside),
 	        cmocka_unit_test(test_a_memfd_written_in_place_with_holes_off_boundaries),
+	        cmocka_unit_test(test_a_hugetlbfs_file_written_in_place_with_holes),
+	        cmocka_unit_test(test_private_huge_pages_are_copied_and_zeroed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
