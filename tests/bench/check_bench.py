@@ -245,6 +245,13 @@ def case_json_rows():
             check(run["stats"]["status"] == "completed", f"{label}: stats {run['stats']}")
             check(run["stats"]["channels"] == n, f"{label}: {run['stats']['channels']} channels")
             check(run["pass_count"] == len(run["passes"]), f"{label}: pass_count")
+            # The longest iterate call, and how much of it the calling
+            # thread waited for a CPU (null without scheduler statistics).
+            longest, runq = run["max_iterate_ms"], run["max_iterate_runq_ms"]
+            check(isinstance(longest, (int, float)) and longest > 0,
+                  f"{label}: max_iterate_ms {longest}")
+            check(runq is None or 0 <= runq <= longest,
+                  f"{label}: max_iterate_runq_ms {runq} against {longest}")
             check_passes(run, f"{label} run {run['run']}")
 
 

@@ -32,6 +32,8 @@ static const struct {
         [BENCH_PASS_COUNT] = {"pass_count", "passes", "(count)", 7, 0, 1, true},
         [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
         [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
+        [BENCH_MAX_ITERATE_RUNQ_MS] = {"max_iterate_runq_ms", "iter runq", "(ms)", 9, 1, 1,
+                                       false},
         [BENCH_THROTTLE_PERCENT] = {"throttle_percent", "throttle", "(%)", 8, 0, 1, true},
         [BENCH_FILE_MIB] = {"file_bytes", "file", "(MiB)", 8, 1, 1 / MIB, true},
         [BENCH_RESTORE_MS] = {"restore_ms", "restore", "(ms)", 8, 1, 1, false},
@@ -120,6 +122,9 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_PASS_COUNT] = (double)s->passes;
 	v[BENCH_PREFAULT_MS] = r->prefaulted ? (double)r->prefault_ns / 1e6 : NAN;
 	v[BENCH_MAX_ITERATE_MS] = r->max_iterate_ns ? (double)r->max_iterate_ns / 1e6 : NAN;
+	v[BENCH_MAX_ITERATE_RUNQ_MS] = r->max_iterate_ns && r->max_iterate_runq_known
+	                                       ? (double)r->max_iterate_runq_ns / 1e6
+	                                       : NAN;
 	/* auto-converge's last throttle: it only grows until the end. */
 	uint32_t throttle = 0;
 	for (uint32_t i = 0; i < r->npasses; i++)

@@ -539,10 +539,27 @@ static void progress_show(struct run *run, uint64_t *last_ns)
 	fflush(f);
 }
 
+/* How long this thread has waited for a CPU, in ns (the second figure of
+ * its schedstat), or UINT64_MAX where the kernel does not say. */
+static uint64_t runq_wait_ns(int fd)
+{
+	char text[96];
+	unsigned long long running, waiting;
+	ssize_t n = fd >= 0 ? pread(fd, text, sizeof(text) - 1, 0) : -1;
+	if (n <= 0)
+		return UINT64_MAX;
+	text[n] = '\0';
+	return sscanf(text, "%llu %llu", &running, &waiting) == 2 ? waiting : UINT64_MAX;
+}
+
 static int source_pre_copy(struct run *run, lmt_session *session, const char *uri)
 {
 	uint64_t last_ns = 0;
 	int rc;
+	/* The thread that calls iterate: how much of its longest call it
+	 * spent waiting for a CPU rather than in lmt (a host with fewer cores
+	 * than busy threads). */
+	int sched = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 
 	rc = lmt_save_setup(session, uri);
 	/* A plugin that loads but finds no device says so at setup. */
@@ -551,11 +568,16 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 	/* --postcopy-after 0: the switch comes before any pass. */
 	while (rc == 0 && !(run->cfg->postcopy && run->cfg->postcopy_after == 0)) {
 		struct lmt_iterate_result it = {0};
+		uint64_t w0 = runq_wait_ns(sched);
 		uint64_t t0 = guest_now_ns();
 		rc = lmt_save_iterate(session, &it);
 		uint64_t took = guest_now_ns() - t0;
-		if (took > run->out->max_iterate_ns)
+		uint64_t w1 = runq_wait_ns(sched);
+		if (took > run->out->max_iterate_ns) {
 			run->out->max_iterate_ns = took;
+			run->out->max_iterate_runq_known = w0 != UINT64_MAX && w1 != UINT64_MAX;
+			run->out->max_iterate_runq_ns = w1 > w0 ? w1 - w0 : 0;
+		}
 		/* A failed call's result is not kept: the message after a
 		 * timeout names the last pass that was reported. */
 		if (rc < 0)
@@ -565,6 +587,8 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 			break;
 		progress_show(run, &last_ns);
 	}
+	if (sched >= 0)
+		close(sched);
 	if (run->progress_shown) {
 		fputs("\r\033[K", run->cfg->progress);
 		fflush(run->cfg->progress);

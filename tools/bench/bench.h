@@ -80,6 +80,10 @@ struct bench_result {
 	uint32_t npasses;
 	bool unavailable;        /* setup found no device to run on */
 	uint64_t max_iterate_ns; /* the longest lmt_save_iterate call */
+	/* How long the calling thread waited for a CPU (runnable, not
+	 * running) during that call; unknown without scheduler statistics. */
+	bool max_iterate_runq_known;
+	uint64_t max_iterate_runq_ns;
 	bool to_file;            /* a file target: the three below are measured */
 	uint64_t file_bytes;     /* the file's length after the save */
 	uint64_t restore_ns;     /* lmt_load_listen to the end of lmt_load_run */
@@ -139,6 +143,7 @@ enum bench_figure {
 	BENCH_PASS_COUNT,
 	BENCH_PREFAULT_MS,
 	BENCH_MAX_ITERATE_MS,
+	BENCH_MAX_ITERATE_RUNQ_MS,
 	BENCH_THROTTLE_PERCENT,
 	BENCH_FILE_MIB,
 	BENCH_RESTORE_MS,
