@@ -185,11 +185,13 @@ static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
 	        .err_handler = {.cb = failed, .arg = ep},
 	};
 	ucs_status_t st = ucp_ep_create(worker, &params, &ep->ep);
+	ep->peer_watched = params.err_mode == UCP_ERR_HANDLING_MODE_PEER;
 	/* UCX 1.13's shared-memory transports cannot report a failed peer,
 	 * and a peer reachable only through them is unreachable in that
 	 * mode. The control connection still notices a peer that dies. */
 	if (st == UCS_ERR_UNREACHABLE && inst->peer_failure) {
 		params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+		ep->peer_watched = false;
 		st = ucp_ep_create(worker, &params, &ep->ep);
 	}
 	if (st != UCS_OK) {
@@ -424,14 +426,19 @@ void ucx_ep_close_now(lmt_endpoint *ep, bool drive)
 	if (!ep->ep || ep->closed)
 		return;
 	/* UCX 1.13 over tcp can crash in its progress when a connection
-	 * whose peer still runs is closed by force: force only a peer that
-	 * failed or does not answer a goodbye, and flush the others. */
+	 * whose peer still runs is closed by force: it releases the forced
+	 * close's requests while its zero-copy sends still point at them.
+	 * A goodbye not answered in time is no proof that the peer is gone
+	 * (its thread may just not have had a core for 500 ms), so force
+	 * only a peer UCX saw fail, or one it cannot watch that did not
+	 * answer; flush the others. */
 	if (drive && !ep->transport_failed)
 		goodbye(ep);
 	ucp_ep_h uep = ep->ep;
 	ep->closed = true;
 	ep->ep = NULL;
-	close_endpoint(ep, uep, !ep->peer_bye, drive);
+	close_endpoint(ep, uep, ep->transport_failed || (!ep->peer_bye && !ep->peer_watched),
+	               drive);
 }
 
 void ucx_ep_close_peer(lmt_endpoint *ep, ucp_ep_h uep)

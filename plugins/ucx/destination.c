@@ -256,10 +256,13 @@ static ucs_status_t dest_note(void *arg, const void *header, size_t header_lengt
 	if (!why &&
 	    (n.kind != UCX_NOTE_BYE || length || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)))
 		why = "a notice only a destination sends";
-	if (why)
+	if (why) {
 		refuse(ep, "bad notice from the source: %s", why);
-	else
-		ucx_peer_bye(ep);
+		return UCS_OK;
+	}
+	if (ep->inst->test_bye_delay_ns)
+		putil_nap(ep->inst->test_bye_delay_ns);
+	ucx_peer_bye(ep);
 	return UCS_OK;
 }
 

@@ -98,6 +98,7 @@ struct lmt_endpoint {
 	bool closed; /* `ep` was closed */
 	bool bye_sent, peer_bye;
 	bool transport_failed;    /* UCX reported the peer failed */
+	bool peer_watched;        /* UCX reports a failed peer (error mode PEER) */
 	uint32_t notes_in_flight; /* notices sent and not yet gone */
 	uint32_t in_flight;       /* source: slots posted and not finished */
 	uint32_t unflushed;
@@ -126,6 +127,9 @@ struct lmt_instance {
 	bool rma;
 	bool use_put;
 	bool peer_failure; /* endpoints try UCP_ERR_HANDLING_MODE_PEER */
+	/* Tests only: how long a destination's channel waits before it
+	 * answers the source's goodbye (LMT_TEST_UCX_BYE_DELAY_MS). */
+	uint64_t test_bye_delay_ns;
 	ucp_context_h context;
 	struct putil_channels channels; /* endpoints, completions, failure */
 	struct putil_registry registry; /* regions by id, peer keys */

@@ -211,6 +211,11 @@ static int open_context(struct lmt_instance *inst)
 		return rc;
 	inst->rma = rma;
 	inst->peer_failure = !shm_only;
+	/* Tests only (docs/testing.md): a destination whose channel answers a
+	 * goodbye this late, as one whose thread has no core for a while. */
+	const char *late = getenv("LMT_TEST_UCX_BYE_DELAY_MS");
+	if (late && inst->base.role == LMT_ROLE_DESTINATION)
+		inst->test_bye_delay_ns = strtoull(late, NULL, 10) * 1000000ull;
 	inst->use_put = inst->base.role == LMT_ROLE_SOURCE && rma;
 	return 0;
 }
