@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "threads_live.h"
+
 struct fuzz_census {
 	int fds;
 	int threads;
@@ -47,21 +49,18 @@ static inline int fuzz_census_count(const char *path, int links, int print)
 static inline struct fuzz_census fuzz_census_take(void)
 {
 	return (struct fuzz_census){fuzz_census_count("/proc/self/fd", 1, 0),
-	                            fuzz_census_count("/proc/self/task", 0, 0)};
+	                            threads_live(0)};
 }
 
-/* Whether the process is back to `before`, giving threads that were
- * joined a second to leave /proc; lists the descriptors when not. */
+/* Whether the process is back to `before` (threads already exiting are not
+ * counted: see threads_live.h); lists the descriptors and threads when not. */
 static inline int fuzz_census_same(struct fuzz_census before, struct fuzz_census *after)
 {
 	*after = fuzz_census_take();
-	for (int i = 0; i < 1000 && after->threads != before.threads; i++) {
-		usleep(1000);
-		*after = fuzz_census_take();
-	}
 	if (after->fds == before.fds && after->threads == before.threads)
 		return 1;
 	fuzz_census_count("/proc/self/fd", 1, 1);
+	threads_live(1);
 	return 0;
 }
 

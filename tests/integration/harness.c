@@ -1,6 +1,7 @@
 /* Helpers of the two-process engine tests (see harness.h). */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "threads_live.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,7 +32,7 @@ static int count_entries(const char *dir)
 
 struct census census_take(void)
 {
-	return (struct census){count_entries("/proc/self/fd"), count_entries("/proc/self/task")};
+	return (struct census){count_entries("/proc/self/fd"), threads_live(0)};
 }
 
 /* What each descriptor of the process refers to, for a census that failed. */
@@ -58,6 +59,7 @@ void census_check(struct census before)
 	struct census now = census_take();
 	if (now.fds != before.fds || now.threads != before.threads) {
 		print_descriptors();
+		threads_live(1);
 		fail_msg("left behind: %d descriptors and %d threads (before %d and %d)", now.fds,
 		         now.threads, before.fds, before.threads);
 	}

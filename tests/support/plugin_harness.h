@@ -319,8 +319,8 @@ struct ph_census {
 };
 
 struct ph_census ph_census_take(void);
-/* Whether the process is back to `before`, waiting half a second for
- * threads a plugin joined to leave /proc. Fills `after`. */
+/* Whether the process is back to `before` (threads already exiting are not
+ * counted: see threads_live.h). Fills `after`. */
 bool ph_census_same(struct ph_census before, struct ph_census *after);
 
 #endif
