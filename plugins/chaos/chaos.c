@@ -80,6 +80,13 @@ static const struct lmt_option_desc chaos_options[] = {
          .max = 60000000000ll,
          .doc = "capture each write's data when posted and send it up to this long later, "
                 "as a NIC that read memory early would (a bad write then fails late)"},
+        {.name = "register-delay",
+         .type = LMT_OPT_DURATION,
+         .default_value = "0",
+         .min = 0,
+         .max = 60000000000ll,
+         .doc = "each registration of memory for the peer to write takes this much longer, "
+                "as pinning a large region can"},
         {.name = "seed",
          .type = LMT_OPT_INT,
          .default_value = "1",
@@ -121,6 +128,7 @@ struct lmt_instance {
 	uint64_t stall_ns;
 	uint64_t delay_ns;
 	uint64_t hold_ns;
+	uint64_t register_delay_ns;
 	bool reorder;
 	uint64_t rng;
 
@@ -203,6 +211,8 @@ static int read_options(struct lmt_instance *i)
 	i->delay_ns = (uint64_t)v.integer;
 	h->option(i->ctx, "chaos.hold", &v);
 	i->hold_ns = (uint64_t)v.integer;
+	h->option(i->ctx, "chaos.register-delay", &v);
+	i->register_delay_ns = (uint64_t)v.integer;
 	h->option(i->ctx, "chaos.reorder", &v);
 	i->reorder = v.boolean;
 	h->option(i->ctx, "chaos.seed", &v);
@@ -389,8 +399,16 @@ static void chaos_ep_close(struct lmt_endpoint *ep)
 static int chaos_mr_register(struct lmt_instance *i, void *addr, size_t len, uint32_t access,
                              lmt_mr **mr, struct lmt_blob *key)
 {
-	if (access & LMT_MR_REMOTE_WRITE)
+	if (access & LMT_MR_REMOTE_WRITE) {
 		strike(i, CHAOS_AT_REGISTER, ++i->registrations);
+		uint64_t until = i->host->now_ns(i->ctx) + i->register_delay_ns;
+		while (i->host->now_ns(i->ctx) < until) {
+			if (i->host->cancelled(i->ctx))
+				return i->host->error(i->ctx, LMT_ECANCELED, "chaos: cancelled");
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
 	return i->inner->ops.mr_register(i->in, addr, len, access, mr, key);
 }
 

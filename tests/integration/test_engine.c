@@ -34,6 +34,35 @@ static void test_iterate_returns_within_its_budget(void **state)
 	ram_release(&ram);
 }
 
+/* A destination that registers each window slowly (100 ms, as pinning a
+ * large region can) holds up no iterate call: the source asks for keys
+ * ahead of the walk and waits for an answer only within a call's budget.
+ * One request here covers 8 windows, 800 ms of registration, which a call
+ * that waited for its answer would have spent whole. */
+static void test_a_slow_registration_holds_up_no_iterate_call(void **state)
+{
+	struct guest_ram ram;
+	ram_fill(&ram, RAM_BYTES, 5);
+	const char *was = getenv("LMT_TEST_PLUGIN");
+	char saved[64] = "", plugin[80];
+	snprintf(saved, sizeof(saved), "%s", was ? was : "");
+	snprintf(plugin, sizeof(plugin), "%s%s", strncmp(test_plugin(), "chaos:", 6) ? "chaos:" : "",
+	         test_plugin());
+	setenv("LMT_TEST_PLUGIN", plugin, 1);
+	struct source_run r =
+	        migrate_to_child(&ram, "chunk-size=4M,max-iterate-ms=20ms,chaos.register-delay=100ms");
+	if (was)
+		setenv("LMT_TEST_PLUGIN", saved, 1);
+	else
+		unsetenv("LMT_TEST_PLUGIN");
+	assert_true(r.iterations >= 10);
+	if (r.max_iterate_ns > 400 * MS)
+		fail_msg("an iterate call took %llu ms for a 20 ms budget while the destination "
+		         "registered",
+		         (unsigned long long)(r.max_iterate_ns / MS));
+	ram_release(&ram);
+}
+
 static void test_bandwidth_limit_is_honoured(void **state)
 {
 	struct guest_ram ram;
@@ -282,6 +311,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_iterate_returns_within_its_budget),
+	        cmocka_unit_test(test_a_slow_registration_holds_up_no_iterate_call),
 	        cmocka_unit_test(test_bandwidth_limit_is_honoured),
 	        cmocka_unit_test(test_idle_guest_is_ready_after_the_bulk_pass),
 	        cmocka_unit_test(test_dirtying_guest_records_every_pass),
