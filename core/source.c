@@ -974,8 +974,8 @@ static bool window_dirty(const struct lmt_block *b, uint64_t w)
  * key yet, from window `w` of block `bi` on in the walk's order: that
  * window when the walk `needs` it, and those with dirty pages. The answer
  * is not waited for: await_keys (or service) takes it when it comes, so
- * the round trip and the destination's registration (1-2.5 ms each here)
- * overlap the writes instead of stalling the call. */
+ * the round trip and the destination's registration (0.2-2.5 ms a batch
+ * here) overlap the writes instead of stalling the call. */
 static int ask_keys(struct lmt_session *s, uint32_t bi, uint64_t w, bool needs)
 {
 	struct lmt_source_engine *e = s->source;
@@ -1608,8 +1608,9 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res, uint64
 		guard = e->late_ns + ITERATE_GUARD_NS / 2;
 	uint64_t least = e->iterate_ns / ITERATE_GUARD_DIV;
 	uint64_t deadline = start + (e->iterate_ns > guard + least ? e->iterate_ns - guard : least);
-	if (deadline < lmt__now() + least)
-		deadline = lmt__now() + least;
+	uint64_t now = lmt__now();
+	if (deadline < now + least)
+		deadline = now + least;
 	int rc = 0;
 	e->call_progressed = false;
 	if (e->pass == 0 && (rc = start_first_pass(s)))

@@ -266,10 +266,11 @@ static void strike(struct lmt_instance *i, enum chaos_point point, uint64_t coun
 	}
 }
 
-/* Hold still while a stall lasts, as a hung transport would. */
-static int stalled(struct lmt_instance *i, uint64_t deadline)
+/* Hold still until `until`: 0 then, 1 at `deadline` (0: none) if that
+ * comes first, or the error of a cancel. */
+static int hold_until(struct lmt_instance *i, uint64_t until, uint64_t deadline)
 {
-	while (i->host->now_ns(i->ctx) < i->stall_until) {
+	while (i->host->now_ns(i->ctx) < until) {
 		if (i->host->cancelled(i->ctx))
 			return i->host->error(i->ctx, LMT_ECANCELED, "chaos: cancelled");
 		if (deadline && i->host->now_ns(i->ctx) >= deadline)
@@ -278,6 +279,12 @@ static int stalled(struct lmt_instance *i, uint64_t deadline)
 		nanosleep(&ts, NULL);
 	}
 	return 0;
+}
+
+/* Hold still while a stall lasts, as a hung transport would. */
+static int stalled(struct lmt_instance *i, uint64_t deadline)
+{
+	return hold_until(i, i->stall_until, deadline);
 }
 
 /* ---- instance ---- */
@@ -401,13 +408,9 @@ static int chaos_mr_register(struct lmt_instance *i, void *addr, size_t len, uin
 {
 	if (access & LMT_MR_REMOTE_WRITE) {
 		strike(i, CHAOS_AT_REGISTER, ++i->registrations);
-		uint64_t until = i->host->now_ns(i->ctx) + i->register_delay_ns;
-		while (i->host->now_ns(i->ctx) < until) {
-			if (i->host->cancelled(i->ctx))
-				return i->host->error(i->ctx, LMT_ECANCELED, "chaos: cancelled");
-			struct timespec ts = {0, 1000000};
-			nanosleep(&ts, NULL);
-		}
+		int rc = hold_until(i, i->host->now_ns(i->ctx) + i->register_delay_ns, 0);
+		if (rc)
+			return rc;
 	}
 	return i->inner->ops.mr_register(i->in, addr, len, access, mr, key);
 }

@@ -43,18 +43,22 @@ static void test_a_slow_registration_holds_up_no_iterate_call(void **state)
 {
 	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 5);
+	/* Both sides over chaos, wrapping the plugin under test. */
 	const char *was = getenv("LMT_TEST_PLUGIN");
-	char saved[64] = "", plugin[80];
-	snprintf(saved, sizeof(saved), "%s", was ? was : "");
-	snprintf(plugin, sizeof(plugin), "%s%s", strncmp(test_plugin(), "chaos:", 6) ? "chaos:" : "",
-	         test_plugin());
+	char *saved = was ? strdup(was) : NULL;
+	char *plugin = NULL;
+	assert_true(!was || saved);
+	assert_true(asprintf(&plugin, "%s%s", strncmp(test_plugin(), "chaos:", 6) ? "chaos:" : "",
+	                     test_plugin()) > 0);
 	setenv("LMT_TEST_PLUGIN", plugin, 1);
 	struct source_run r =
 	        migrate_to_child(&ram, "chunk-size=4M,max-iterate-ms=20ms,chaos.register-delay=100ms");
-	if (was)
+	if (saved)
 		setenv("LMT_TEST_PLUGIN", saved, 1);
 	else
 		unsetenv("LMT_TEST_PLUGIN");
+	free(saved);
+	free(plugin);
 	assert_true(r.iterations >= 10);
 	if (r.max_iterate_ns > 400 * MS)
 		fail_msg("an iterate call took %llu ms for a 20 ms budget while the destination "
