@@ -11,7 +11,7 @@ secs=${LMT_FUZZ_SECONDS:-35}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/crashes"
-export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1:intercept_tls_get_addr=0"
 status=0
 "$fuzzer" -max_total_time="$secs" -max_len=65536 -timeout=20 -print_final_stats=1 \
 	-error_exitcode=1 -timeout_exitcode=1 \

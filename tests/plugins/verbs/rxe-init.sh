@@ -13,7 +13,7 @@ mount -t devtmpfs dev /dev
 mkdir -p /tmp
 . /lmt/env
 export LMT_PLUGIN_PATH="$PLUGIN_DIR" LMT_LOG=warn HOME=/tmp
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 passed=0 failed=0 migrations=0 interrupted=0
 
@@ -107,7 +107,7 @@ fi
 if [ -x "$POSTCOPY" ]; then
 	migrations=$((migrations + 3))
 	interrupted=$((interrupted + 4))
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:allow_user_segv_handler=1 \
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0:handle_segv=0:allow_user_segv_handler=1 \
 		LMT_TEST_PLUGIN=verbs LMT_TEST_OPTIONS= run postcopy "$POSTCOPY"
 fi
 
