@@ -253,6 +253,32 @@ def case_json_rows():
             check(runq is None or 0 <= runq <= longest,
                   f"{label}: max_iterate_runq_ms {runq} against {longest}")
             check_passes(run, f"{label} run {run['run']}")
+        check("wake_late_ms" not in row and "wake_late_ms" not in row["runs"][0],
+              f"{label}: a wake probe without --wake-probe")
+
+
+def case_wake_probe():
+    # While the source pre-copies, a thread sleeps 1 ms at a time: the
+    # most a sleep overran, in every format.
+    rc, out, err = bench(*GUEST, "--repeat", "2", "--wake-probe", "--json")
+    check(rc == 0, f"exit status {rc}: {err}")
+    row = parse_json_rows(out)[0]
+    check(row["status"] == "ok", f"row: {row['error']}")
+    lo, mid, hi = row["wake_late_ms_min"], row["wake_late_ms"], row["wake_late_ms_max"]
+    check(all(isinstance(v, (int, float)) for v in (lo, mid, hi)) and 0 <= lo <= mid <= hi,
+          f"wake_late_ms {lo}, {mid}, {hi}")
+    for run in row["runs"]:
+        late = run["wake_late_ms"]
+        check(isinstance(late, (int, float)) and 0 <= late < run["total_ms"],
+              f"run {run['run']}: wake_late_ms {late} against total {run['total_ms']} ms")
+    rc, out, err = bench(*GUEST, "--wake-probe", "--csv")
+    check(rc == 0, f"csv: exit status {rc}: {err}")
+    header, line = out.splitlines()[:2]
+    column = header.split(",").index("wake_late_ms")
+    check(float(line.split(",")[column]) >= 0, f"csv: wake_late_ms in {line!r}")
+    rc, out, err = bench(*GUEST, "--wake-probe")
+    check(rc == 0, f"table: exit status {rc}: {err}")
+    check("wake late" in out, f"no wake late column: {out!r}")
 
 
 def case_csv_rows():

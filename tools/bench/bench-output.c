@@ -34,6 +34,7 @@ static const struct {
         [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
         [BENCH_MAX_ITERATE_RUNQ_MS] = {"max_iterate_runq_ms", "iter runq", "(ms)", 9, 1, 1,
                                        false},
+        [BENCH_WAKE_LATE_MS] = {"wake_late_ms", "wake late", "(ms)", 9, 1, 1, false},
         [BENCH_THROTTLE_PERCENT] = {"throttle_percent", "throttle", "(%)", 8, 0, 1, true},
         [BENCH_FILE_MIB] = {"file_bytes", "file", "(MiB)", 8, 1, 1 / MIB, true},
         [BENCH_RESTORE_MS] = {"restore_ms", "restore", "(ms)", 8, 1, 1, false},
@@ -125,6 +126,7 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_MAX_ITERATE_RUNQ_MS] = r->max_iterate_ns && r->max_iterate_runq_known
 	                                       ? (double)r->max_iterate_runq_ns / 1e6
 	                                       : NAN;
+	v[BENCH_WAKE_LATE_MS] = r->wake_probed ? (double)r->wake_late_max_ns / 1e6 : NAN;
 	/* auto-converge's last throttle: it only grows until the end. */
 	uint32_t throttle = 0;
 	for (uint32_t i = 0; i < r->npasses; i++)
@@ -200,10 +202,13 @@ static const char *first_error(const struct bench_row *row, unsigned *run)
 
 typedef char cell[48];
 
-/* The postcopy figures exist only with --postcopy, in every format: a
- * run without it prints what it printed before they were added. */
+/* The postcopy figures exist only with --postcopy, and the wake probe's
+ * only with --wake-probe, in every format: a run without them prints
+ * what it printed before they were added. */
 static bool written(const struct bench_report *rep, int figure)
 {
+	if (figure == BENCH_WAKE_LATE_MS)
+		return rep->cfg->wake_probe;
 	return figure < BENCH_PAUSE_TO_RESUME_MS || rep->cfg->postcopy;
 }
 

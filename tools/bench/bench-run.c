@@ -21,6 +21,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -552,8 +553,59 @@ static uint64_t runq_wait_ns(int fd)
 	return sscanf(text, "%llu %llu", &running, &waiting) == 2 ? waiting : UINT64_MAX;
 }
 
+/* ---- The wake probe (--wake-probe) ---------------------------------------- */
+
+#define WAKE_PROBE_NS 1000000ull
+
+struct wake_probe {
+	pthread_t thread;
+	atomic_bool stop;
+	bool started;
+	uint64_t late_max_ns;
+};
+
+/* Sleep 1 ms at a time, each to an absolute instant, until stopped, and
+ * note the most a sleep ended after its instant: how late this host wakes
+ * a sleeping thread of this process while the migration runs. No call of
+ * lmt_save_iterate can be counted on to end sooner after its own budget. */
+static void *wake_probe_main(void *arg)
+{
+	struct wake_probe *p = arg;
+
+	while (!atomic_load(&p->stop)) {
+		uint64_t due = guest_now_ns() + WAKE_PROBE_NS;
+		struct timespec ts = {.tv_sec = (time_t)(due / 1000000000u),
+		                      .tv_nsec = (long)(due % 1000000000u)};
+
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		uint64_t late = guest_now_ns() - due;
+		if (late > p->late_max_ns)
+			p->late_max_ns = late;
+	}
+	return NULL;
+}
+
+static void wake_probe_start(struct wake_probe *p, bool wanted)
+{
+	memset(p, 0, sizeof(*p));
+	p->started = wanted && pthread_create(&p->thread, NULL, wake_probe_main, p) == 0;
+}
+
+/* Into out: what the probe saw, if it ran. */
+static void wake_probe_stop(struct wake_probe *p, struct bench_result *out)
+{
+	if (!p->started)
+		return;
+	atomic_store(&p->stop, true);
+	pthread_join(p->thread, NULL);
+	out->wake_probed = true;
+	out->wake_late_max_ns = p->late_max_ns;
+}
+
 static int source_pre_copy(struct run *run, lmt_session *session, const char *uri)
 {
+	struct wake_probe probe;
 	uint64_t last_ns = 0;
 	int rc;
 	/* The thread that calls iterate: how much of its longest call it
@@ -565,6 +617,7 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 	/* A plugin that loads but finds no device says so at setup. */
 	if (rc == -LMT_ENOTFOUND)
 		run->out->unavailable = true;
+	wake_probe_start(&probe, rc == 0 && run->cfg->wake_probe);
 	/* --postcopy-after 0: the switch comes before any pass. */
 	while (rc == 0 && !(run->cfg->postcopy && run->cfg->postcopy_after == 0)) {
 		struct lmt_iterate_result it = {0};
@@ -587,6 +640,7 @@ static int source_pre_copy(struct run *run, lmt_session *session, const char *ur
 			break;
 		progress_show(run, &last_ns);
 	}
+	wake_probe_stop(&probe, run->out);
 	if (sched >= 0)
 		close(sched);
 	if (run->progress_shown) {

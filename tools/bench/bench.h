@@ -47,6 +47,9 @@ struct bench_config {
 	 * (lmt_save_postcopy), else lmt says when (postcopy-after=N). */
 	bool postcopy;
 	uint32_t postcopy_after;
+	/* --wake-probe: while the source pre-copies, a thread of its process
+	 * sleeps 1 ms at a time and notes how late it wakes. */
+	bool wake_probe;
 };
 
 /* What the destination measured in a --postcopy run. */
@@ -84,6 +87,9 @@ struct bench_result {
 	 * running) during that call; unknown without scheduler statistics. */
 	bool max_iterate_runq_known;
 	uint64_t max_iterate_runq_ns;
+	/* --wake-probe: the most a 1 ms sleep overran during pre-copy. */
+	bool wake_probed;
+	uint64_t wake_late_max_ns;
 	bool to_file;            /* a file target: the three below are measured */
 	uint64_t file_bytes;     /* the file's length after the save */
 	uint64_t restore_ns;     /* lmt_load_listen to the end of lmt_load_run */
@@ -144,6 +150,7 @@ enum bench_figure {
 	BENCH_PREFAULT_MS,
 	BENCH_MAX_ITERATE_MS,
 	BENCH_MAX_ITERATE_RUNQ_MS,
+	BENCH_WAKE_LATE_MS,
 	BENCH_THROTTLE_PERCENT,
 	BENCH_FILE_MIB,
 	BENCH_RESTORE_MS,

@@ -123,6 +123,10 @@ static void usage(FILE *f)
 	        "                       (ucp_am_bw with ucx.transfer=am) for ucx, with the\n"
 	        "                       entry's ucx.tls; each row is then also given as a\n"
 	        "                       percentage of it (default: off, only memcpy)\n"
+	        "  --wake-probe         while the source pre-copies, a thread of its process\n"
+	        "                       sleeps 1 ms at a time: the 'wake late' column is the\n"
+	        "                       most such a sleep overran, the host's own floor under\n"
+	        "                       'max iter' (default: off)\n"
 	        "\n"
 	        "The guest:\n"
 	        "  --ram SIZE           guest RAM, a multiple of 4K (default %s)\n"
@@ -430,6 +434,9 @@ static void apply_switch(struct args *args, int flag)
 	case 'C':
 		args->cfg.postcopy = true;
 		break;
+	case 'W':
+		args->cfg.wake_probe = true;
+		break;
 	}
 }
 
@@ -490,6 +497,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"test-corrupt", no_argument, NULL, 'X'},
 	        {"auto-converge", no_argument, NULL, 'A'},
 	        {"postcopy", no_argument, NULL, 'C'},
+	        {"wake-probe", no_argument, NULL, 'W'},
 	        {"postcopy-after", required_argument, NULL, 'a'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
@@ -512,7 +520,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 			usage_error("see --help for the flags");
 		} else if (c == 'A') {
 			apply_flag(args, c, NULL);
-		} else if (strchr("FHjcDXYC", c)) {
+		} else if (strchr("FHjcDXYCW", c)) {
 			apply_switch(args, c);
 		} else {
 			ram_text = c == 'r' ? optarg : ram_text;
