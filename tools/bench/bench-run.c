@@ -561,6 +561,7 @@ struct wake_probe {
 	pthread_t thread;
 	atomic_bool stop;
 	bool started;
+	uint64_t sleeps; /* completed; none (a run with no pre-copy) measures nothing */
 	uint64_t late_max_ns;
 };
 
@@ -577,11 +578,17 @@ static void *wake_probe_main(void *arg)
 		struct timespec ts = {.tv_sec = (time_t)(due / 1000000000u),
 		                      .tv_nsec = (long)(due % 1000000000u)};
 
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		int rc;
+
+		while ((rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) == EINTR)
 			;
-		uint64_t late = guest_now_ns() - due;
+		if (rc != 0)
+			break;
+		uint64_t now = guest_now_ns();
+		uint64_t late = now > due ? now - due : 0;
 		if (late > p->late_max_ns)
 			p->late_max_ns = late;
+		p->sleeps++;
 	}
 	return NULL;
 }
@@ -592,14 +599,14 @@ static void wake_probe_start(struct wake_probe *p, bool wanted)
 	p->started = wanted && pthread_create(&p->thread, NULL, wake_probe_main, p) == 0;
 }
 
-/* Into out: what the probe saw, if it ran. */
+/* Into out: what the probe saw, if it ran and slept at least once. */
 static void wake_probe_stop(struct wake_probe *p, struct bench_result *out)
 {
 	if (!p->started)
 		return;
 	atomic_store(&p->stop, true);
 	pthread_join(p->thread, NULL);
-	out->wake_probed = true;
+	out->wake_probed = p->sleeps > 0;
 	out->wake_late_max_ns = p->late_max_ns;
 }
 
