@@ -400,6 +400,64 @@ static void source_end(struct source *src)
 	ram_release(&src->ram);
 }
 
+/* ---- pushes held back until a fault has been served ---- */
+
+/* The background pushes crawl at CRAWL until the source has sent a page a
+ * destination vCPU faulted on, then go at FULL: the assertions that
+ * faults were served hold however late the destination's vCPUs get a
+ * core (a slow host, a guest under TCG with the sanitizers). The switch
+ * to FULL is max-bandwidth changed from another thread while postcopy
+ * runs, as a VMM would. */
+#define CRAWL "256K"
+#define FULL "32M"
+
+struct speed_up {
+	pthread_t thread;
+	lmt_session *s;
+	_Atomic bool stop;
+	int rc; /* of the change to FULL; 1: it was not made */
+};
+
+static void *speed_up_run(void *arg)
+{
+	struct speed_up *u = arg;
+	struct lmt_stats st;
+	u->rc = 1;
+	for (;;) {
+		lmt_session_stats(u->s, &st);
+		if (st.postcopy_requested > 0)
+			break;
+		/* Ended before any fault was served: the test's own
+		 * assertions say what went wrong. */
+		if (atomic_load(&u->stop) || st.status == LMT_STATUS_COMPLETED ||
+		    st.status == LMT_STATUS_FAILED || st.status == LMT_STATUS_CANCELLED ||
+		    st.status == LMT_STATUS_POSTCOPY_FAILED)
+			return NULL;
+		usleep(1000);
+	}
+	u->rc = lmt_session_set_option(u->s, "max-bandwidth", FULL);
+	return NULL;
+}
+
+/* From now on: pushes at CRAWL until a fault has been served. */
+static void speed_up_start(struct speed_up *u, lmt_session *s)
+{
+	memset(u, 0, sizeof(*u));
+	u->s = s;
+	assert_int_equal(lmt_session_set_option(s, "max-bandwidth", CRAWL), 0);
+	assert_int_equal(pthread_create(&u->thread, NULL, speed_up_run, u), 0);
+}
+
+/* Once the source has finished: the change to FULL was made. */
+static void speed_up_end(struct speed_up *u)
+{
+	atomic_store(&u->stop, true);
+	pthread_join(u->thread, NULL);
+	if (u->rc)
+		fail_msg("the pushes were never sped up: %s",
+		         u->rc == 1 ? "no fault was served" : lmt_session_error(u->s)->message);
+}
+
 /* Every page the destination guest wrote holds its mark; every other is
  * the source's at the pause. */
 static void assert_guest_moved(const struct source *src, const struct dest *d)
@@ -441,15 +499,19 @@ static void after_one_pass(enum memory m, bool aligned)
 	assert_int_equal(it.postcopy, 1);
 	assert_int_equal(it.pass, 1);
 	source_pause(&src);
+	struct speed_up u;
+	speed_up_start(&u, src.s);
 	if (lmt_save_complete(src.s, "state", 5))
 		fail_msg("switch: %s", lmt_session_error(src.s)->message);
 	lmt_session_stats(src.s, &src.stats);
 	assert_int_equal(src.stats.status, LMT_STATUS_POSTCOPY);
 	if (lmt_save_finish(src.s))
 		fail_msg("finish: %s", lmt_session_error(src.s)->message);
+	speed_up_end(&u);
 	lmt_session_stats(src.s, &src.stats);
 	assert_int_equal(src.stats.status, LMT_STATUS_COMPLETED);
 	assert_true(src.stats.postcopy_pages > 0);
+	assert_true(src.stats.postcopy_requested > 0);
 	dest_join(&d);
 	assert_int_equal(d.run_rc, 0);
 	if (d.finish_rc)
@@ -516,9 +578,10 @@ static void test_postcopy_before_any_pass_sends_every_page_after_the_switch(void
 	struct dest d;
 	struct source src;
 	dest_start(&d, "postcopy=on,channels=2,idle-timeout=5s");
-	/* 32 MB/s: the pushes take half a second, and the vCPUs fault. */
-	source_start(&src, "postcopy=on,channels=2,max-bandwidth=32M,idle-timeout=5s", d.port);
+	source_start(&src, "postcopy=on,channels=2,idle-timeout=5s", d.port);
 	source_pause(&src);
+	struct speed_up u;
+	speed_up_start(&u, src.s);
 	if (lmt_save_postcopy(src.s, NULL, 0))
 		fail_msg("switch: %s", lmt_session_error(src.s)->message);
 	/* Switched: the passes are over, and a second switch is refused. */
@@ -528,6 +591,7 @@ static void test_postcopy_before_any_pass_sends_every_page_after_the_switch(void
 	assert_int_equal(lmt_save_complete(src.s, NULL, 0), -LMT_ESTATE);
 	if (lmt_save_finish(src.s))
 		fail_msg("finish: %s", lmt_session_error(src.s)->message);
+	speed_up_end(&u);
 	lmt_session_stats(src.s, &src.stats);
 	assert_int_equal(src.stats.channels, 3); /* two, and the faults' own */
 	assert_int_equal(src.stats.postcopy_pages, RAM_BYTES / PAGE);
@@ -554,8 +618,9 @@ static void cancel_in_postcopy(bool on_source)
 	catch_segv();
 	dest_start(&d, "postcopy=on,idle-timeout=5s");
 	d.cancel_in_postcopy = !on_source;
-	/* 2 MB/s: most pages are still to come when the cancel lands. */
-	source_start(&src, "postcopy=on,max-bandwidth=2M,idle-timeout=5s", d.port);
+	/* At a crawl, most pages are still to come when the cancel lands,
+	 * however late the vCPUs start (faults do not wait for it). */
+	source_start(&src, "postcopy=on,max-bandwidth=" CRAWL ",idle-timeout=5s", d.port);
 	source_pause(&src);
 	if (lmt_save_postcopy(src.s, NULL, 0))
 		fail_msg("switch: %s", lmt_session_error(src.s)->message);
