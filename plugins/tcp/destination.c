@@ -20,7 +20,7 @@
 #define PENDING_MAX 16                 /* connections waited on for a hello at once */
 #define ACK_EVERY 16                   /* placed writes per acknowledgement, at most */
 #define ACK_BYTES (256u << 10)         /* placed bytes per acknowledgement, at most */
-#define RECV_CHUNK (1u << 30)          /* bytes per recv call */
+#define RECV_CHUNK (256u << 10)        /* bytes per recv call, as SEND_SLICE */
 
 /* Fill in the family, IP and port the source should connect to. */
 static int advertise(lmt_endpoint *ep, struct tcp_dst_addr *a)

@@ -16,6 +16,12 @@
 #include <unistd.h>
 
 #define SEND_BATCH 32 /* writes gathered into one sendmsg */
+/* Bytes per sendmsg call, at most: a kernel built without preemption
+ * (PREEMPT_NONE) lets no other thread of the core run until a call
+ * returns, and a call that copies megabytes (with loopback, the
+ * receiver's side too) kept the VMM's thread waiting for its core for
+ * milliseconds (docs/tcp.md). */
+#define SEND_SLICE (256u << 10)
 #define ACK_BUFFER 64 /* acknowledgements read per recv */
 
 int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
@@ -70,7 +76,20 @@ static int send_iov(int fd, struct iovec *iov, size_t count)
 		}
 		if (!msg.msg_iovlen)
 			return 0;
-		ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+		/* At most SEND_SLICE bytes: the buffers that reach it, the
+		 * last cut short for this call and restored after it. */
+		struct msghdr part = msg;
+		size_t total = 0, cut = 0;
+		part.msg_iovlen = 0;
+		while (part.msg_iovlen < msg.msg_iovlen && total < SEND_SLICE)
+			total += msg.msg_iov[part.msg_iovlen++].iov_len;
+		struct iovec *last = &msg.msg_iov[part.msg_iovlen - 1];
+		if (total > SEND_SLICE) {
+			cut = total - SEND_SLICE;
+			last->iov_len -= cut;
+		}
+		ssize_t n = sendmsg(fd, &part, MSG_NOSIGNAL);
+		last->iov_len += cut;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
