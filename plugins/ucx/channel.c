@@ -14,6 +14,7 @@
 #define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
 #define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
 #define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
+#define UCX_BUSY_YIELD_NS 250000ull   /* a busy channel thread yields its core this often */
 
 struct note_buffer {
 	lmt_endpoint *ep;
@@ -204,6 +205,36 @@ static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
 	return 0;
 }
 
+/* Whether UCX moves this endpoint's bulk data (its am_bw or rma_bw lanes)
+ * over tcp, from the lanes ucp_ep_print_info lists ("lane[0]:  1:tcp/lo.0
+ * md[1] -> ... am am_bw#0 ..."); UCX 1.13 has no query for them. */
+static bool bulk_over_tcp(ucp_ep_h uep)
+{
+	char *text = NULL;
+	size_t size = 0;
+	FILE *f = open_memstream(&text, &size);
+	if (!f)
+		return false;
+	ucp_ep_print_info(uep, f);
+	fclose(f);
+	bool tcp = false;
+	for (char *line = text; line && *line && !tcp;) {
+		char *end = strchr(line, '\n');
+		if (end)
+			*end = '\0';
+		char *lane = strstr(line, "lane[");
+		char *colon = lane ? strstr(lane, "]:") : NULL;
+		if (colon && (strstr(colon, " am_bw") || strstr(colon, " rma_bw"))) {
+			const char *name = colon + 2 + strspn(colon + 2, " ");
+			name += strspn(name, "0123456789");
+			tcp = strncmp(name, ":tcp/", 5) == 0;
+		}
+		line = end ? end + 1 : NULL;
+	}
+	free(text);
+	return tcp;
+}
+
 int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
                         ucp_err_handler_cb_t failed, void *(*thread)(void *))
 {
@@ -235,6 +266,7 @@ int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
 	int rc = create_endpoint(ep, &a, failed);
 	if (rc)
 		return rc;
+	ep->unsent_max = source && bulk_over_tcp(ep->ep) ? UCX_TCP_UNSENT_MAX : UINT64_MAX;
 	if (lmt__thread_start(&ep->thread, thread, ep)) {
 		ucx_ep_close_now(ep, true);
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx channel %u: cannot start a thread",
@@ -290,11 +322,22 @@ static void idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *)
 
 void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpoint *))
 {
+	uint64_t now = lmt__now_ns();
 	if (busy) {
+		/* A busy thread gives its core up now and then: otherwise
+		 * a thread woken on the same core (the one waiting in
+		 * lmt_save_iterate) may get it only at the scheduler's next
+		 * tick, 4 ms away on a kernel built for 250 Hz. */
 		ep->idle_since = 0;
+		if (!ep->busy_since) {
+			ep->busy_since = now;
+		} else if (now - ep->busy_since >= UCX_BUSY_YIELD_NS) {
+			sched_yield();
+			ep->busy_since = lmt__now_ns();
+		}
 		return;
 	}
-	uint64_t now = lmt__now_ns();
+	ep->busy_since = 0;
 	if (!ep->idle_since)
 		ep->idle_since = now;
 	/* Waking a sleeping thread costs more than a short spin, and shared

@@ -19,6 +19,9 @@
 #include "wire.h"
 
 #define UCX_QUEUE_DEPTH 256u /* writes per channel, posted and not harvested */
+/* Over tcp, the most a source channel hands UCX that UCX has not sent:
+ * see post_queued() in source.c. */
+#define UCX_TCP_UNSENT_MAX (1u << 20)
 
 enum ucx_transfer {
 	UCX_TRANSFER_AUTO = 0,
@@ -77,6 +80,7 @@ struct lmt_endpoint {
 	atomic_bool stopping;
 	atomic_bool sleeping;
 	uint64_t idle_since; /* channel thread: when it last found nothing to do */
+	uint64_t busy_since; /* channel thread: since when it has had work without a break */
 
 	/* Source: `lock` guards the submission queue, the free slots, the
 	 * slots' generations and `broken`. */
@@ -101,6 +105,8 @@ struct lmt_endpoint {
 	bool peer_watched;        /* UCX reports a failed peer (error mode PEER) */
 	uint32_t notes_in_flight; /* notices sent and not yet gone */
 	uint32_t in_flight;       /* source: slots posted and not finished */
+	uint64_t unsent_bytes;    /* source: bytes posted that UCX has not sent yet */
+	uint64_t unsent_max;      /* source: posts stop at this (UCX_TCP_UNSENT_MAX over tcp) */
 	uint32_t unflushed;
 	uint64_t unflushed_bytes;
 	uint64_t epoch; /* puts posted now belong to this flush */

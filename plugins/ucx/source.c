@@ -103,6 +103,8 @@ static void complete(lmt_endpoint *ep, struct ucx_slot *slot, int status)
 	struct putil_channels *c = &ep->inst->channels;
 	if (slot->rkey)
 		atomic_fetch_sub(&slot->rkey->users, 1);
+	if (slot->posted && !slot->sent)
+		ep->unsent_bytes -= slot->len;
 	pthread_mutex_lock(&c->lock);
 	putil_channels_complete_locked(c, ep->channel, slot->cookie, status);
 	pthread_mutex_lock(&ep->lock);
@@ -125,11 +127,17 @@ static void try_finish(lmt_endpoint *ep, struct ucx_slot *slot)
 	}
 }
 
+static void mark_sent(lmt_endpoint *ep, struct ucx_slot *slot)
+{
+	slot->sent = true;
+	ep->unsent_bytes -= slot->len;
+}
+
 static void write_sent(void *request, ucs_status_t status, void *user_data)
 {
 	struct ucx_slot *slot = user_data;
 	lmt_endpoint *ep = slot->ep;
-	slot->sent = true;
+	mark_sent(ep, slot);
 	ucp_request_free(request);
 	if (status == UCS_ERR_REJECTED) {
 		slot->status = -LMT_EPROTO;
@@ -288,10 +296,11 @@ static void post(lmt_endpoint *ep, struct ucx_slot *slot)
 	void *req;
 	slot->posted = true;
 	ep->in_flight++;
+	ep->unsent_bytes += slot->len;
 	if (ep->use_put) {
 		ucp_rkey_h rkey = channel_rkey(ep, slot);
 		if (!rkey) {
-			slot->sent = true;
+			mark_sent(ep, slot);
 			slot->status = -LMT_EPROTO;
 			return;
 		}
@@ -306,10 +315,10 @@ static void post(lmt_endpoint *ep, struct ucx_slot *slot)
 		                      slot->local, slot->len, &params);
 	}
 	if (req == NULL) {
-		slot->sent = true;
+		mark_sent(ep, slot);
 	} else if (UCS_PTR_IS_ERR(req)) {
 		ucs_status_t st = UCS_PTR_STATUS(req);
-		slot->sent = true;
+		mark_sent(ep, slot);
 		slot->status = -ucx_status_code(st);
 		source_fail(ep, ucx_status_code(st), "cannot post a write of %zu bytes (%s)",
 		            slot->len, ucs_status_string(st));
@@ -336,15 +345,34 @@ static uint32_t take(lmt_endpoint *ep, struct ucx_slot **out, uint32_t max)
 	return n;
 }
 
+static void post_or_drop(lmt_endpoint *ep, struct ucx_slot *slot)
+{
+	if (ep->failure)
+		drop(ep, slot, ep->failure);
+	else
+		post(ep, slot);
+}
+
+/* Post what the core queued. Over tcp, UCX sends all it holds in one
+ * ucp_worker_progress call for as long as the socket takes it (up to
+ * 60 ms over loopback was seen), so there posting stops while
+ * UCX_TCP_UNSENT_MAX or more is unsent, and the channel's thread comes
+ * back often enough to yield its core (docs/ucx.md, "The iterate budget
+ * over tcp"). */
 static bool post_queued(lmt_endpoint *ep)
 {
 	struct ucx_slot *batch[SUBMIT_BATCH];
-	uint32_t n = take(ep, batch, SUBMIT_BATCH);
-	for (uint32_t i = 0; i < n; i++) {
-		if (ep->failure)
-			drop(ep, batch[i], ep->failure);
-		else
-			post(ep, batch[i]);
+	uint32_t n = 0;
+	if (ep->unsent_max == UINT64_MAX) {
+		n = take(ep, batch, SUBMIT_BATCH);
+		for (uint32_t i = 0; i < n; i++)
+			post_or_drop(ep, batch[i]);
+	} else {
+		while (n < SUBMIT_BATCH && ep->unsent_bytes < ep->unsent_max &&
+		       take(ep, batch, 1)) {
+			post_or_drop(ep, batch[0]);
+			n++;
+		}
 	}
 	return n > 0;
 }
@@ -372,7 +400,7 @@ static bool source_ready(lmt_endpoint *ep)
 	pthread_mutex_lock(&ep->lock);
 	bool queued = ep->queue_tail != ep->queue_head;
 	pthread_mutex_unlock(&ep->lock);
-	return queued || (ep->use_put && ep->unflushed && !ep->flushing);
+	return (queued && ep->unsent_bytes < ep->unsent_max) || (ep->use_put && ep->unflushed && !ep->flushing);
 }
 
 static void shutdown_channel(lmt_endpoint *ep)
