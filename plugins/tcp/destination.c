@@ -101,6 +101,7 @@ struct rx {
 	uint64_t acked;         /* writes acknowledged to the source */
 	uint64_t unacked_bytes; /* bytes placed since the last acknowledgement */
 	bool boundary;          /* between two messages */
+	uint64_t shared_at;     /* putil_share_core's mark */
 	char why[320];          /* what failed */
 };
 
@@ -136,6 +137,7 @@ static int recv_exact_tls(struct rx *rx, void *buf, uint64_t len)
 	struct lmt__wait w = {.cancelled = rx_stopping, .ctx = rx->ep};
 	struct lmt__net_error e;
 	int rc = lmt__tls_recv_all(rx->ep->tls, buf, len, &w, &e);
+	putil_share_core(&rx->shared_at);
 	if (!rc)
 		return 0;
 	snprintf(rx->why, sizeof(rx->why), "%s",
@@ -152,6 +154,7 @@ static int recv_exact(struct rx *rx, void *buf, uint64_t len)
 	while (len) {
 		size_t chunk = len < RECV_CHUNK ? (size_t)len : RECV_CHUNK;
 		ssize_t n = recv(rx->ep->fd, p, chunk, MSG_WAITALL);
+		putil_share_core(&rx->shared_at);
 		if (n > 0) {
 			p += n;
 			len -= (uint64_t)n;

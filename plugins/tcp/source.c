@@ -65,8 +65,9 @@ static void fail_locked(lmt_endpoint *ep, int code, const char *fmt, ...)
 	pthread_cond_broadcast(&ep->cond);
 }
 
-/* Send every byte of iov[0..count); 0 or an errno value. */
-static int send_iov(int fd, struct iovec *iov, size_t count)
+/* Send every byte of iov[0..count); 0 or an errno value. `shared_at` is
+ * the sender's putil_share_core mark. */
+static int send_iov(int fd, struct iovec *iov, size_t count, uint64_t *shared_at)
 {
 	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = count};
 	for (;;) {
@@ -90,6 +91,7 @@ static int send_iov(int fd, struct iovec *iov, size_t count)
 		}
 		ssize_t n = sendmsg(fd, &part, MSG_NOSIGNAL);
 		last->iov_len += cut;
+		putil_share_core(shared_at);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -109,11 +111,13 @@ static int send_iov(int fd, struct iovec *iov, size_t count)
 
 /* The same through TLS: each buffer in records of up to 16 KiB, encrypted
  * from where it lies. A shutdown of the socket ends the wait. */
-static int send_iov_tls(lmt_endpoint *ep, const struct iovec *iov, size_t count)
+static int send_iov_tls(lmt_endpoint *ep, const struct iovec *iov, size_t count,
+                        uint64_t *shared_at)
 {
 	struct lmt__net_error e;
 	for (size_t i = 0; i < count; i++) {
 		int rc = lmt__tls_send_all(ep->tls, iov[i].iov_base, iov[i].iov_len, NULL, &e);
+		putil_share_core(shared_at);
 		if (rc)
 			return rc == -LMT_ECONN ? EPIPE : EIO;
 	}
@@ -139,6 +143,7 @@ static void *source_sender(void *arg)
 	lmt_endpoint *ep = arg;
 	uint8_t headers[SEND_BATCH][TCP_HEADER_LEN];
 	struct iovec iov[2 * SEND_BATCH];
+	uint64_t shared_at = 0;
 	pthread_mutex_lock(&ep->lock);
 	for (;;) {
 		while (ep->taken == ep->head && !atomic_load(&ep->stopping) && !ep->broken)
@@ -161,7 +166,8 @@ static void *source_sender(void *arg)
 		}
 		ep->sending = true;
 		pthread_mutex_unlock(&ep->lock);
-		int err = ep->tls ? send_iov_tls(ep, iov, n) : send_iov(ep->fd, iov, n);
+		int err = ep->tls ? send_iov_tls(ep, iov, n, &shared_at)
+		                  : send_iov(ep->fd, iov, n, &shared_at);
 		pthread_mutex_lock(&ep->lock);
 		ep->sending = false;
 		if (err) {

@@ -14,7 +14,6 @@
 #define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
 #define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
 #define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
-#define UCX_BUSY_YIELD_NS 250000ull   /* a busy channel thread yields its core this often */
 
 struct note_buffer {
 	lmt_endpoint *ep;
@@ -322,22 +321,13 @@ static void idle(lmt_endpoint *ep, int timeout_ms, bool (*ready)(lmt_endpoint *)
 
 void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpoint *))
 {
-	uint64_t now = lmt__now_ns();
 	if (busy) {
-		/* A busy thread gives its core up now and then: otherwise
-		 * a thread woken on the same core (the one waiting in
-		 * lmt_save_iterate) may get it only at the scheduler's next
-		 * tick, 4 ms away on a kernel built for 250 Hz. */
 		ep->idle_since = 0;
-		if (!ep->busy_since) {
-			ep->busy_since = now;
-		} else if (now - ep->busy_since >= UCX_BUSY_YIELD_NS) {
-			sched_yield();
-			ep->busy_since = lmt__now_ns();
-		}
+		putil_share_core(&ep->busy_since);
 		return;
 	}
 	ep->busy_since = 0;
+	uint64_t now = lmt__now_ns();
 	if (!ep->idle_since)
 		ep->idle_since = now;
 	/* Waking a sleeping thread costs more than a short spin, and shared

@@ -80,7 +80,7 @@ struct lmt_endpoint {
 	atomic_bool stopping;
 	atomic_bool sleeping;
 	uint64_t idle_since; /* channel thread: when it last found nothing to do */
-	uint64_t busy_since; /* channel thread: since when it has had work without a break */
+	uint64_t busy_since; /* channel thread: busy since, or last yield (putil_share_core) */
 
 	/* Source: `lock` guards the submission queue, the free slots, the
 	 * slots' generations and `broken`. */

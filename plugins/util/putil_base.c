@@ -3,6 +3,7 @@
 #include "putil_base.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -152,6 +153,17 @@ void putil_nap(uint64_t ns)
 {
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ns};
 	nanosleep(&ts, NULL);
+}
+
+void putil_share_core(uint64_t *last)
+{
+	uint64_t now = lmt__now_ns();
+	if (!*last) {
+		*last = now;
+	} else if (now - *last >= PUTIL_SHARE_NS) {
+		sched_yield();
+		*last = lmt__now_ns();
+	}
 }
 
 int putil_random(const struct putil_instance *base, void *buf, size_t len)

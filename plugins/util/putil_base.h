@@ -80,4 +80,14 @@ int putil_random_id(const struct putil_instance *base, uint64_t max, uint64_t *o
  * something it cannot wait on. */
 void putil_nap(uint64_t ns);
 
+/* How often a plugin thread that keeps a core busy gives it up. */
+#define PUTIL_SHARE_NS 250000ull
+/* For a thread that may run for milliseconds without sleeping (moving
+ * bulk data, driving a library's progress): sched_yield() when `*last`
+ * (0 at first, then kept by this function) is PUTIL_SHARE_NS or more ago.
+ * Some kernels hand a busy core to a thread they wake on it (the VMM's,
+ * waiting in lmt_save_iterate) only at the next scheduler tick, 4 ms away
+ * at 250 Hz. */
+void putil_share_core(uint64_t *last);
+
 #endif
