@@ -558,7 +558,13 @@ static ssize_t accept_write(lmt_endpoint *ep, const void *local, size_t len, voi
 		 * the bytes in flight fall below the window: the caller never
 		 * waits inside the provider (post_queued). The core never has
 		 * overlapping writes in flight, so order does not matter. */
+		bool idle = ep->queued_head == LFI_NONE && ep->inflight_bytes < LFI_COALESCE_WINDOW;
 		queue_write(ep, op, local, len, desc, remote, key, cookie);
+		/* The channel's thread, asleep in fi_cq_sread, wakes for a
+		 * completion or its timeout (LFI_SLICE_MS): when the window
+		 * has room, the write must not wait for either. */
+		if (idle && inst->cq_wait)
+			fi_cq_signal(ep->cq);
 		return 0;
 	}
 	uint64_t flags = FI_COMPLETION;
