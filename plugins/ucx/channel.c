@@ -266,6 +266,10 @@ int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
 	if (rc)
 		return rc;
 	ep->unsent_max = source && bulk_over_tcp(ep->ep) ? UCX_TCP_UNSENT_MAX : UINT64_MAX;
+	if (ep->unsent_max != UINT64_MAX)
+		putil_log(&inst->base, LMT_LOG_DEBUG,
+		          "ucx channel %u: bulk data over tcp, posting held to %u KiB unsent",
+		          ep->channel, UCX_TCP_UNSENT_MAX >> 10);
 	if (lmt__thread_start(&ep->thread, thread, ep)) {
 		ucx_ep_close_now(ep, true);
 		return putil_error(&inst->base, LMT_ENOMEM, "ucx channel %u: cannot start a thread",

@@ -3,8 +3,9 @@
  * LMT_TEST_UCX_TLS and LMT_TEST_UCX_TRANSFER: how transport and device lists
  * reach UCX, blobs with a bad field, random region ids, a forger with a UCP
  * worker of its own playing a hostile source (and an outsider without the
- * channel's token), writes through a key the destination let go, and how the
- * source takes its destination closing. What every plugin must do is
+ * channel's token), writes through a key the destination let go, that the
+ * source holds posting back over tcp only, and how the source takes its
+ * destination closing. What every plugin must do is
  * lmt-plugin-check's (check-ucx-*). */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -653,6 +654,28 @@ static void test_a_goodbye_answered_late_is_no_crash(void **state)
 	unsetenv("LMT_TEST_UCX_BYE_DELAY_MS");
 }
 
+/* ---- Tests: pacing --------------------------------------------------------- */
+
+/* Over tcp a source channel hands UCX at most about 1 MiB unsent, so that
+ * one progress call does not run for tens of milliseconds (docs/ucx.md,
+ * "The iterate budget over tcp"); over shared memory it is not held back.
+ * That every write still lands, larger ones too, is lmt-plugin-check's
+ * "writes of many sizes" and "a write of chunk-size" (check-ucx-tcp). */
+static void test_source_holds_posting_back_over_tcp_only(void **state)
+{
+	(void)state;
+	struct ph_run run = {.cfg = &cfg};
+	struct ph_pair p;
+	ph_pair_init(&p, &cfg);
+	p.channels = 2;
+	PH_REQUIRE(&run, ph_pair_bring_up(&run, &p));
+	int held = logged_count(&p.src.host, "bulk data over tcp, posting held to 1024 KiB unsent");
+	int held_dst = logged_count(&p.dst.host, "posting held");
+	ph_pair_close(&p);
+	assert_int_equal(held, strcmp(tls, "tcp") == 0 ? 2 : 0);
+	assert_int_equal(held_dst, 0);
+}
+
 static void test_orderly_close_by_source_is_no_error(void **state)
 {
 	(void)state;
@@ -708,6 +731,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_write_to_a_deregistered_region_fails_both_sides),
 	        cmocka_unit_test(test_destination_close_mid_stream_gives_source_econn),
 	        cmocka_unit_test(test_a_goodbye_answered_late_is_no_crash),
+	        cmocka_unit_test(test_source_holds_posting_back_over_tcp_only),
 	        cmocka_unit_test(test_orderly_close_by_source_is_no_error),
 	        cmocka_unit_test(test_orderly_close_by_destination_is_no_error),
 	};
