@@ -631,10 +631,12 @@ static void test_remote_error_carries_the_provider_text(void **state)
 }
 
 /* lmtfake holds successful writes; one that fails ends the session, and
- * the held ones must be reported failed too, each once (the tally). Write
- * i, of `size` bytes, goes to channel i % channels, at offset i * stride. */
-static void held_writes_fail_once(const struct variant *v, uint32_t channels, size_t size,
-                                  size_t stride)
+ * the held ones must be reported failed too, each once (the tally). Of
+ * `channels` channels, write i, of `size` bytes, goes to channel
+ * i % writers, at offset i * stride; the failing one to the last channel.
+ * Nothing here depends on when a channel's thread runs. */
+static void held_writes_fail_once(const struct variant *v, uint32_t channels, uint32_t writers,
+                                  size_t size, size_t stride)
 {
 	enum { HELD = 200 };
 	struct ph_run run;
@@ -650,16 +652,18 @@ static void held_writes_fail_once(const struct variant *v, uint32_t channels, si
 	                         ph_tally_init(&run, &tally, HELD + 1));
 	tally.allow_failures = true;
 	for (uint64_t i = 0; i < HELD; i++)
-		assert_int_equal(ph_post_once(&run, &p, &tally, (uint32_t)(i % channels), &source,
+		assert_int_equal(ph_post_once(&run, &p, &tally, (uint32_t)(i % writers), &source,
 		                              source.mem + i * stride, &region, i * stride, size),
 		                 0);
-	/* The failing write goes to a region of its own, under another key,
-	 * so that coalescing posts it at once. */
+	/* The failing write goes to a region of its own, under another key;
+	 * with coalescing, to a channel with nothing in flight, which posts
+	 * it at once. */
 	PH_REQUIRE(&run, ph_region_open(&run, &p, &bad, 4096));
 	cfg.plugin->ops.mr_deregister(p.dst.inst, region.mr);
 	cfg.plugin->ops.mr_deregister(p.dst.inst, bad.mr);
 	region.mr = bad.mr = NULL;
-	assert_int_equal(ph_post_once(&run, &p, &tally, 0, &source, source.mem, &bad, 0, 16), 0);
+	assert_int_equal(
+	        ph_post_once(&run, &p, &tally, channels - 1, &source, source.mem, &bad, 0, 16), 0);
 	assert_int_equal(ph_harvest_until_error(&run, &p, &tally, 5 * PH_SECOND), -LMT_EIO);
 	PH_REQUIRE(&run, !run.failed);
 	assert_int_equal(tally.done, HELD + 1);
@@ -675,16 +679,18 @@ static void held_writes_fail_once(const struct variant *v, uint32_t channels, si
 static void test_failure_reports_every_outstanding_write(void **state)
 {
 	(void)state;
-	held_writes_fail_once(&fake_held, 2, 16, 0);
+	held_writes_fail_once(&fake_held, 2, 2, 16, 0);
 }
 
 /* With coalescing, once 1 MiB is held in flight the writes behind it wait
  * in the plugin and never reach the provider: each is still reported
- * once. */
+ * once. The 200 writes of 64 KiB go to channel 0 with gaps between them,
+ * so none merge: 16 are held and 184 wait, whenever its thread posts; the
+ * failing write goes to channel 1. */
 static void test_failure_reports_queued_writes(void **state)
 {
 	(void)state;
-	held_writes_fail_once(&fake_held_coalesced, 1, 64 << 10, 64 << 10);
+	held_writes_fail_once(&fake_held_coalesced, 2, 1, 64 << 10, 128 << 10);
 }
 
 /* A write the provider holds keeps progress and flush waiting: a cancel
