@@ -45,7 +45,8 @@ static const struct lmt_option_desc lfi_options[] = {
          .enum_values = lfi_coalesce_names,
          .doc = "the channel's thread posts every write, up to 1 MiB in flight, merged "
                 "where contiguous under one key; auto = on for shm, whose target copies "
-                "under a lock the sender spins on (source only)"},
+                "under a lock the sender spins on, and for tcp, which sends inside the "
+                "post (source only)"},
         {.name = "mr-mode",
          .type = LMT_OPT_STRING,
          .default_value = "",

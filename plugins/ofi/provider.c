@@ -287,12 +287,15 @@ static int choose_provider(struct lmt_instance *inst, const struct lfi_choice *c
 		                   "ofi.coalesce=on needs delivery completion; provider %s gives "
 		                   "visibility by fence reads here",
 		                   inst->info->fabric_attr->prov_name);
-	inst->linger = strstr(inst->info->fabric_attr->prov_name, "tcp") != NULL;
+	bool tcp = strstr(inst->info->fabric_attr->prov_name, "tcp") != NULL;
+	inst->linger = tcp;
 	inst->shm = strstr(inst->info->fabric_attr->prov_name, "shm") != NULL;
+	/* auto: shm's sender spins on the target's copy lock, and tcp sends
+	 * inside the post, so either would hold the VMM's thread in iterate
+	 * past its budget (docs/ofi.md). */
 	inst->coalesce = inst->base.role == LMT_ROLE_SOURCE && inst->visibility == LFI_DELIVERY &&
 	                 (c->coalesce == LFI_COALESCE_ON ||
-	                  (c->coalesce == LFI_COALESCE_AUTO &&
-	                   strcmp(inst->info->fabric_attr->prov_name, "shm") == 0));
+	                  (c->coalesce == LFI_COALESCE_AUTO && (inst->shm || tcp)));
 	return 0;
 }
 

@@ -54,7 +54,7 @@ struct variant {
 static const struct variant tcp = {.provider = "tcp"};
 static const struct variant tcp_fence = {.provider = "tcp", .completion = "fence"};
 static const struct variant tcp_local = {.provider = "tcp", .mr_mode = "local"};
-static const struct variant tcp_coalesced = {.provider = "tcp", .coalesce = "on"};
+static const struct variant tcp_apart = {.provider = "tcp", .coalesce = "off"};
 static const struct variant shm = {.provider = "shm"};
 static const struct variant shm_offsets = {.provider = "shm", .mr_mode = "local+prov_key"};
 static const struct variant shm_apart = {.provider = "shm", .coalesce = "off"};
@@ -924,6 +924,7 @@ int main(int argc, char **argv)
 
 	        ON(test_writes_land_under_the_mode, tcp_fence),
 	        ON(test_writes_land_under_the_mode, tcp_local),
+	        ON(test_writes_land_under_the_mode, tcp_apart),
 	        ON(test_writes_land_under_the_mode, shm_offsets),
 	        ON(test_writes_land_under_the_mode, shm_apart),
 	        ON(test_writes_land_under_the_mode, fake),
@@ -938,7 +939,8 @@ int main(int argc, char **argv)
 	        ON(test_writes_land_under_the_mode, fake_fence_all),
 	        ON(test_writes_land_under_the_mode, fake_polled),
 	        ON(test_contiguous_writes_merge_and_complete_once, shm),
-	        ON(test_contiguous_writes_merge_and_complete_once, tcp_coalesced),
+	        /* By default (ofi.coalesce=auto) over both. */
+	        ON(test_contiguous_writes_merge_and_complete_once, tcp),
 	        ON(test_unregistered_source_is_refused_when_the_provider_needs_it, fake_local),
 	        ON(test_unregistered_source_is_refused_when_the_provider_needs_it, shm_offsets),
 	        cmocka_unit_test(test_registration_needs_open_channels_with_endpoint_mode),
