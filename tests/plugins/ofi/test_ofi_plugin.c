@@ -54,7 +54,6 @@ struct variant {
 static const struct variant tcp = {.provider = "tcp"};
 static const struct variant tcp_fence = {.provider = "tcp", .completion = "fence"};
 static const struct variant tcp_local = {.provider = "tcp", .mr_mode = "local"};
-static const struct variant tcp_apart = {.provider = "tcp", .coalesce = "off"};
 static const struct variant shm = {.provider = "shm"};
 static const struct variant shm_offsets = {.provider = "shm", .mr_mode = "local+prov_key"};
 static const struct variant shm_apart = {.provider = "shm", .coalesce = "off"};
@@ -924,7 +923,6 @@ int main(int argc, char **argv)
 
 	        ON(test_writes_land_under_the_mode, tcp_fence),
 	        ON(test_writes_land_under_the_mode, tcp_local),
-	        ON(test_writes_land_under_the_mode, tcp_apart),
 	        ON(test_writes_land_under_the_mode, shm_offsets),
 	        ON(test_writes_land_under_the_mode, shm_apart),
 	        ON(test_writes_land_under_the_mode, fake),
