@@ -13,7 +13,8 @@
 #define UCX_CANCEL_NS 100000000ull    /* longest goodbye once the session is cancelled */
 #define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
 #define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
-#define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer */
+#define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer, */
+#define UCX_SPIN_PULLED_NS 25000ull   /* or this long on a source whose peer pulls */
 
 struct note_buffer {
 	lmt_endpoint *ep;
@@ -204,34 +205,46 @@ static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
 	return 0;
 }
 
-/* Whether UCX moves this endpoint's bulk data (its am_bw or rma_bw lanes)
- * over tcp, from the lanes ucp_ep_print_info lists ("lane[0]:  1:tcp/lo.0
- * md[1] -> ... am am_bw#0 ..."); UCX 1.13 has no query for them. */
-static bool bulk_over_tcp(ucp_ep_h uep)
+/* What carries an endpoint's bulk data (its am_bw and rma_bw lanes), read
+ * from the lanes ucp_ep_print_info lists ("lane[0]:  1:tcp/lo.0 md[1] ->
+ * ... am am_bw#0 ..."; UCX 1.13 has no query for them): `tcp` when a
+ * bandwidth lane is tcp; `peer_copies` when the rendezvous lane is a copy
+ * the peer's CPU makes between the two processes (cma, knem, xpmem): the
+ * destination then pulls, and the source's thread mostly waits. */
+struct ucx_lanes {
+	bool tcp;
+	bool peer_copies;
+};
+
+static struct ucx_lanes bulk_lanes(ucp_ep_h uep)
 {
+	static const char *const copies[] = {":cma/", ":knem/", ":xpmem/"};
+	struct ucx_lanes l = {false, false};
 	char *text = NULL;
 	size_t size = 0;
 	FILE *f = open_memstream(&text, &size);
 	if (!f)
-		return false;
+		return l;
 	ucp_ep_print_info(uep, f);
 	fclose(f);
-	bool tcp = false;
-	for (char *line = text; line && *line && !tcp;) {
+	for (char *line = text; line && *line;) {
 		char *end = strchr(line, '\n');
 		if (end)
 			*end = '\0';
 		char *lane = strstr(line, "lane[");
 		char *colon = lane ? strstr(lane, "]:") : NULL;
-		if (colon && (strstr(colon, " am_bw") || strstr(colon, " rma_bw"))) {
+		bool am_bw = colon && strstr(colon, " am_bw"), rma_bw = colon && strstr(colon, " rma_bw");
+		if (am_bw || rma_bw) {
 			const char *name = colon + 2 + strspn(colon + 2, " ");
 			name += strspn(name, "0123456789");
-			tcp = strncmp(name, ":tcp/", 5) == 0;
+			l.tcp |= strncmp(name, ":tcp/", 5) == 0;
+			for (size_t i = 0; rma_bw && i < sizeof(copies) / sizeof(copies[0]); i++)
+				l.peer_copies |= strncmp(name, copies[i], strlen(copies[i])) == 0;
 		}
 		line = end ? end + 1 : NULL;
 	}
 	free(text);
-	return tcp;
+	return l;
 }
 
 int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
@@ -265,7 +278,20 @@ int ucx_channel_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr,
 	int rc = create_endpoint(ep, &a, failed);
 	if (rc)
 		return rc;
-	ep->unsent_max = source && bulk_over_tcp(ep->ep) ? UCX_TCP_UNSENT_MAX : UINT64_MAX;
+	struct ucx_lanes lanes = bulk_lanes(ep->ep);
+	ep->unsent_max = source && lanes.tcp ? UCX_TCP_UNSENT_MAX : UINT64_MAX;
+	/* A source whose destination pulls the data spins only briefly
+	 * while it waits: on a shared host a longer spin takes the core
+	 * from the thread copying the data and from the VMM's (docs/ucx.md,
+	 * "The iterate budget over shared memory"). */
+	bool pulled = source && !ep->use_put && lanes.peer_copies;
+	ep->spin_idle_ns = pulled ? UCX_SPIN_PULLED_NS : UCX_SPIN_IDLE_NS;
+	ep->spin_pending_ns = pulled ? UCX_SPIN_PULLED_NS : UCX_SPIN_PENDING_NS;
+	if (pulled)
+		putil_log(&inst->base, LMT_LOG_DEBUG,
+		          "ucx channel %u: the destination pulls the data, the channel spins "
+		          "%llu us before it sleeps",
+		          ep->channel, UCX_SPIN_PULLED_NS / 1000);
 	if (ep->unsent_max != UINT64_MAX)
 		putil_log(&inst->base, LMT_LOG_DEBUG,
 		          "ucx channel %u: bulk data over tcp, posting held to %u KiB unsent",
@@ -337,7 +363,7 @@ void ucx_pace(lmt_endpoint *ep, bool busy, bool pending, bool (*ready)(lmt_endpo
 	/* Waking a sleeping thread costs more than a short spin, and shared
 	 * memory signals every message to a sleeping peer: stay awake a while,
 	 * longer when the peer owes an answer, yielding to other threads. */
-	if (now - ep->idle_since < (pending ? UCX_SPIN_PENDING_NS : UCX_SPIN_IDLE_NS)) {
+	if (now - ep->idle_since < (pending ? ep->spin_pending_ns : ep->spin_idle_ns)) {
 		sched_yield();
 		return;
 	}

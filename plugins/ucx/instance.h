@@ -81,6 +81,9 @@ struct lmt_endpoint {
 	atomic_bool sleeping;
 	uint64_t idle_since; /* channel thread: when it last found nothing to do */
 	uint64_t busy_since; /* channel thread: busy since, or last yield (putil_share_core) */
+	/* channel thread: how long it spins before it sleeps, idle or owed
+	 * an answer (ucx_pace) */
+	uint64_t spin_idle_ns, spin_pending_ns;
 
 	/* Source: `lock` guards the submission queue, the free slots, the
 	 * slots' generations and `broken`. */
