@@ -68,6 +68,12 @@ static int status_code(enum ibv_wc_status status)
 	case IBV_WC_RETRY_EXC_ERR:
 	case IBV_WC_RNR_RETRY_EXC_ERR:
 		return LMT_ECONN; /* the peer stopped answering */
+	case IBV_WC_REM_ACCESS_ERR:
+		/* Every write is checked against the keys the destination
+		 * granted before it is posted, so its registration is gone:
+		 * it closed it, or died and the kernel released it before its
+		 * queue pair (as rxe does). */
+		return LMT_ECONN;
 	default:
 		return LMT_EIO;
 	}

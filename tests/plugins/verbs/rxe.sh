@@ -146,6 +146,8 @@ bench="$build/tools/lmt-bench"
 check="$build/tools/plugin-check/lmt-plugin-check"
 faults="$build/tests/integration/test_faults"
 postcopy="$build/tests/integration/test_postcopy"
+matrix="$build/tests/integration/test_fault_matrix"
+chaos="$build/plugins/chaos/chaos.so"
 plugin="$build/plugins/verbs/verbs.so"
 for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe"; do
 	[ -x "$f" ] || [ -f "$f" ] || die "$f not built (meson compile first)"
@@ -157,6 +159,10 @@ for f in "$bench" "$check" "$plugin" "$build/tests/plugins/verbs/verbs-probe" \
 done
 [ -x "$faults" ] && add_elf "$faults"
 [ -x "$postcopy" ] && add_elf "$postcopy"
+if [ -x "$matrix" ] && [ -f "$chaos" ]; then
+	add_elf "$matrix"
+	add_elf "$chaos"
+fi
 provider=$(ls /usr/lib/*-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null | head -1)
 [ -n "$provider" ] || die "librxe-rdmav*.so not found: install ibverbs-providers"
 add_elf "$provider"
@@ -170,6 +176,10 @@ BENCH='$bench'
 CHECK='$check'
 FAULTS='$faults'
 POSTCOPY='$postcopy'
+MATRIX='$matrix'
+MATRIX_RUNS='${LMT_RXE_MATRIX_RUNS:-1}'
+ONLY_MATRIX='${LMT_RXE_ONLY_MATRIX:-0}'
+CHAOS_DIR='$(dirname "$chaos")'
 PROBE='$build/tests/plugins/verbs/verbs-probe'
 PLUGIN_DIR='$(dirname "$plugin")'
 RDMA='$(command -v rdma)'

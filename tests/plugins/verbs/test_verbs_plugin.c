@@ -1321,7 +1321,7 @@ static void test_completion_error_reports_every_outstanding_cookie_once(void **s
 	for (int i = 0; i < 6; i++)
 		assert_int_equal(write_page(p, (uint32_t)(i % 2), (uint64_t)i, 20 + (uint64_t)i),
 		                 0);
-	queue_wc(fake.wrs[0].qp_num, fake.wrs[0].wr_id, IBV_WC_REM_ACCESS_ERR);
+	queue_wc(fake.wrs[0].qp_num, fake.wrs[0].wr_id, IBV_WC_LOC_PROT_ERR);
 	struct lmt_completion out[16];
 	assert_int_equal(harvest(p->src, out, 16), 6);
 	uint64_t seen = 0;
@@ -1331,8 +1331,8 @@ static void test_completion_error_reports_every_outstanding_cookie_once(void **s
 		seen |= 1ull << (out[i].cookie - 20);
 	}
 	assert_int_equal(seen, 0x3f);
-	assert_string_equal(first_error(&src_host), "verbs channel 0: RDMA write failed: remote access "
-	                                    "error (status 10, vendor error 0x42)");
+	assert_string_equal(first_error(&src_host), "verbs channel 0: RDMA write failed: local "
+	                                    "protection error (status 4, vendor error 0x42)");
 	/* Flushed completions that follow are not reported again. */
 	queue_wc(fake.wrs[2].qp_num, fake.wrs[2].wr_id, IBV_WC_WR_FLUSH_ERR);
 	assert_int_equal(ops->progress(p->src, out, 16, 0), -LMT_EIO);
@@ -1346,18 +1346,32 @@ static void test_completion_error_reports_every_outstanding_cookie_once(void **s
 	pair_close(p);
 }
 
-static void test_retry_exceeded_means_the_peer_is_gone(void **state)
+/* A completion with `status` reports its write as LMT_ECONN: the peer is gone. */
+static void check_peer_gone(enum ibv_wc_status status, const char *text)
 {
-	(void)state;
 	struct pair *p = pair_open(1);
 	assert_int_equal(write_page(p, 0, 0, 5), 0);
-	queue_wc(fake.wrs[0].qp_num, fake.wrs[0].wr_id, IBV_WC_RETRY_EXC_ERR);
+	queue_wc(fake.wrs[0].qp_num, fake.wrs[0].wr_id, status);
 	struct lmt_completion out[4];
 	assert_int_equal(ops->progress(p->src, out, 4, 0), 1);
 	assert_int_equal(out[0].cookie, 5);
 	assert_int_equal(out[0].status, -LMT_ECONN);
-	assert_true(contains(first_error(&src_host), "transport retry counter exceeded"));
+	assert_true(contains(first_error(&src_host), text));
 	pair_close(p);
+}
+
+static void test_retry_exceeded_means_the_peer_is_gone(void **state)
+{
+	(void)state;
+	check_peer_gone(IBV_WC_RETRY_EXC_ERR, "transport retry counter exceeded");
+}
+
+/* The destination's registration went away under a write: it closed, or
+ * died and its kernel released the region before the queue pair. */
+static void test_remote_access_error_means_the_peer_is_gone(void **state)
+{
+	(void)state;
+	check_peer_gone(IBV_WC_REM_ACCESS_ERR, "remote access error");
 }
 
 static void test_completion_for_an_unknown_request_fails_the_instance(void **state)
@@ -1542,6 +1556,7 @@ int main(void)
 	        T(test_a_write_outside_its_source_registration_is_refused),
 	        T(test_completion_error_reports_every_outstanding_cookie_once),
 	        T(test_retry_exceeded_means_the_peer_is_gone),
+	        T(test_remote_access_error_means_the_peer_is_gone),
 	        T(test_completion_for_an_unknown_request_fails_the_instance),
 	        T(test_poll_cq_failure_fails_the_instance),
 	        T(test_post_send_failure_fails_the_instance),
