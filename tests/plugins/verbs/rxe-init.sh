@@ -101,6 +101,7 @@ matrix() {
 	n=1
 	while [ $n -le "$MATRIX_RUNS" ]; do
 		LMT_PLUGIN_PATH="$PLUGIN_DIR:$CHAOS_DIR" LMT_TEST_PLUGIN=verbs LMT_TEST_OPTIONS= \
+			LMT_TEST_MATRIX_OPTIONS="$MATRIX_OPTIONS" LMT_TEST_CELL="$MATRIX_CELL" \
 			LMT_TEST_WRITABLE_VIEW="$view" run "fault-matrix-$n" "$MATRIX" || break
 		n=$((n + 1))
 	done
