@@ -106,7 +106,7 @@ static struct guest_workload *running_workload;
  * through a second, writable mapping of the same memory. Where the
  * transport cannot take a read-only view, LMT_TEST_WRITABLE_VIEW says why
  * and lmt gets a writable one: the check that it never writes the source
- * guest is then not made (main says so). */
+ * guest is then not made, and the matrix says so at its end. */
 struct guest {
 	int fd;
 	struct guest_ram rw;
@@ -114,14 +114,20 @@ struct guest {
 	struct guest_workload *workload;
 };
 
+/* Why lmt gets a writable view of the source guest, or NULL. */
+static const char *writable_view(void)
+{
+	const char *why = getenv("LMT_TEST_WRITABLE_VIEW");
+	return why && *why ? why : NULL;
+}
+
 static void guest_open(struct guest *g, bool dirtying)
 {
 	g->fd = memfd_create("lmt-test-guest", MFD_CLOEXEC);
 	assert_true(g->fd >= 0);
 	assert_int_equal(ftruncate(g->fd, RAM_BYTES), 0);
 	uint8_t *rw = mmap(NULL, RAM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
-	const char *writable = getenv("LMT_TEST_WRITABLE_VIEW");
-	int view_prot = writable && *writable ? PROT_READ | PROT_WRITE : PROT_READ;
+	int view_prot = writable_view() ? PROT_READ | PROT_WRITE : PROT_READ;
 	uint8_t *ro = mmap(NULL, RAM_BYTES, view_prot, MAP_SHARED, g->fd, 0);
 	assert_true(rw != MAP_FAILED && ro != MAP_FAILED);
 	guest_ram_layout(&g->rw, rw, RAM_BYTES);
@@ -497,11 +503,10 @@ static void test_every_cell_fails_cleanly_and_a_fresh_migration_follows(void **s
 		ran++;
 	}
 	print_message("    %d cells passed over %s\n", ran, test_plugin());
-	const char *writable = getenv("LMT_TEST_WRITABLE_VIEW");
-	if (writable && *writable)
+	if (writable_view())
 		print_message("    not checked that lmt never writes the source guest (it had a "
 		              "writable view): %s\n",
-		              writable);
+		              writable_view());
 	if (left_out)
 		print_message("    %d cells not run (killed or stopped peers): %s\n", left_out,
 		              no_process_faults);
