@@ -25,7 +25,8 @@ FIGURES = ["setup_ms", "total_ms", "downtime_ms", "throughput_gbps", "throughput
 ROW_KEYS = ["kind", "row", "label", "plugin", "plugin_options", "config", "options", "status",
             "repeat", "verified_runs", "ram_bytes", "dirty_rate_bps", "working_set_bytes",
             "zero_fraction", "seed", "prefault", "thp", "memcpy_gibps", "yardstick", "yardstick_gbps",
-            "error", "runs"]
+            "error", "runs", "content", "content_pages", "content_pools", "content_pools_checksum",
+            "dirty_pattern", "compression_sample_bytes", "zstd1_ratio", "zstd3_ratio", "lz4_ratio"]
 ROW_KEYS += [f + s for s in ("", "_min", "_max") for f in FIGURES]
 RUN_KEYS = ["kind", "run", "verified", "error", "zero_pages_made", "dirtied_bytes", "passes",
             "stats"] + FIGURES
@@ -35,7 +36,8 @@ FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsti
          "--dirty-rate",
          "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",
          "--plot", "--dry-run", "--port", "--timeout", "--target", "--test-corrupt", "--help",
-         "--auto-converge", "--postcopy", "--postcopy-after"]
+         "--auto-converge", "--postcopy", "--postcopy-after", "--content", "--dirty-pattern",
+         "--content-file"]
 
 
 class Failure(Exception):
@@ -548,6 +550,127 @@ def case_postcopy():
     row = parse_json_rows(out)[0]
     check(not [k for k in POSTCOPY_FIGURES + ["postcopy"] if k in row or k in row["runs"][0]],
           "a run without --postcopy has postcopy fields")
+
+
+# ---- the guest's content and dirty pattern ------------------------------------
+
+MIXED = "mixed:zero=25,code=35,text=25,random=15"
+
+
+def case_content_errors():
+    expect_usage_error(["--plugin", "tcp", "--content", "ram"], "--content",
+                       "expected random, zero or mixed")
+    expect_usage_error(["--plugin", "tcp", "--content", "mixed:zero=60,code=60"], "--content",
+                       "add up to 120%")
+    expect_usage_error(["--plugin", "tcp", "--content", "mixed:bss=5"], "--content",
+                       "unknown key 'bss'")
+    expect_usage_error(["--plugin", "tcp", "--content", "mixed", "--zero-fraction", "0.5"],
+                       "--zero-fraction", "mixed:zero=")
+    expect_usage_error(["--plugin", "tcp", "--dirty-pattern", "cold"], "--dirty-pattern",
+                       "expected uniform or hot")
+    expect_usage_error(["--plugin", "tcp", "--dirty-pattern", "hot:set=0"], "--dirty-pattern",
+                       "set: expected a percentage")
+    rc, out, err = bench("--content-file", "/nonexistent/dir/guest.img", "--ram", "1M")
+    check(rc == 1 and "--content-file '/nonexistent/dir/guest.img'" in err,
+          f"an unwritable --content-file: exit status {rc}: {err!r}")
+
+
+def write_image(path, *args):
+    rc, out, err = bench("--content-file", path, "--ram", "16M", *args)
+    check(rc == 0, f"--content-file {args}: exit status {rc}: {err}")
+    check(out.startswith(f"wrote {path}: 16M of guest RAM"), f"--content-file says {out!r}")
+    with open(path, "rb") as f:
+        data = f.read()
+    check(len(data) == 16 << 20, f"{args}: an image of {len(data)} bytes for 16M")
+    return data, out
+
+
+def zero_pages(data):
+    zero = bytes(4096)
+    return sum(data[i:i + 4096] == zero for i in range(0, len(data), 4096))
+
+
+def case_content_file():
+    # Each content, written by two processes, is the same bytes; the zero
+    # pages are as many as the output says.
+    with tempfile.TemporaryDirectory() as tmp:
+        for content, zero in [("random", 0), ("zero", 4096), ("mixed", 1024),
+                              ("mixed:pool=synthetic", 1024), ("mixed:zero=50", 2048)]:
+            a, out = write_image(os.path.join(tmp, "a.img"), "--content", content, "--seed", "3")
+            b, _ = write_image(os.path.join(tmp, "b.img"), "--content", content, "--seed", "3")
+            check(a == b, f"{content}: two processes wrote different images")
+            check(zero_pages(a) == zero, f"{content}: {zero_pages(a)} zero pages, expected {zero}")
+            if zero and zero < 4096:
+                check(f"({zero} pages)" in out, f"{content}: the output does not say {zero}: {out}")
+            c, _ = write_image(os.path.join(tmp, "c.img"), "--content", content, "--seed", "4")
+            check(content == "zero" or c != a, f"{content}: seeds 3 and 4 give the same image")
+        a, _ = write_image(os.path.join(tmp, "a.img"), "--zero-fraction", "0.25")
+        check(zero_pages(a) == 1024, f"--zero-fraction 0.25: {zero_pages(a)} zero pages")
+        _, out = write_image(os.path.join(tmp, "a.img"), "--content", "mixed")
+        check("code pages from:" in out and "text pages from:" in out,
+              f"the pools are not named: {out}")
+
+
+def case_content_mixed_hot():
+    # A mixed guest dirtying a hot set migrates over tcp and verifies bit
+    # for bit; the output gives its content, pattern and ratios.
+    guest = ["--plugin", "tcp", "--ram", "32M", "--content", "mixed", "--dirty-pattern",
+             "hot:set=5,share=90", "--dirty-rate", "64M", "--working-set", "16M",
+             "--timeout", "60s"]
+    rc, out, err = bench(*guest, "--repeat", "2", "--json")
+    check(rc == 0, f"exit status {rc}: {err}")
+    row = parse_json_rows(out)[0]
+    check(row["status"] == "ok" and row["verified_runs"] == 2, f"row: {row['error']}")
+    check(row["content"] == MIXED, f"content {row['content']!r}")
+    check(row["dirty_pattern"] == "hot:set=5,share=90", f"pattern {row['dirty_pattern']!r}")
+    pages = row["content_pages"]
+    check(pages == {"zero": 2048, "code": 2867, "text": 2048, "random": 1229},
+          f"content_pages {pages}")
+    check(row["zero_fraction"] == 0.25, f"zero_fraction {row['zero_fraction']}")
+    for pool in ("code", "text"):
+        check(row["content_pools"][pool]["source"], f"no source for the {pool} pool")
+    check(len(row["content_pools_checksum"]) == 16, f"{row['content_pools_checksum']!r}")
+    check(row["compression_sample_bytes"] == 2 << 20,
+          f"sampled {row['compression_sample_bytes']} bytes of 32M, expected every 16th 64K")
+    z1, z3, l4 = row["zstd1_ratio"], row["zstd3_ratio"], row["lz4_ratio"]
+    check(1.8 <= z1 <= 4.5 and z3 >= z1 * 0.98 and 1.2 <= l4 <= z3,
+          f"ratios zstd-1 {z1}, zstd-3 {z3}, lz4 {l4}")
+    for run in row["runs"]:
+        check(run["dirtied_bytes"] > 0, f"run {run['run']}: the guest wrote nothing")
+        check(run["zero_pages_made"] == 2048, f"run {run['run']}: {run['zero_pages_made']}")
+    rc, out, err = bench(*guest, "--csv")
+    check(rc == 0, f"csv: exit status {rc}: {err}")
+    table = list(csv.reader(io.StringIO(out)))
+    line = dict(zip(table[0], table[1]))
+    check(line["content"] == MIXED and line["dirty_pattern"] == "hot:set=5,share=90" and
+          float(line["zstd1_ratio"]) == z1, f"csv: {line}")
+    rc, out, err = bench(*guest, "--test-corrupt")
+    check(rc == 1 and "RAM differs" in out, f"--test-corrupt: exit status {rc}: {out}")
+    check("content mixed: 25% zero (2048 pages), 35% code (2867 pages)" in out and
+          "hot: 5% of it (205 pages" in out and "takes 90% of the writes" in out and
+          "compression of the guest's RAM" in out, f"the preamble: {out}")
+    # The defaults are today's guest: random pages, uniform writes.
+    rc, out, err = bench("--plugin", "tcp", "--ram", "16M", "--json")
+    row = parse_json_rows(out)[0]
+    check(rc == 0 and row["content"] == "random:zero=0" and row["dirty_pattern"] == "uniform"
+          and row["zstd1_ratio"] < 1.01, f"defaults: {row['content']} {row['dirty_pattern']} "
+          f"{row['zstd1_ratio']}")
+
+
+def case_content_postcopy():
+    # The destination guest's writes of mixed content are rebuilt from
+    # their recipes for the check, which still catches a wrong byte.
+    guest = ["--plugin", "tcp", "--ram", "64M", "--dirty-rate", "128M", "--working-set", "32M",
+             "-o", "max-bandwidth=32M", "--postcopy", "--timeout", "60s", "--content", "mixed",
+             "--dirty-pattern", "hot:set=10,share=80"]
+    rc, out, err = bench(*guest, "--json")
+    check(rc == 0, f"exit status {rc}: {err}")
+    run = parse_json_rows(out)[0]["runs"][0]
+    check(run["verified"] and run["postcopy"]["destination_written_pages"] > 0,
+          f"verified {run['verified']}, destination wrote "
+          f"{run['postcopy']['destination_written_pages']} pages")
+    rc, out, err = bench(*guest, "--test-corrupt")
+    check(rc == 1 and "written by the destination guest" in out, f"--test-corrupt: {out}")
 
 
 CASES = {name[5:].replace("_", "-"): fn for name, fn in globals().items()

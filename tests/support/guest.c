@@ -1,10 +1,9 @@
-/* The synthetic guest (see guest.h): RAM blocks full of pseudo-random pages,
- * a workload thread that dirties them at a set rate, the dirty-sync
- * callback. */
+/* The synthetic guest (see guest.h): RAM blocks, a workload thread that
+ * dirties them at a set rate with its content and pattern
+ * (guest_content.c), the dirty-sync callback. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -12,8 +11,8 @@
 #include <time.h>
 
 #include "guest.h"
+#include "guest_content.h"
 
-#define WORDS_PER_PAGE (GUEST_PAGE_SIZE / sizeof(uint64_t))
 #define SLICE_NS 1000000u /* the workload paces itself every millisecond */
 
 uint64_t guest_now_ns(void)
@@ -35,7 +34,7 @@ uint64_t guest_random(uint64_t *state)
 }
 
 /* Uniform in [0, bound) without a division. */
-static uint64_t random_below(uint64_t *state, uint64_t bound)
+uint64_t guest_random_below(uint64_t *state, uint64_t bound)
 {
 	return (uint64_t)(((unsigned __int128)guest_random(state) * bound) >> 64);
 }
@@ -93,33 +92,14 @@ void guest_ram_free_dirty(struct guest_ram *ram)
 	}
 }
 
-static void fill_page(uint64_t *words, uint64_t *rng)
-{
-	for (size_t i = 0; i < WORDS_PER_PAGE; i++)
-		words[i] = guest_random(rng);
-}
-
-void guest_page_pattern(void *page, uint64_t state)
-{
-	fill_page(page, &state);
-}
-
 uint64_t guest_ram_fill(struct guest_ram *ram, double zero_fraction, uint64_t seed)
 {
-	uint64_t pages = ram->bytes / GUEST_PAGE_SIZE;
-	uint64_t zero = (uint64_t)llround(zero_fraction * (double)pages);
-	uint64_t left = zero, rng = seed;
+	uint64_t made[GUEST_PAGE_CLASSES];
+	struct guest_content content;
 
-	/* Selection sampling: page p stays zero with probability
-	 * left / (pages - p), which picks exactly `zero` pages, uniformly. */
-	for (uint64_t p = 0; p < pages; p++) {
-		if (random_below(&rng, pages - p) < left) {
-			left--;
-			continue;
-		}
-		fill_page((uint64_t *)(ram->base + p * GUEST_PAGE_SIZE), &rng);
-	}
-	return zero;
+	guest_content_random(&content, zero_fraction);
+	guest_content_fill(&content, ram, seed, made);
+	return made[GUEST_PAGE_ZERO];
 }
 
 int guest_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t npages)
@@ -142,9 +122,11 @@ int guest_dirty_sync(void *opaque, uint32_t block, uint64_t *bitmap, uint64_t np
 struct guest_workload {
 	struct guest_ram *ram;
 	struct guest_write_log log; /* NULL arrays: not logged */
+	const struct guest_content *content;
+	struct guest_hot_set hot; /* hot.hot 0: uniform */
 	uint64_t rate;
 	uint64_t pages;  /* in the working set */
-	uint64_t cursor; /* next page to rewrite */
+	uint64_t cursor; /* uniform: the next page to rewrite */
 	uint64_t rng;
 	uint64_t written;
 	pthread_t thread;
@@ -156,25 +138,38 @@ struct guest_workload {
 	_Atomic uint32_t throttle; /* percent of the time the "vCPU" is held */
 };
 
+/* Uniform: the working set page after page; hot: mostly its hot set. */
+static uint64_t workload_next_page(struct guest_workload *w)
+{
+	uint64_t index = w->cursor;
+
+	if (w->hot.hot)
+		return guest_hot_set_next(&w->hot, &w->rng);
+	w->cursor = index + 1 == w->pages ? 0 : index + 1;
+	return index;
+}
+
 /* Rewrite the next page of the working set, then say so: a sync that
  * clears the bit before the data lands sees the bit again next time. */
 static void workload_dirty_page(struct guest_workload *w)
 {
 	struct guest_ram *ram = w->ram;
-	uint64_t index = w->cursor, page = index;
+	uint64_t index = workload_next_page(w), page = index;
 	struct guest_block *b = &ram->blocks[0];
+	uint64_t recipe = guest_content_rewrite(w->content, &w->rng);
 
-	w->cursor = page + 1 == w->pages ? 0 : page + 1;
 	if (page >= b->npages) {
 		page -= b->npages;
 		b = &ram->blocks[1];
 	}
-	/* The state before the fill is what rebuilds the page. */
+	/* The recipe is what rebuilds the page. */
 	if (w->log.state) {
-		w->log.state[index] = w->rng;
+		w->log.state[index] = recipe;
 		w->log.written[index] = 1;
+		if (w->log.count)
+			w->log.count[index]++;
 	}
-	fill_page((uint64_t *)(b->host + page * GUEST_PAGE_SIZE), &w->rng);
+	guest_content_page(w->content, b->host + page * GUEST_PAGE_SIZE, recipe);
 	if (b->dirty)
 		atomic_fetch_or_explicit(&b->dirty[page / 64], UINT64_C(1) << (page % 64),
 		                         memory_order_release);
@@ -237,18 +232,29 @@ int guest_workload_start_logged(struct guest_workload **out, struct guest_ram *r
                                 uint64_t working_set, uint64_t rate, uint64_t seed,
                                 const struct guest_write_log *log)
 {
+	const struct guest_workload_spec spec = {
+	        .working_set = working_set, .rate = rate, .seed = seed, .log = log};
+
+	return guest_workload_start_spec(out, ram, &spec);
+}
+
+int guest_workload_start_spec(struct guest_workload **out, struct guest_ram *ram,
+                              const struct guest_workload_spec *spec)
+{
 	struct guest_workload *w = calloc(1, sizeof(*w));
 	int rc;
 
 	*out = NULL;
 	if (!w)
 		return -ENOMEM;
-	if (log)
-		w->log = *log;
+	if (spec->log)
+		w->log = *spec->log;
 	w->ram = ram;
-	w->rate = rate;
-	w->pages = working_set / GUEST_PAGE_SIZE;
-	w->rng = seed ^ UINT64_C(0x5bd1e9955bd1e995);
+	w->content = spec->content;
+	w->rate = spec->rate;
+	w->pages = spec->working_set / GUEST_PAGE_SIZE;
+	w->rng = spec->seed ^ UINT64_C(0x5bd1e9955bd1e995);
+	guest_hot_set_init(&w->hot, spec->pattern, w->pages, spec->seed);
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
 	rc = w->pages ? pthread_create(&w->thread, NULL, workload_main, w) : EINVAL;

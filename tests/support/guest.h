@@ -1,7 +1,8 @@
 /* The synthetic guest that lmt-bench and the integration tests migrate: RAM
- * blocks full of pseudo-random pages, a workload thread that dirties them
- * at a set rate, and the dirty-sync callback lmt asks. Test support, not
- * installed; built even without the tests, since lmt-bench links it. */
+ * blocks full of pseudo-random pages (or of the content guest_content.h
+ * describes), a workload thread that dirties them at a set rate, and the
+ * dirty-sync callback lmt asks. Test support, not installed; built even
+ * without the tests, since lmt-bench links it. */
 #ifndef LMT_TESTS_GUEST_H
 #define LMT_TESTS_GUEST_H
 
@@ -34,6 +35,8 @@ struct guest_ram {
 uint64_t guest_now_ns(void);
 /* splitmix64 over *state. */
 uint64_t guest_random(uint64_t *state);
+/* Uniform in [0, bound), bound > 0. */
+uint64_t guest_random_below(uint64_t *state, uint64_t bound);
 /* FNV-1a, 64-bit. */
 uint64_t guest_checksum(const void *data, size_t length);
 
@@ -47,7 +50,7 @@ void guest_ram_free_dirty(struct guest_ram *ram);
 
 /* Fill zero-filled RAM with pseudo-random pages, leaving exactly
  * round(zero_fraction * pages) of them all-zero, spread by the seed.
- * Returns that number. */
+ * Returns that number. (guest_content_fill is the same for any content.) */
 uint64_t guest_ram_fill(struct guest_ram *ram, double zero_fraction, uint64_t seed);
 
 /* lmt_dirty_sync_fn over a struct guest_ram. */
@@ -59,13 +62,15 @@ struct guest_workload;
 int guest_workload_start(struct guest_workload **out, struct guest_ram *ram, uint64_t working_set,
                          uint64_t rate, uint64_t seed);
 /* Where a workload notes what it wrote, for a check that cannot keep a
- * copy of each page: per page of the working set, the generator state the
- * page was last filled from (guest_page_pattern rebuilds the page from
- * it), and 1 once the workload wrote the page at all. Both arrays have a
- * slot per page of the working set and start zeroed. */
+ * copy of each page: per page of the working set, the generator state (the
+ * recipe) the page was last filled from (guest_page_pattern rebuilds the
+ * page from it), 1 once the workload wrote the page at all, and, when
+ * `count` is not NULL, how many times. The arrays have a slot per page of
+ * the working set and start zeroed. */
 struct guest_write_log {
 	uint64_t *state;
 	uint8_t *written;
+	uint32_t *count;
 };
 /* guest_workload_start, noting every page written in `log` (kept by the
  * caller, read once the workload is stopped). The blocks may have no dirty
@@ -73,8 +78,24 @@ struct guest_write_log {
 int guest_workload_start_logged(struct guest_workload **out, struct guest_ram *ram,
                                 uint64_t working_set, uint64_t rate, uint64_t seed,
                                 const struct guest_write_log *log);
-/* The page a workload writes from generator state `state`. */
-void guest_page_pattern(void *page, uint64_t state);
+
+struct guest_content;
+struct guest_dirty_pattern;
+/* Everything a workload can be asked; NULL pointers are the defaults. */
+struct guest_workload_spec {
+	uint64_t working_set;
+	uint64_t rate;
+	uint64_t seed;
+	const struct guest_content *content;       /* NULL: random pages */
+	const struct guest_dirty_pattern *pattern; /* NULL: uniform */
+	const struct guest_write_log *log;         /* NULL: not logged */
+};
+/* The content and pattern must outlive the workload. */
+int guest_workload_start_spec(struct guest_workload **out, struct guest_ram *ram,
+                              const struct guest_workload_spec *spec);
+/* The page a workload of `content` (NULL for the default random pages)
+ * writes from generator state `state`. */
+void guest_page_pattern(const struct guest_content *content, void *page, uint64_t state);
 /* Hold the "vCPU" for `percent` percent of the time (auto-converge's
  * throttle): the thread dirties that much less. NULL is fine. */
 void guest_workload_throttle(struct guest_workload *w, uint32_t percent);

@@ -32,8 +32,7 @@ static const struct {
         [BENCH_PASS_COUNT] = {"pass_count", "passes", "(count)", 7, 0, 1, true},
         [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
         [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
-        [BENCH_MAX_ITERATE_RUNQ_MS] = {"max_iterate_runq_ms", "iter runq", "(ms)", 9, 1, 1,
-                                       false},
+        [BENCH_MAX_ITERATE_RUNQ_MS] = {"max_iterate_runq_ms", "iter runq", "(ms)", 9, 1, 1, false},
         [BENCH_WAKE_LATE_MS] = {"wake_late_ms", "wake late", "(ms)", 9, 1, 1, false},
         [BENCH_THROTTLE_PERCENT] = {"throttle_percent", "throttle", "(%)", 8, 0, 1, true},
         [BENCH_FILE_MIB] = {"file_bytes", "file", "(MiB)", 8, 1, 1 / MIB, true},
@@ -274,6 +273,20 @@ static void print_header(const struct bench_report *rep)
 	}
 }
 
+/* ", hot: 5% of it (N pages) takes 90% of the writes" */
+static void print_pattern(FILE *f, const struct bench_config *cfg)
+{
+	struct guest_hot_set hot;
+
+	if (!cfg->pattern.hot) {
+		fprintf(f, ", uniformly (page after page)\n");
+		return;
+	}
+	guest_hot_set_init(&hot, &cfg->pattern, cfg->working_set / GUEST_PAGE_SIZE, cfg->seed);
+	fprintf(f, "; hot: %.4g%% of it (%llu pages, spread over it) takes %.4g%% of the writes\n",
+	        cfg->pattern.set_percent, (unsigned long long)hot.hot, cfg->pattern.share_percent);
+}
+
 static void print_preamble(const struct bench_report *rep)
 {
 	const struct bench_config *cfg = rep->cfg;
@@ -288,16 +301,24 @@ static void print_preamble(const struct bench_report *rep)
 		bench_format(LMT_OPT_SIZE, layout.blocks[i].length, size, sizeof(size));
 		fprintf(f, "%s%s %s", i ? ", " : "", layout.blocks[i].name, size);
 	}
-	fprintf(f, "), %.0f%% of its pages zero, seed %llu; ", cfg->zero_fraction * 100.0,
-	        (unsigned long long)cfg->seed);
+	if (cfg->content->profile.kind == GUEST_CONTENT_RANDOM) {
+		fprintf(f, "), %.0f%% of its pages zero, seed %llu; ", cfg->zero_fraction * 100.0,
+		        (unsigned long long)cfg->seed);
+	} else {
+		fprintf(f, "), ");
+		bench_content_describe(f, cfg);
+		fprintf(f, ", seed %llu; ", (unsigned long long)cfg->seed);
+	}
 	if (cfg->dirty_rate > 0) {
 		bench_format(LMT_OPT_SIZE, cfg->dirty_rate, size, sizeof(size));
 		fprintf(f, "dirties %s/s ", size);
 		bench_format(LMT_OPT_SIZE, cfg->working_set, size, sizeof(size));
-		fprintf(f, "of a %s working set\n", size);
+		fprintf(f, "of a %s working set", size);
+		print_pattern(f, cfg);
 	} else {
 		fprintf(f, "idle\n");
 	}
+	bench_content_preamble(f, cfg, &rep->compression);
 	bool handover = cfg->local && !cfg->local_anonymous;
 	fprintf(f, "options: %s; source RAM %s; destination RAM %s\n",
 	        rep->common_options ? rep->common_options : "(defaults)",
@@ -439,6 +460,47 @@ static void json_postcopy(FILE *f, const struct bench_result *r)
 	        (unsigned long long)r->stats.postcopy_requested);
 }
 
+/* The guest's content, its dirty pattern and the compression ratios. */
+static void json_content(const struct bench_report *rep)
+{
+	const struct bench_config *cfg = rep->cfg;
+	const struct guest_content *c = cfg->content;
+	uint64_t pages[GUEST_PAGE_CLASSES];
+	char text[256];
+	FILE *f = rep->out;
+
+	guest_profile_format(&c->profile, text, sizeof(text));
+	fprintf(f, ",\"content\":");
+	json_string(f, text);
+	bench_content_pages(cfg, pages);
+	fprintf(f, ",\"content_pages\":{");
+	for (int k = 0; k < GUEST_PAGE_CLASSES; k++)
+		fprintf(f, "%s\"%s\":%llu", k ? "," : "", guest_page_class_name(k),
+		        (unsigned long long)pages[k]);
+	fprintf(f, "},\"content_pools\":{");
+	for (int k = 0, n = 0; k < GUEST_PAGE_CLASSES; k++) {
+		if (!c->pool[k].npages)
+			continue;
+		fprintf(f, "%s\"%s\":{\"synthetic\":%s,\"source\":", n++ ? "," : "",
+		        guest_page_class_name(k), c->pool[k].synthetic ? "true" : "false");
+		json_string(f, c->pool[k].source);
+		fprintf(f, "}");
+	}
+	fprintf(f, "},\"content_pools_checksum\":");
+	snprintf(text, sizeof(text), "%016llx", (unsigned long long)c->digest);
+	json_string(f, c->profile.kind == GUEST_CONTENT_MIXED ? text : NULL);
+	guest_dirty_pattern_format(&cfg->pattern, text, sizeof(text));
+	fprintf(f, ",\"dirty_pattern\":");
+	json_string(f, text);
+	json_key(f, "compression_sample_bytes", "");
+	json_value(f, rep->compression.measured ? (double)rep->compression.sampled_bytes : NAN,
+	           true);
+	for (int z = 0; z < BENCH_COMPRESSORS; z++) {
+		json_key(f, bench_compressor_key(z), "");
+		json_value(f, rep->compression.measured ? rep->compression.ratio[z] : NAN, false);
+	}
+}
+
 /* The stats come last: scripts that grep the line for "throughput_bps"
  * greedily find the session's own figure. */
 static void json_run(const struct bench_report *rep, const struct bench_row *row,
@@ -486,6 +548,7 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	fprintf(f, ",\"zero_fraction\":%g,\"seed\":%llu,\"prefault\":%s,\"thp\":%s",
 	        cfg->zero_fraction, (unsigned long long)cfg->seed, cfg->prefault ? "true" : "false",
 	        cfg->thp ? "true" : "false");
+	json_content(rep);
 	json_key(f, "memcpy_gibps", "");
 	json_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",\"yardstick\":");
@@ -514,6 +577,7 @@ static void csv_header(const struct bench_report *rep)
 
 	fprintf(f, "row,label,plugin,plugin_options,config,options,status,repeat,verified_runs,"
 	           "ram_bytes,dirty_rate_bps,working_set_bytes,zero_fraction,seed,prefault,"
+	           "content,dirty_pattern,zstd1_ratio,zstd3_ratio,lz4_ratio,"
 	           "memcpy_gibps,yardstick,yardstick_gbps");
 	for (int i = 0; i < 3; i++) {
 		for (int k = 0; k < BENCH_FIGURE_COUNT; k++)
@@ -528,6 +592,24 @@ static void csv_value(FILE *f, double value, bool integer)
 	if (isnan(value) || isinf(value))
 		return;
 	fprintf(f, integer ? "%.0f" : "%.4f", value);
+}
+
+/* content,dirty_pattern,zstd1_ratio,zstd3_ratio,lz4_ratio, */
+static void csv_content(const struct bench_report *rep)
+{
+	char text[256];
+	FILE *f = rep->out;
+
+	guest_profile_format(&rep->cfg->content->profile, text, sizeof(text));
+	csv_string(f, text);
+	fprintf(f, ",");
+	guest_dirty_pattern_format(&rep->cfg->pattern, text, sizeof(text));
+	csv_string(f, text);
+	fprintf(f, ",");
+	for (int z = 0; z < BENCH_COMPRESSORS; z++) {
+		csv_value(f, rep->compression.measured ? rep->compression.ratio[z] : NAN, false);
+		fprintf(f, ",");
+	}
 }
 
 static void csv_row(const struct bench_report *rep, const struct bench_row *row)
@@ -552,6 +634,7 @@ static void csv_row(const struct bench_report *rep, const struct bench_row *row)
 	        (unsigned long long)cfg->dirty_rate, (unsigned long long)cfg->working_set,
 	        cfg->zero_fraction, (unsigned long long)cfg->seed,
 	        cfg->prefault ? "true" : "false");
+	csv_content(rep);
 	csv_value(f, rep->memcpy_gibps > 0 ? rep->memcpy_gibps : NAN, false);
 	fprintf(f, ",");
 	if (row->plugin->yardstick_gbps > 0)

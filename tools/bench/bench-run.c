@@ -323,9 +323,16 @@ static int dest_postcopy(const struct bench_config *cfg, lmt_session *session,
 		return rc;
 	msg->postcopy.switched = true;
 	lost_guest_arm(fd, msg);
+	const struct guest_workload_spec spec = {
+	        .working_set = cfg->working_set,
+	        .rate = cfg->dirty_rate,
+	        .seed = cfg->seed ^ DESTINATION_SEED,
+	        .content = cfg->content,
+	        .pattern = &cfg->pattern,
+	        .log = log,
+	};
 	if (cfg->postcopy && cfg->dirty_rate > 0 &&
-	    guest_workload_start_logged(&workload, ram, cfg->working_set, cfg->dirty_rate,
-	                                cfg->seed ^ DESTINATION_SEED, log) < 0) {
+	    guest_workload_start_spec(&workload, ram, &spec) < 0) {
 		child_fail(msg, -LMT_ENOMEM, "destination workload thread", strerror(ENOMEM));
 		return -LMT_ENOMEM;
 	}
@@ -690,8 +697,12 @@ static int source_drive(struct run *run, lmt_session *session, const char *uri, 
 		return -LMT_ENOMEM;
 	}
 	if (cfg->dirty_rate > 0) {
-		rc = guest_workload_start(&workload, &run->src, cfg->working_set, cfg->dirty_rate,
-		                          cfg->seed);
+		const struct guest_workload_spec spec = {.working_set = cfg->working_set,
+		                                         .rate = cfg->dirty_rate,
+		                                         .seed = cfg->seed,
+		                                         .content = cfg->content,
+		                                         .pattern = &cfg->pattern};
+		rc = guest_workload_start_spec(&workload, &run->src, &spec);
 		if (rc < 0) {
 			note(run->out, "source: workload thread: %s", strerror(-rc));
 			rc = -LMT_ENOMEM;
@@ -869,7 +880,9 @@ static int prepare(struct run *run)
 		note(run->out, "dirty bitmap: %s", strerror(ENOMEM));
 		return -1;
 	}
-	run->out->zero_pages_made = guest_ram_fill(&run->src, cfg->zero_fraction, cfg->seed);
+	uint64_t made[GUEST_PAGE_CLASSES];
+	guest_content_fill(cfg->content, &run->src, cfg->seed, made);
+	run->out->zero_pages_made = made[GUEST_PAGE_ZERO];
 	for (size_t i = 0; i < sizeof(run->device_state); i += sizeof(uint64_t)) {
 		uint64_t word = guest_random(&rng);
 
@@ -1056,7 +1069,7 @@ static bool compare_block_postcopy(struct run *run, const struct guest_block *b,
 		const uint8_t *want = b->host + off, *got = dst + off;
 
 		if (by_destination) {
-			guest_page_pattern(written, run->log.state[p]);
+			guest_page_pattern(run->cfg->content, written, run->log.state[p]);
 			want = (const uint8_t *)written;
 		}
 		if (memcmp(want, got, GUEST_PAGE_SIZE) == 0 || bad++ > 0)

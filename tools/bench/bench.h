@@ -13,6 +13,7 @@
 #include <lmt/lmt.h>
 
 #include "guest.h"
+#include "guest_content.h"
 
 #define BENCH_ERROR_MAX 1024u
 #define BENCH_DEVICE_STATE_SIZE 4096u
@@ -24,8 +25,10 @@ struct bench_config {
 	uint64_t working_set; /* bytes from the start of RAM the workload rewrites */
 	double zero_fraction; /* of the 4 KiB pages, left all-zero */
 	uint64_t seed;
-	uint64_t timeout_ns; /* watchdog for one run */
-	uint16_t port;       /* destination control port, 0 = any */
+	const struct guest_content *content; /* what the RAM holds: --content */
+	struct guest_dirty_pattern pattern;  /* which pages the workload rewrites */
+	uint64_t timeout_ns;                 /* watchdog for one run */
+	uint16_t port;                       /* destination control port, 0 = any */
 	bool prefault;
 	bool thp;            /* source RAM and memcpy buffers on transparent huge pages */
 	bool test_corrupt;   /* flip a destination byte before the check */
@@ -112,6 +115,41 @@ struct bench_result {
  * destination and verify it. Fills *out; free with bench_result_clear. */
 void bench_run(const struct bench_config *cfg, const char *plugin, struct bench_result *out);
 void bench_result_clear(struct bench_result *result);
+
+/* ---- bench-help.c ------------------------------------------------------- */
+
+/* --help, with the defaults that lmt-bench.c keeps. */
+void bench_usage(FILE *f, uint64_t default_ram, uint64_t default_timeout_ns);
+
+/* ---- bench-content.c ---------------------------------------------------- */
+
+/* The compression ratio of the guest's initial RAM: every 16th 64 KiB
+ * frame compressed on its own. */
+#define BENCH_RATIO_FRAME 65536u
+#define BENCH_RATIO_EVERY 16u
+
+enum bench_compressor { BENCH_ZSTD1, BENCH_ZSTD3, BENCH_LZ4, BENCH_COMPRESSORS };
+
+struct bench_compression {
+	bool measured;
+	uint64_t sampled_bytes;
+	double ratio[BENCH_COMPRESSORS]; /* sampled bytes / compressed bytes */
+};
+
+void bench_compression_measure(const struct guest_content *content, uint64_t ram_bytes,
+                               uint64_t seed, struct bench_compression *out);
+/* "zstd-1"; "zstd1_ratio" in JSON and CSV. */
+const char *bench_compressor_name(enum bench_compressor c);
+const char *bench_compressor_key(enum bench_compressor c);
+/* How many pages of each class the guest starts with. */
+void bench_content_pages(const struct bench_config *cfg, uint64_t pages[GUEST_PAGE_CLASSES]);
+/* "content mixed: 25% zero (N pages), ..." without a newline. */
+void bench_content_describe(FILE *f, const struct bench_config *cfg);
+/* The pools' and the compression's lines of the table's preamble. */
+void bench_content_preamble(FILE *f, const struct bench_config *cfg,
+                            const struct bench_compression *compression);
+/* --content-file: the guest's initial RAM into `path`. 0, or -1 with `err`. */
+int bench_content_file(const char *path, const struct bench_config *cfg, char *err, size_t size);
 
 /* ---- bench-sweep.c ------------------------------------------------------ */
 
@@ -225,7 +263,8 @@ struct bench_report {
 	const char *common_options;     /* -o, or NULL */
 	enum bench_format format;
 	unsigned repeat;
-	double memcpy_gibps;                /* 0 when it could not be measured */
+	double memcpy_gibps; /* 0 when it could not be measured */
+	struct bench_compression compression;
 	const struct bench_plugin *plugins; /* with their yardsticks */
 	size_t nplugins;
 	bool sweeping;    /* rows differ by config */

@@ -35,6 +35,10 @@ struct args {
 	const char *plot;
 	bool dry_run;
 	bool yardsticks;
+	const char *content_text; /* --content, or NULL for random */
+	const char *content_file; /* --content-file */
+	bool zero_fraction_given;
+	struct guest_profile profile;
 };
 
 struct plugins {
@@ -53,6 +57,12 @@ static noreturn void bad_arg(const char *flag, const char *expected, const char 
 static noreturn void usage_error(const char *message)
 {
 	fprintf(stderr, "lmt-bench: %s\n", message);
+	exit(2);
+}
+
+static noreturn void bad_flag(const char *flag, const char *message)
+{
+	fprintf(stderr, "lmt-bench: %s %s\n", flag, message);
 	exit(2);
 }
 
@@ -78,120 +88,6 @@ static void *grow(void *items, size_t count, size_t size)
 	if (!p)
 		out_of_memory();
 	return p;
-}
-
-static void usage(FILE *f)
-{
-	char ram[32], timeout[32];
-
-	bench_format(LMT_OPT_SIZE, DEFAULT_RAM, ram, sizeof(ram));
-	bench_format(LMT_OPT_DURATION, DEFAULT_TIMEOUT_NS, timeout, sizeof(timeout));
-	fprintf(f,
-	        "usage: lmt-bench [--plugins LIST] [--ram SIZE] [--sweep OPTION=V1,V2...]... "
-	        "[options]\n"
-	        "\n"
-	        "Migrates a synthetic guest between two processes over each transport plugin\n"
-	        "and each combination of swept options, checks every copy bit for bit, and\n"
-	        "prints throughput, total time and downtime side by side, next to the\n"
-	        "single-thread memcpy bandwidth over a buffer of the guest's size.\n"
-	        "\n"
-	        "What to compare:\n"
-	        "  --plugins LIST       plugins to compare, comma-separated; an entry may carry\n"
-	        "                       the plugin's own options after ':', separated by ';'\n"
-	        "                       (quote them from the shell), and 'all' stands for\n"
-	        "                       every plugin found that is not a decorator; e.g.\n"
-	        "                       'tcp,ucx:ucx.tls=posix,ucx:ucx.tls=tcp;ucx.transfer=am'\n"
-	        "                       (default: all; a plugin found that loads but has no\n"
-	        "                       device here is skipped with a message)\n"
-	        "  --plugin NAME[:KEY=VALUE,...]\n"
-	        "                       one plugin, its options separated by ','; may be given\n"
-	        "                       more than once, and with --plugins (default: all); a\n"
-	        "                       decorator keeps its own ':', as in\n"
-	        "                       chaos:tcp:chaos.delay=1ms,chaos.reorder=on\n"
-	        "  -o, --options LIST   lmt options for every row, key=value,...; may be given\n"
-	        "                       more than once (default: none, the library's defaults)\n"
-	        "  --sweep OPTION=V1,V2,...\n"
-	        "                       run a row per value; several --sweep give every\n"
-	        "                       combination, the first varying slowest, e.g.\n"
-	        "                       --sweep chunk-size=1M,64M --sweep channels=1,2,4\n"
-	        "                       (default: none; an option may be swept or set with\n"
-	        "                       -o or a plugin entry, not both)\n"
-	        "  --repeat N           runs per row; the row gives the median, min and max of\n"
-	        "                       each figure over its verified runs (default 1)\n"
-	        "  --yardsticks         also run each transport's own benchmark over loopback,\n"
-	        "                       median of 3: iperf3 for tcp; ucx_perftest ucp_put_bw\n"
-	        "                       (ucp_am_bw with ucx.transfer=am) for ucx, with the\n"
-	        "                       entry's ucx.tls; each row is then also given as a\n"
-	        "                       percentage of it (default: off, only memcpy)\n"
-	        "  --wake-probe         while the source pre-copies, a thread of its process\n"
-	        "                       sleeps 1 ms at a time: the 'wake late' column is the\n"
-	        "                       most such a sleep overran, the host's own floor under\n"
-	        "                       'max iter' (default: off)\n"
-	        "\n"
-	        "The guest:\n"
-	        "  --ram SIZE           guest RAM, a multiple of 4K (default %s)\n"
-	        "  --dirty-rate SIZE    bytes per second the guest rewrites while it is\n"
-	        "                       migrated, e.g. 100M or 100M/s (default 0: idle)\n"
-	        "  --working-set SIZE   how much RAM, from its start, the guest rewrites\n"
-	        "                       (default: all of it)\n"
-	        "  --auto-converge      -o auto-converge=on: lmt throttles the guest, which\n"
-	        "                       then dirties that share less, when passes do not\n"
-	        "                       converge; the throttle column is the last asked for\n"
-	        "                       (default: off)\n"
-	        "  --postcopy           -o postcopy=on,postcopy-after=1: when the passes do not\n"
-	        "                       converge, lmt switches to postcopy; the guest's workload\n"
-	        "                       then runs on the destination's RAM, faulting on pages\n"
-	        "                       not there yet, and its writes are checked bit for bit;\n"
-	        "                       adds the postcopy columns (default: off)\n"
-	        "  --postcopy-after N   --postcopy, switching after N passes (0 to 1000; 0: the\n"
-	        "                       bench switches at once after setup, lmt_save_postcopy)\n"
-	        "                       (default 1)\n"
-	        "  --zero-fraction F    fraction of the 4 KiB pages left all-zero, 0 to 1\n"
-	        "                       (default 0)\n"
-	        "  --seed N             seed of the guest's pseudo-random data (default 1)\n"
-	        "  --no-prefault        leave the destination's RAM unfaulted, to measure the\n"
-	        "                       page-fault cost (default: pre-fault it, timed apart)\n"
-	        "  --no-thp             keep the source's RAM on 4 KiB pages (default: ask for\n"
-	        "                       transparent huge pages, as QEMU does for guest RAM;\n"
-	        "                       the memcpy yardstick's buffers follow)\n"
-	        "\n"
-	        "Output (on stdout; a progress line is drawn there when it is a terminal):\n"
-	        "  --json               one JSON object per row, with every run and its\n"
-	        "                       per-pass timeline (default: a table)\n"
-	        "  --csv                a header line, then one line per row (default: a table)\n"
-	        "  --plot FILE          draw throughput and downtime per row into FILE.svg or\n"
-	        "                       FILE.png with gnuplot; skipped, with a message, when\n"
-	        "                       gnuplot is not installed (default: no plot)\n"
-	        "  --dry-run            list the rows (number, label, options; tab-separated)\n"
-	        "                       after checking their options, and exit (default: off)\n"
-	        "\n"
-	        "Runs:\n"
-	        "  --port N             destination control port (default 0: any)\n"
-	        "  --timeout DURATION   watchdog for one run: 500ms, 120s, 5m... (default %s)\n"
-	        "  --target file:DIR    save the guest to a file in DIR over the file plugin\n"
-	        "                       (the guest dirtying it as asked), then restore it\n"
-	        "                       into a fresh destination in this process and check it;\n"
-	        "                       adds the file's size and the restore's time and rate\n"
-	        "                       (default: migrate to a forked destination process)\n"
-	        "  --target local       a same-host live update: the destination process is\n"
-	        "                       reached over unix:PATH and the guest's RAM, a memfd,\n"
-	        "                       is handed over by descriptor (checked byte for byte by\n"
-	        "                       the destination); its pre-fault is left out\n"
-	        "                       (default: off)\n"
-	        "  --target local:anonymous\n"
-	        "                       the same over unix:PATH with anonymous guest RAM,\n"
-	        "                       copied by the plugin (default: off)\n"
-	        "  --test-corrupt       TESTS ONLY: flip a byte of the destination's RAM before\n"
-	        "                       the check, so that every run fails (default: off)\n"
-	        "  -h, --help           this help, then exit (default: off)\n"
-	        "\n"
-	        "Sizes and durations are written as lmt's options are: sizes are digits with\n"
-	        "an optional K, M, G or T (binary; 64KiB and 64KB mean 64K), durations digits\n"
-	        "with ns, us, ms, s or m (a bare number is ms). Throughput is bytes sent over\n"
-	        "the transport divided by the total migration time. Exit status: 0 when every\n"
-	        "row migrated and verified, 1 when a row failed (or the plot could not be\n"
-	        "drawn), 2 for bad arguments.\n",
-	        ram, timeout);
 }
 
 /* The flags that take a number: parsed as lmt parses its options, with
@@ -335,6 +231,7 @@ static void set_plot(struct args *args, const char *path)
 static void apply_flag(struct args *args, int flag, const char *value)
 {
 	struct bench_config *cfg = &args->cfg;
+	char err[BENCH_ERROR_MAX];
 
 	switch (flag) {
 	case 'p':
@@ -363,6 +260,17 @@ static void apply_flag(struct args *args, int flag, const char *value)
 	case 'z':
 		if (parse_fraction(value, &cfg->zero_fraction) < 0)
 			bad_arg("--zero-fraction", "a fraction from 0 to 1 such as 0.5", value);
+		args->zero_fraction_given = true;
+		break;
+	case 'K':
+		args->content_text = value;
+		break;
+	case 'J':
+		if (guest_dirty_pattern_parse(value, &cfg->pattern, err, sizeof(err)) < 0)
+			bad_flag("--dirty-pattern", err);
+		break;
+	case 'I':
+		args->content_file = value;
 		break;
 	case 'o':
 		append_options(args, value);
@@ -471,6 +379,21 @@ static void check_postcopy(struct args *args)
 	}
 }
 
+/* --content, with --zero-fraction only for random. */
+static void check_content(struct args *args)
+{
+	const char *text = args->content_text ? args->content_text : "random";
+	char err[BENCH_ERROR_MAX];
+
+	if (guest_profile_parse(text, args->cfg.zero_fraction, &args->profile, err, sizeof(err)) <
+	    0)
+		bad_flag("--content", err);
+	if (args->profile.kind != GUEST_CONTENT_RANDOM && args->zero_fraction_given)
+		usage_error("--zero-fraction sets the zero pages of --content random; with "
+		            "--content mixed, give mixed:zero=PERCENT");
+	args->cfg.zero_fraction = args->profile.share[GUEST_PAGE_ZERO] / 100.0;
+}
+
 static void parse_args(int argc, char **argv, struct args *args)
 {
 	static const struct option longopts[] = {
@@ -499,6 +422,9 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"postcopy", no_argument, NULL, 'C'},
 	        {"wake-probe", no_argument, NULL, 'W'},
 	        {"postcopy-after", required_argument, NULL, 'a'},
+	        {"content", required_argument, NULL, 'K'},
+	        {"dirty-pattern", required_argument, NULL, 'J'},
+	        {"content-file", required_argument, NULL, 'I'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -514,7 +440,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	args->repeat = 1;
 	while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		if (c == 'h') {
-			usage(stdout);
+			bench_usage(stdout, DEFAULT_RAM, DEFAULT_TIMEOUT_NS);
 			exit(0);
 		} else if (c == '?') {
 			usage_error("see --help for the flags");
@@ -534,6 +460,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	}
 	check_sizes(&args->cfg, ram_text, ws_text);
 	check_postcopy(args);
+	check_content(args);
 }
 
 static void args_free(struct args *args)
@@ -832,6 +759,8 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	 * buffers of the guest's size to allocate). */
 	if (!args->cfg.local || args->cfg.local_anonymous)
 		report.memcpy_gibps = bench_memcpy_gibps(args->cfg.ram_bytes, args->cfg.thp);
+	bench_compression_measure(args->cfg.content, args->cfg.ram_bytes, args->cfg.seed,
+	                          &report.compression);
 	if (args->yardsticks)
 		bench_yardsticks(plugins->items, plugins->count);
 	if (args->plot && !bench_plot_available())
@@ -864,9 +793,42 @@ static void tune_libfabric(void)
 	setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
 }
 
+/* The pools of a mixed guest are read once, before any destination is
+ * forked; --content-file writes the image and ends here. */
+static void load_content(struct args *args, struct guest_content *content)
+{
+	char err[BENCH_ERROR_MAX];
+
+	if (guest_content_load(content, &args->profile, err, sizeof(err)) < 0) {
+		fprintf(stderr, "lmt-bench: %s\n", err);
+		exit(1);
+	}
+	args->cfg.content = content;
+	if (!args->content_file)
+		return;
+	if (bench_content_file(args->content_file, &args->cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "lmt-bench: %s\n", err);
+		exit(1);
+	}
+	char size[32];
+	bench_format(LMT_OPT_SIZE, args->cfg.ram_bytes, size, sizeof(size));
+	printf("wrote %s: %s of guest RAM, seed %llu, ", args->content_file, size,
+	       (unsigned long long)args->cfg.seed);
+	bench_content_describe(stdout, &args->cfg);
+	printf("\n");
+	for (int k = 0; k < GUEST_PAGE_CLASSES; k++)
+		if (content->pool[k].npages)
+			printf("%s pages from: %s\n", guest_page_class_name(k),
+			       content->pool[k].source);
+	guest_content_free(content);
+	args_free(args);
+	exit(fflush(stdout) == 0 ? 0 : 1);
+}
+
 int main(int argc, char **argv)
 {
 	struct args args = {0};
+	struct guest_content content;
 	struct plugins plugins = {0};
 	struct bench_row *rows = NULL;
 	size_t nrows = 0;
@@ -876,6 +838,7 @@ int main(int argc, char **argv)
 
 	tune_libfabric();
 	parse_args(argc, argv, &args);
+	load_content(&args, &content);
 	out = claim_stdout();
 	/* The progress line is for a person watching the output. */
 	args.cfg.progress = isatty(fileno(out)) ? out : NULL;
@@ -901,6 +864,7 @@ int main(int argc, char **argv)
 	bench_rows_free(rows, nrows);
 	plugins_free(&plugins);
 	args_free(&args);
+	guest_content_free(&content);
 	if (release_stdout(out) != 0)
 		return 1;
 	return rc;
