@@ -114,10 +114,9 @@ static int visit_share(void *opaque, const char *key, size_t key_len, const char
 		if (pp->pool_given)
 			return fail(err, size, "'%s': pool is given twice", pp->whole);
 		pp->pool_given = true;
-		if (key_is(value, value_len, "synthetic") || key_is(value, value_len, "system")) {
-			pp->profile->synthetic = value[1] == 'y' && value[2] == 'n';
+		pp->profile->synthetic = key_is(value, value_len, "synthetic");
+		if (pp->profile->synthetic || key_is(value, value_len, "system"))
 			return 0;
-		}
 		return fail(err, size, "'%s': pool: expected system or synthetic, got '%.*s'",
 		            pp->whole, (int)value_len, value);
 	}

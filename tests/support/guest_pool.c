@@ -13,10 +13,10 @@
 
 #include "guest_pool.h"
 
-#define CODE_PAGES_PER_FILE 32u          /* spread over the file */
-#define GUEST_TEXT_BYTES_PER_FILE 16384u /* from the file's start */
-#define TEXT_FILES_PER_ROOT 20000u       /* listed at most, before any is read */
+#define CODE_PAGES_PER_FILE 32u /* spread over the file */
+#define FILES_PER_ROOT 20000u   /* listed at most, before any is read */
 #define TEXT_DEPTH 8
+#define MAX_ROOTS 4
 #define SYNTHETIC_SEED UINT64_C(0x1bd11bdaa9fc1a22) /* the same pool on every machine */
 
 #if defined(__x86_64__)
@@ -113,7 +113,9 @@ static int walk(const char *dir, int depth, bool recurse, struct names *files, s
 
 		if (!path) {
 			rc = -1;
-		} else if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+		} else if (lstat(path, &st) < 0) {
+			/* gone since it was listed: not part of the pool */
+		} else if (S_ISREG(st.st_mode)) {
 			rc = names_add(files, path);
 			path = NULL;
 		} else if (recurse && depth > 0 && S_ISDIR(st.st_mode)) {
@@ -128,12 +130,14 @@ static int walk(const char *dir, int depth, bool recurse, struct names *files, s
 /* Every root's files, taken in turn: the first of each, the second... */
 static int interleave(const char *const *roots, size_t nroots, bool recurse, struct names *out)
 {
-	struct names lists[4] = {{0}};
+	struct names lists[MAX_ROOTS] = {{0}};
 	int rc = 0;
 
 	memset(out, 0, sizeof(*out));
+	if (nroots > MAX_ROOTS)
+		return -1;
 	for (size_t r = 0; r < nroots && rc == 0; r++)
-		rc = walk(roots[r], TEXT_DEPTH, recurse, &lists[r], TEXT_FILES_PER_ROOT);
+		rc = walk(roots[r], TEXT_DEPTH, recurse, &lists[r], FILES_PER_ROOT);
 	for (size_t i = 0; rc == 0; i++) {
 		bool any = false;
 
