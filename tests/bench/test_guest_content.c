@@ -23,6 +23,7 @@
 
 #include "guest.h"
 #include "guest_content.h"
+#include "guest_pool.h"
 
 #define PAGE GUEST_PAGE_SIZE
 #define WORDS (PAGE / sizeof(uint64_t))
@@ -325,6 +326,82 @@ static void test_synthetic_pools_are_text_and_code(void **state)
 	guest_content_free(&c);
 }
 
+static void write_file(const char *dir, const char *name, const void *data, size_t length)
+{
+	char path[512];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, length), (ssize_t)length);
+	close(fd);
+}
+
+/* A pool reads its directories' files in the byte order of their names,
+ * whatever order they were made in; when they hold too little it is
+ * synthetic, and its source says how much was found. */
+static void test_pools_read_files_in_name_order_or_fall_back_to_synthetic(void **state)
+{
+	const char *tmp = getenv("TMPDIR");
+	char dir[400];
+	const char *roots[1] = {dir};
+	static char text[3][GUEST_TEXT_BYTES_PER_FILE];
+	uint8_t elf[3 * PAGE];
+	struct guest_pool pool;
+	(void)state;
+
+	snprintf(dir, sizeof(dir), "%s/lmt-guest-pool-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	assert_non_null(mkdtemp(dir));
+	for (int i = 2; i >= 0; i--) {
+		char name[16];
+
+		memset(text[i], 'a' + i, sizeof(text[i]));
+		snprintf(name, sizeof(name), "t%d.txt", i);
+		write_file(dir, name, text[i], sizeof(text[i]));
+	}
+	write_file(dir, "binary.dat", "\0\1\2\3", 4);
+	/* Three files of 16 KiB of text fill 48 KiB, in the names' order. */
+	assert_int_equal(guest_pool_load_text_from(&pool, 48u << 10, false, roots, 1), 0);
+	assert_false(pool.synthetic);
+	assert_int_equal(pool.npaths, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_true(strstr(pool.paths[i], "/t") != NULL);
+		assert_int_equal(pool.bytes[(uint64_t)i * sizeof(text[0])], 'a' + i);
+	}
+	assert_int_equal(pool.file[5], 1);
+	assert_int_equal(pool.offset[5], 4096);
+	guest_pool_free(&pool);
+	/* 64 KiB cannot be had from 48: synthetic, and said. */
+	assert_int_equal(guest_pool_load_text_from(&pool, 64u << 10, false, roots, 1), 0);
+	assert_true(pool.synthetic && is_text(pool.bytes, 64u << 10));
+	if (!strstr(pool.source, "synthetic") || !strstr(pool.source, "only 48 of the 64 KiB"))
+		fail_msg("the source says '%s'", pool.source);
+	guest_pool_free(&pool);
+	/* An ELF file of three pages, the last all zero: two code pages. */
+	memset(elf, 0, sizeof(elf));
+	memcpy(elf, "\177ELF", 4);
+	memset(elf + PAGE, 0x90, PAGE);
+	write_file(dir, "prog", elf, sizeof(elf));
+	assert_int_equal(guest_pool_load_code_from(&pool, 2 * PAGE, false, roots, 1), 0);
+	assert_false(pool.synthetic);
+	assert_int_equal(pool.offset[0], 0);
+	assert_int_equal(pool.offset[1], PAGE);
+	assert_non_null(strstr(pool.paths[pool.file[1]], "/prog"));
+	guest_pool_free(&pool);
+	assert_int_equal(guest_pool_load_code_from(&pool, 3 * PAGE, false, roots, 1), 0);
+	assert_true(pool.synthetic && strstr(pool.source, "only 8 of the 12 KiB"));
+	guest_pool_free(&pool);
+	static const char *const made[] = {"t0.txt", "t1.txt", "t2.txt", "binary.dat", "prog"};
+	for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+		char path[512];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, made[i]);
+		assert_int_equal(unlink(path), 0);
+	}
+	assert_int_equal(rmdir(dir), 0);
+}
+
 static size_t words_changed(const uint8_t *a, const uint8_t *b)
 {
 	size_t n = 0;
@@ -564,6 +641,7 @@ int main(void)
 	        cmocka_unit_test(test_shares_are_honoured_within_rounding),
 	        cmocka_unit_test(test_mixed_pages_are_what_they_claim),
 	        cmocka_unit_test(test_synthetic_pools_are_text_and_code),
+	        cmocka_unit_test(test_pools_read_files_in_name_order_or_fall_back_to_synthetic),
 	        cmocka_unit_test(test_rewritten_pages_look_like_their_content),
 	        cmocka_unit_test(test_hot_pattern_concentrates_writes_as_its_parameters_say),
 	        cmocka_unit_test(test_workload_log_rebuilds_and_counts_every_write),

@@ -350,29 +350,41 @@ static int load(struct guest_pool *pool, uint64_t bytes, bool synthetic, const s
 	return 0;
 }
 
-int guest_pool_load_code(struct guest_pool *pool, uint64_t bytes, bool synthetic)
+int guest_pool_load_code_from(struct guest_pool *pool, uint64_t bytes, bool synthetic,
+                              const char *const *roots, size_t nroots)
 {
-	static const struct pool_kind code = {.what = "ELF files",
-	                                      .roots = code_roots,
-	                                      .nroots = NROOTS(code_roots),
-	                                      .take = take_code,
-	                                      .unit = GUEST_PAGE_SIZE,
-	                                      .synthesize = guest_synthetic_code,
-	                                      .synthetic_what = "machine code"};
+	const struct pool_kind code = {.what = "ELF files",
+	                               .roots = roots,
+	                               .nroots = nroots,
+	                               .take = take_code,
+	                               .unit = GUEST_PAGE_SIZE,
+	                               .synthesize = guest_synthetic_code,
+	                               .synthetic_what = "machine code"};
 
 	return load(pool, bytes, synthetic, &code);
 }
 
-int guest_pool_load_text(struct guest_pool *pool, uint64_t bytes, bool synthetic)
+int guest_pool_load_text_from(struct guest_pool *pool, uint64_t bytes, bool synthetic,
+                              const char *const *roots, size_t nroots)
 {
-	static const struct pool_kind text = {.what = "text files",
-	                                      .roots = text_roots,
-	                                      .nroots = NROOTS(text_roots),
-	                                      .recurse = true,
-	                                      .take = take_text,
-	                                      .unit = 1,
-	                                      .synthesize = guest_synthetic_text,
-	                                      .synthetic_what = "English-like text"};
+	const struct pool_kind text = {.what = "text files",
+	                               .roots = roots,
+	                               .nroots = nroots,
+	                               .recurse = true,
+	                               .take = take_text,
+	                               .unit = 1,
+	                               .synthesize = guest_synthetic_text,
+	                               .synthetic_what = "English-like text"};
 
 	return load(pool, bytes, synthetic, &text);
+}
+
+int guest_pool_load_code(struct guest_pool *pool, uint64_t bytes, bool synthetic)
+{
+	return guest_pool_load_code_from(pool, bytes, synthetic, code_roots, NROOTS(code_roots));
+}
+
+int guest_pool_load_text(struct guest_pool *pool, uint64_t bytes, bool synthetic)
+{
+	return guest_pool_load_text_from(pool, bytes, synthetic, text_roots, NROOTS(text_roots));
 }

@@ -7,6 +7,7 @@
 #define LMT_TESTS_GUEST_POOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "guest_content.h"
@@ -15,6 +16,11 @@
 int guest_pool_load_code(struct guest_pool *pool, uint64_t bytes, bool synthetic);
 int guest_pool_load_text(struct guest_pool *pool, uint64_t bytes, bool synthetic);
 void guest_pool_free(struct guest_pool *pool);
+/* The same from other directories (at most 4), as the tests do. */
+int guest_pool_load_code_from(struct guest_pool *pool, uint64_t bytes, bool synthetic,
+                              const char *const *roots, size_t nroots);
+int guest_pool_load_text_from(struct guest_pool *pool, uint64_t bytes, bool synthetic,
+                              const char *const *roots, size_t nroots);
 
 /* guest_synthetic.c: `bytes` of x86-64-like machine code and tables, or of
  * English-like text, the same for the same seed on every machine. 0, or -1

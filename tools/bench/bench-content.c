@@ -131,7 +131,9 @@ void bench_content_preamble(FILE *f, const struct bench_config *cfg,
 			        c->pool[k].source);
 	}
 	if (c->profile.kind == GUEST_CONTENT_MIXED)
-		fprintf(f, "pools' checksum: %016llx (equal on two machines: the same bytes)\n",
+		fprintf(f,
+		        "pools' checksum: %016llx (machines that print the same build the same "
+		        "guest)\n",
 		        (unsigned long long)c->digest);
 	if (!compression->measured) {
 		fprintf(f, "compression: not measured (out of memory)\n");
