@@ -19,10 +19,12 @@
 #include <unistd.h>
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include "hostile.h"
+#include "hostile.h" /* hostile_connect */
 #include "net.h"
 #include "proto.h"
 #include "tls.h"
@@ -61,8 +63,11 @@ static int offer_psk(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_
 {
 	const struct impostor *im = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
 	uint8_t key[32];
-	assert_int_equal(getrandom(key, sizeof(key), 0), (ssize_t)sizeof(key));
+	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
+		return 0;
 	*sess = SSL_SESSION_new();
+	if (!*sess)
+		return 0;
 	SSL_SESSION_set1_master_key(*sess, key, sizeof(key));
 	SSL_SESSION_set_cipher(*sess, SSL_CIPHER_find(ssl, AES128GCM_SHA256));
 	SSL_SESSION_set_protocol_version(*sess, TLS1_3_VERSION);
@@ -99,9 +104,11 @@ static void set_timeouts(int fd)
 /* The handshake, then application data until the peer goes. */
 static void impostor_run(struct impostor *im, bool server)
 {
-	SSL_CTX *c = impostor_ctx(im, server);
-	SSL *ssl = SSL_new(c);
-	assert_non_null(ssl);
+	SSL *ssl = SSL_new(im->ssl_ctx);
+	if (!ssl) {
+		snprintf(im->reason, sizeof(im->reason), "SSL_new failed");
+		return;
+	}
 	SSL_set_fd(ssl, im->fd);
 	set_timeouts(im->fd);
 	ERR_clear_error();
@@ -115,7 +122,6 @@ static void impostor_run(struct impostor *im, bool server)
 		ERR_error_string_n(ERR_get_error(), im->reason, sizeof(im->reason));
 	}
 	SSL_free(ssl);
-	SSL_CTX_free(c);
 }
 
 static void *server_thread(void *arg)
@@ -163,6 +169,7 @@ void impostor_server_start(struct impostor *im)
 {
 	memset(im, 0, sizeof(*im));
 	im->fd = -1;
+	im->ssl_ctx = impostor_ctx(im, true);
 	im->listen_fd = listen_local(&im->port);
 	start(im, server_thread);
 }
@@ -172,6 +179,7 @@ void impostor_client_start(struct impostor *im, uint16_t port, const char *ident
 	memset(im, 0, sizeof(*im));
 	im->listen_fd = -1;
 	im->identity = identity;
+	im->ssl_ctx = impostor_ctx(im, false);
 	im->fd = hostile_connect(port);
 	start(im, client_thread);
 }
@@ -180,6 +188,7 @@ void impostor_join(struct impostor *im)
 {
 	pthread_join(*(pthread_t *)im->thread, NULL);
 	free(im->thread);
+	SSL_CTX_free(im->ssl_ctx);
 	if (im->fd >= 0)
 		close(im->fd);
 	if (im->listen_fd >= 0)
@@ -226,41 +235,56 @@ static bool hear(struct conversation *c, uint16_t type)
 	return false;
 }
 
+/* The destination's proof of docs/protocol.md:
+ * HMAC-SHA-256(key, "lmt v1 destination proof" || source nonce || its own). */
+static bool proof(const char *key, const uint8_t *first, const uint8_t *second, uint8_t *out)
+{
+	static const char label[] = "lmt v1 destination proof";
+	const size_t n = sizeof(label) - 1;
+	uint8_t msg[sizeof(label) - 1 + 2 * LMT_PROTO_NONCE];
+	unsigned int len = 0;
+	memcpy(msg, label, n);
+	memcpy(msg + n, first, LMT_PROTO_NONCE);
+	memcpy(msg + n + LMT_PROTO_NONCE, second, LMT_PROTO_NONCE);
+	return HMAC(EVP_sha256(), key, (int)strlen(key), msg, sizeof(msg), out, &len) &&
+	       len == LMT_PROTO_PROOF;
+}
+
 /* HELLO, HELLO_REPLY with this side's proof, AUTH, BLOCKS, EP_ADDRS. */
 static bool authenticate(struct diverting_dest *d, struct conversation *c)
 {
 	struct lmt_msg_hello *hello = calloc(1, sizeof(*hello));
 	struct lmt_msg_status reply = {.version = LMT_PROTO_VERSION, .auth = 1};
 	struct lmt_error err = {0};
-	assert_non_null(hello);
-	bool ok = hear(c, LMT_MSG_HELLO) && lmt__dec_hello(c->in, c->in_len, hello, &err) == 0;
-	if (ok) {
-		assert_int_equal(getrandom(reply.nonce, sizeof(reply.nonce), 0),
-		                 (ssize_t)sizeof(reply.nonce));
-		hostile_proof(d->key, "lmt v1 destination proof", hello->nonce, reply.nonce,
-		              reply.proof);
-		assert_int_equal(lmt__enc_status(&c->out, LMT_MSG_HELLO_REPLY, &reply), 0);
-		ok = say(c) && hear(c, LMT_MSG_AUTH) && hear(c, LMT_MSG_BLOCKS) &&
-		     hear(c, LMT_MSG_EP_ADDRS);
-	}
+	bool ok = hello && hear(c, LMT_MSG_HELLO) &&
+	          lmt__dec_hello(c->in, c->in_len, hello, &err) == 0 &&
+	          getrandom(reply.nonce, sizeof(reply.nonce), 0) == (ssize_t)sizeof(reply.nonce) &&
+	          proof(d->key, hello->nonce, reply.nonce, reply.proof) &&
+	          lmt__enc_status(&c->out, LMT_MSG_HELLO_REPLY, &reply) == 0 && say(c) &&
+	          hear(c, LMT_MSG_AUTH) && hear(c, LMT_MSG_BLOCKS) && hear(c, LMT_MSG_EP_ADDRS);
+	if (!ok && !c->error[0])
+		snprintf(c->error, 256, "the handshake went wrong: %.200s", err.message);
 	free(hello);
 	return ok;
 }
 
+/* EP_ADDRS with 127.0.0.1:divert_to for channel 0, then wait for the
+ * source to give up on the channel and go. */
 static void divert(struct diverting_dest *d, struct conversation *c)
 {
 	struct lmt_msg_addrs *a = calloc(1, sizeof(*a));
 	struct tcp_dst_addr to = {.family = TCP_FAMILY_IPV4, .port = d->divert_to, .channel = 0};
-	assert_non_null(a);
 	const uint8_t loopback[4] = {127, 0, 0, 1};
 	memcpy(to.ip, loopback, sizeof(loopback));
-	assert_int_equal(getrandom(&to.token, sizeof(to.token), 0), (ssize_t)sizeof(to.token));
+	if (!a || getrandom(&to.token, sizeof(to.token), 0) != (ssize_t)sizeof(to.token)) {
+		snprintf(c->error, 256, "no memory or no random token");
+		free(a);
+		return;
+	}
 	a->count = 1;
 	tcp_dst_addr_encode(&to, &a->addrs[0]);
-	assert_int_equal(lmt__enc_addrs(&c->out, a), 0);
+	d->diverted = lmt__enc_addrs(&c->out, a) == 0 && say(c);
 	free(a);
-	d->diverted = say(c);
-	/* Until the source gives up on the channel and goes. */
 	struct lmt__net_error e = {{0}};
 	while (d->diverted &&
 	       lmt__tls_recv_wait(c->tls, c->in, LMT_PROTO_MAX_PAYLOAD, &c->w, &e) > 0) {
@@ -274,22 +298,15 @@ static void *diverting_thread(void *arg)
 	                         .in = malloc(LMT_PROTO_MAX_PAYLOAD),
 	                         .error = d->error};
 	struct lmt__net_error e = {{0}};
-	lmt__tls_ctx *ctx = NULL;
-	uint8_t psk[LMT_TLS_PSK_LEN];
 	int fd = -1;
-	assert_non_null(c.in);
-	assert_int_equal(lmt__tls_hkdf(d->key, strlen(d->key), LMT_TLS_PSK_SALT, LMT_TLS_PSK_INFO,
-	                               strlen(LMT_TLS_PSK_INFO), psk, sizeof(psk), &e),
-	                 0);
-	assert_int_equal(lmt__tls_ctx_psk(true, psk, LMT_TLS_PSK_IDENTITY, "the source", &ctx, &e),
-	                 0);
-	if (lmt__net_accept(d->listen_fd, &c.w, &fd, &e) || lmt__tls_new(ctx, fd, &c.tls, &e) ||
-	    lmt__tls_handshake(c.tls, &c.w, &e))
+	if (!c.in)
+		snprintf(d->error, sizeof(d->error), "out of memory");
+	else if (lmt__net_accept(d->listen_fd, &c.w, &fd, &e) ||
+	         lmt__tls_new(d->tls_ctx, fd, &c.tls, &e) || lmt__tls_handshake(c.tls, &c.w, &e))
 		snprintf(d->error, sizeof(d->error), "%s", e.msg);
 	else if (authenticate(d, &c))
 		divert(d, &c);
 	lmt__tls_free(c.tls);
-	lmt__tls_ctx_free(ctx);
 	lmt__buf_free(&c.out);
 	free(c.in);
 	if (fd >= 0)
@@ -302,6 +319,16 @@ void diverting_dest_start(struct diverting_dest *d, const char *key, uint16_t di
 	memset(d, 0, sizeof(*d));
 	d->key = key;
 	d->divert_to = divert_to;
+	/* The control connection's PSK, derived as docs/protocol.md says. */
+	uint8_t psk[LMT_TLS_PSK_LEN];
+	struct lmt__net_error e = {{0}};
+	assert_int_equal(lmt__tls_hkdf(key, strlen(key), LMT_TLS_PSK_SALT, LMT_TLS_PSK_INFO,
+	                               strlen(LMT_TLS_PSK_INFO), psk, sizeof(psk), &e),
+	                 0);
+	lmt__tls_ctx *ctx = NULL;
+	assert_int_equal(lmt__tls_ctx_psk(true, psk, LMT_TLS_PSK_IDENTITY, "the source", &ctx, &e),
+	                 0);
+	d->tls_ctx = ctx;
 	d->listen_fd = listen_local(&d->port);
 	d->thread = malloc(sizeof(pthread_t));
 	assert_non_null(d->thread);
@@ -312,5 +339,6 @@ void diverting_dest_join(struct diverting_dest *d)
 {
 	pthread_join(*(pthread_t *)d->thread, NULL);
 	free(d->thread);
+	lmt__tls_ctx_free(d->tls_ctx);
 	close(d->listen_fd);
 }

@@ -16,7 +16,8 @@ struct impostor {
 	uint64_t app_bytes;   /* application data received */
 	const char *identity; /* client: offer a PSK (of its own) under it */
 	int listen_fd, fd;
-	void *thread; /* pthread_t, opaque here */
+	void *ssl_ctx; /* SSL_CTX, made before the thread starts */
+	void *thread;  /* pthread_t, opaque here */
 };
 
 /* A TLS server on 127.0.0.1 (its port in im->port) that accepts one
@@ -42,6 +43,7 @@ struct diverting_dest {
 	bool diverted;   /* EP_ADDRS sent */
 	char error[256]; /* what went wrong before that */
 	int listen_fd;
+	void *tls_ctx; /* lmt__tls_ctx, made before the thread starts */
 	void *thread;
 };
 
