@@ -296,9 +296,8 @@ static int psk_find(SSL *ssl, const unsigned char *identity, size_t len, SSL_SES
 	return *sess ? 1 : 0;
 }
 
-/* Whether the pre_shared_key extension (RFC 8446 4.2.11) names `identity`:
- * identities<7..2^16-1> of { identity<1..2^16-1>, uint32 age }, binders. */
-static bool offers_identity(const unsigned char *ext, size_t len, const char *identity)
+/* Every length is checked against the one around it before it is used. */
+bool lmt__tls_psk_offers_identity(const uint8_t *ext, size_t len, const char *identity)
 {
 	size_t want = strlen(identity), end, at = 2;
 	if (len < 2)
@@ -328,7 +327,7 @@ static int psk_server_hello(SSL *ssl, int *alert, void *arg)
 	if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk, &psk, &psk_len) != 1 ||
 	    SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk_kex_modes, &modes, &modes_len) != 1)
 		unproven(ssl, "it offered none: a certificate handshake");
-	else if (!offers_identity(psk, psk_len, ctx->identity))
+	else if (!lmt__tls_psk_offers_identity(psk, psk_len, ctx->identity))
 		unproven(ssl, "it offered another PSK identity");
 	else
 		return SSL_CLIENT_HELLO_SUCCESS;

@@ -45,6 +45,12 @@ int lmt__tls_ctx_psk(bool server, const uint8_t psk[LMT_TLS_PSK_LEN], const char
                      const char *peer, lmt__tls_ctx **out, struct lmt__net_error *e);
 void lmt__tls_ctx_free(lmt__tls_ctx *ctx);
 
+/* Whether a ClientHello's pre_shared_key extension (RFC 8446 4.2.11:
+ * identities<7..2^16-1> of {identity<1..2^16-1>, uint32 age}, then the
+ * binders) names `identity`; false for one that is malformed. The PSK
+ * server's check, on bytes from the network. */
+bool lmt__tls_psk_offers_identity(const uint8_t *ext, size_t len, const char *identity);
+
 /* A connection over `fd`, which it makes non-blocking; the caller still
  * owns and closes fd. Free with lmt__tls_free (NULL-safe). */
 int lmt__tls_new(lmt__tls_ctx *ctx, int fd, lmt__tls **out, struct lmt__net_error *e);
