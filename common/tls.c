@@ -288,8 +288,8 @@ static int psk_find(SSL *ssl, const unsigned char *identity, size_t len, SSL_SES
 {
 	const lmt__tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
 	*sess = NULL;
-	/* Not ours: OpenSSL tries the client's next identity; with none that
-	 * fits, psk_server_no_certificate ends the handshake. */
+	/* Not ours: OpenSSL tries the client's next identity (one of them is
+	 * ours, or psk_server_hello would have refused the ClientHello). */
 	if (len != strlen(ctx->identity) || memcmp(identity, ctx->identity, len) != 0)
 		return 1;
 	*sess = psk_session(ssl, ctx);
@@ -336,7 +336,8 @@ static int psk_server_hello(SSL *ssl, int *alert, void *arg)
 }
 
 /* Server: OpenSSL asks for a certificate only when no PSK was accepted
- * (another identity, or no (EC)DHE mode); PSK mode has none to give. */
+ * after psk_server_hello let the ClientHello pass (it offered only psk_ke,
+ * without (EC)DHE, say); PSK mode has none to give. */
 static int psk_server_no_certificate(SSL *ssl, void *arg)
 {
 	unproven(ssl, "it offered no PSK this side accepts");
