@@ -30,6 +30,7 @@ struct lmt__tls_ctx {
 	bool server, psk_mode;
 	uint8_t psk[LMT_TLS_PSK_LEN];
 	char identity[64];
+	char peer[48]; /* PSK mode: who the other end is, for messages */
 };
 
 /* The first bytes a client receives, kept until its handshake ends: when
@@ -44,6 +45,9 @@ struct lmt__tls {
 	uint8_t head[HEAD_MAX];
 	size_t head_len;
 	char fatal[256]; /* the first failure OpenSSL gave a reason for */
+	bool psk_mode;
+	char peer[48];
+	const char *unproven; /* PSK mode: why the peer has not proved the key */
 };
 
 static int fail(struct lmt__net_error *e, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
@@ -266,36 +270,117 @@ static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t 
 	return 1;
 }
 
+/* PSK mode's callbacks find their connection through the SSL object. */
+static lmt__tls *tls_of(SSL *ssl)
+{
+	return ssl ? SSL_get_app_data(ssl) : NULL;
+}
+
+/* The first reason a peer failed to prove the key is the one reported. */
+static void unproven(SSL *ssl, const char *why)
+{
+	lmt__tls *t = tls_of(ssl);
+	if (t && !t->unproven)
+		t->unproven = why;
+}
+
 static int psk_find(SSL *ssl, const unsigned char *identity, size_t len, SSL_SESSION **sess)
 {
 	const lmt__tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
 	*sess = NULL;
+	/* Not ours: OpenSSL tries the client's next identity (one of them is
+	 * ours, or psk_server_hello would have refused the ClientHello). */
 	if (len != strlen(ctx->identity) || memcmp(identity, ctx->identity, len) != 0)
-		return 1; /* not ours: the handshake fails without a PSK */
+		return 1;
 	*sess = psk_session(ssl, ctx);
 	return *sess ? 1 : 0;
 }
 
+/* Every length is checked against the one around it before it is used. */
+bool lmt__tls_psk_offers_identity(const uint8_t *ext, size_t len, const char *identity)
+{
+	size_t want = strlen(identity), end, at = 2;
+	if (len < 2)
+		return false;
+	end = 2 + ((size_t)ext[0] << 8 | ext[1]);
+	if (end > len)
+		return false;
+	while (at + 2 <= end) {
+		size_t n = (size_t)ext[at] << 8 | ext[at + 1];
+		if (at + 2 + n + 4 > end)
+			return false;
+		if (n == want && memcmp(ext + at + 2, identity, n) == 0)
+			return true;
+		at += 2 + n + 4;
+	}
+	return false;
+}
+
+/* Server: a ClientHello that does not offer this PSK with (EC)DHE (a
+ * certificate handshake, or another identity) ends here, with a
+ * handshake_failure alert. OpenSSL then checks the binder. */
+static int psk_server_hello(SSL *ssl, int *alert, void *arg)
+{
+	const lmt__tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+	const unsigned char *psk, *modes;
+	size_t psk_len, modes_len;
+	if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk, &psk, &psk_len) != 1 ||
+	    SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk_kex_modes, &modes, &modes_len) != 1)
+		unproven(ssl, "it offered none: a certificate handshake");
+	else if (!lmt__tls_psk_offers_identity(psk, psk_len, ctx->identity))
+		unproven(ssl, "it offered another PSK identity");
+	else
+		return SSL_CLIENT_HELLO_SUCCESS;
+	*alert = SSL_AD_HANDSHAKE_FAILURE;
+	return SSL_CLIENT_HELLO_ERROR;
+}
+
+/* Server: OpenSSL asks for a certificate only when no PSK was accepted
+ * after psk_server_hello let the ClientHello pass (it offered only psk_ke,
+ * without (EC)DHE, say); PSK mode has none to give. */
+static int psk_server_no_certificate(SSL *ssl, void *arg)
+{
+	unproven(ssl, "it offered no PSK this side accepts");
+	return 0;
+}
+
+/* Both sides: in PSK mode no certificate stands in for the key. A client
+ * verifies (SSL_VERIFY_PEER), so a server that answers with a certificate
+ * ends the handshake here, before the client's Finished. */
+static int psk_refuse_certificate(X509_STORE_CTX *store, void *arg)
+{
+	unproven(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
+	         "it presented a certificate instead");
+	X509_STORE_CTX_set_error(store, X509_V_ERR_APPLICATION_VERIFICATION);
+	return 0;
+}
+
 int lmt__tls_ctx_psk(bool server, const uint8_t psk[LMT_TLS_PSK_LEN], const char *identity,
-                     lmt__tls_ctx **out, struct lmt__net_error *e)
+                     const char *peer, lmt__tls_ctx **out, struct lmt__net_error *e)
 {
 	*out = NULL;
 	ERR_clear_error();
-	if (strlen(identity) >= sizeof((*out)->identity))
-		return fail(e, LMT_EINVAL, "PSK identity too long");
+	if (strlen(identity) >= sizeof((*out)->identity) || strlen(peer) >= sizeof((*out)->peer))
+		return fail(e, LMT_EINVAL, "PSK identity or peer name too long");
 	SSL_CTX *c = new_ssl_ctx(server, e);
 	if (!c)
 		return -LMT_EIO;
-	if (server)
+	SSL_CTX_set_cert_verify_callback(c, psk_refuse_certificate, NULL);
+	if (server) {
+		SSL_CTX_set_client_hello_cb(c, psk_server_hello, NULL);
 		SSL_CTX_set_psk_find_session_callback(c, psk_find);
-	else
+		SSL_CTX_set_cert_cb(c, psk_server_no_certificate, NULL);
+	} else {
 		SSL_CTX_set_psk_use_session_callback(c, psk_use);
+		SSL_CTX_set_verify(c, SSL_VERIFY_PEER, NULL);
+	}
 	lmt__tls_ctx *ctx = wrap_ctx(c, server, e);
 	if (!ctx)
 		return -LMT_ENOMEM;
 	ctx->psk_mode = true;
 	memcpy(ctx->psk, psk, LMT_TLS_PSK_LEN);
 	snprintf(ctx->identity, sizeof(ctx->identity), "%s", identity);
+	snprintf(ctx->peer, sizeof(ctx->peer), "%s", peer);
 	*out = ctx;
 	return 0;
 }
@@ -337,12 +422,15 @@ int lmt__tls_new(lmt__tls_ctx *ctx, int fd, lmt__tls **out, struct lmt__net_erro
 	}
 	t->fd = fd;
 	t->server = ctx->server;
+	t->psk_mode = ctx->psk_mode;
+	snprintf(t->peer, sizeof(t->peer), "%s", ctx->peer);
 	t->ssl = SSL_new(ctx->ssl_ctx);
 	if (!t->ssl || SSL_set_fd(t->ssl, fd) != 1) {
 		int rc = ssl_fail(e, LMT_ENOMEM, "SSL_new");
 		lmt__tls_free(t);
 		return rc;
 	}
+	SSL_set_app_data(t->ssl, t);
 	if (ctx->server) {
 		SSL_set_accept_state(t->ssl);
 	} else {
@@ -363,6 +451,46 @@ void lmt__tls_free(lmt__tls *t)
 	SSL_free(t->ssl);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
+}
+
+/* PSK mode: the handshake failed, or ended, without the peer proving the
+ * key; -LMT_EAUTH with a message that says how, or 0 when it failed for
+ * another reason (OpenSSL's then). Before its handshake is done, a peer
+ * that ends it with an alert has not proved the key either: that is how a
+ * client learns that the server found its binder wrong (another key). */
+static int psk_refusal(lmt__tls *t, const char *why, struct lmt__net_error *e)
+{
+	unsigned long code = ERR_peek_error();
+	const char *alert = NULL;
+	if (!why)
+		why = t->unproven;
+	if (!why && ERR_GET_LIB(code) == ERR_LIB_SSL) {
+		if (ERR_GET_REASON(code) == SSL_R_BINDER_DOES_NOT_VERIFY)
+			why = "its PSK binder does not verify: it holds another key";
+		else if (ERR_GET_REASON(code) >= SSL_AD_REASON_OFFSET &&
+		         (alert = ERR_reason_error_string(code)) != NULL)
+			why = "it refused the handshake with an alert: ";
+	}
+	if (!why)
+		return 0;
+	ERR_clear_error();
+	return fail(e, LMT_EAUTH, "%s did not prove the pre-shared key (%s%s): %s", t->peer, why,
+	            alert ? alert : "",
+	            t->server ? "refused before reading anything from it"
+	                      : "refusing to send it anything");
+}
+
+/* PSK mode, after a handshake OpenSSL calls complete: the key, not a
+ * certificate, authenticated the peer. The callbacks make anything else
+ * fail during the handshake; this says it once more where it counts. */
+static int psk_proved(lmt__tls *t, struct lmt__net_error *e)
+{
+	if (!t->psk_mode || (SSL_session_reused(t->ssl) == 1 && !SSL_get0_peer_certificate(t->ssl)))
+		return 0;
+	int rc = psk_refusal(t, "the handshake did not use it", e);
+	if (e && !t->fatal[0])
+		snprintf(t->fatal, sizeof(t->fatal), "%s", e->msg);
+	return rc;
 }
 
 /* classify's first part: the error of a failed call, in its own words. */
@@ -393,6 +521,9 @@ static int classify_error(lmt__tls *t, int ret, short *events, const char *what,
 	default:
 		break;
 	}
+	int refused = t->psk_mode && !SSL_is_init_finished(t->ssl) ? psk_refusal(t, NULL, e) : 0;
+	if (refused)
+		return refused;
 	long verify = SSL_get_verify_result(t->ssl);
 	if (verify != X509_V_OK) {
 		char reason[200];
@@ -435,7 +566,7 @@ int lmt__tls_handshake_step(lmt__tls *t, short *events, struct lmt__net_error *e
 	struct sigpipe_guard g;
 	ssl_lock(t, &g);
 	int ret = SSL_do_handshake(t->ssl);
-	int rc = ret == 1 ? 0 : classify(t, ret, events, "TLS handshake", e);
+	int rc = ret == 1 ? psk_proved(t, e) : classify(t, ret, events, "TLS handshake", e);
 	if (!t->server && rc != -LMT_EAGAIN)
 		BIO_set_callback_ex(SSL_get_rbio(t->ssl), NULL);
 	ssl_unlock(t, &g);

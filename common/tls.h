@@ -31,12 +31,25 @@ int lmt__tls_hkdf(const void *ikm, size_t ikm_len, const char *salt, const void 
 /* A context for one side. Certificate mode: this side presents cert/key and
  * requires the peer to present one that chains to `ca`. PSK mode: both sides
  * hold the same psk[LMT_TLS_PSK_LEN] under `identity` (TLS 1.3 external PSK
- * with (EC)DHE). Free with lmt__tls_ctx_free (NULL-safe). */
+ * with (EC)DHE), and the PSK alone authenticates both ends: a handshake
+ * completes only when the peer proved it, and no certificate is accepted
+ * in its place on either side (a client refuses a server that answers with
+ * one, a server a client that offers no PSK, another identity or another
+ * key). The handshake then fails with -LMT_EAUTH and "<peer> did not prove
+ * the pre-shared key (how): ...", `peer` naming the other end ("the
+ * destination"). Free with lmt__tls_ctx_free (NULL-safe); it must outlive
+ * the handshakes of its connections. */
 int lmt__tls_ctx_cert(bool server, const char *cert, const char *key, const char *ca,
                       lmt__tls_ctx **out, struct lmt__net_error *e);
 int lmt__tls_ctx_psk(bool server, const uint8_t psk[LMT_TLS_PSK_LEN], const char *identity,
-                     lmt__tls_ctx **out, struct lmt__net_error *e);
+                     const char *peer, lmt__tls_ctx **out, struct lmt__net_error *e);
 void lmt__tls_ctx_free(lmt__tls_ctx *ctx);
+
+/* Whether a ClientHello's pre_shared_key extension (RFC 8446 4.2.11:
+ * identities<7..2^16-1> of {identity<1..2^16-1>, uint32 age}, then the
+ * binders) names `identity`; false for one that is malformed. The PSK
+ * server's check, on bytes from the network. */
+bool lmt__tls_psk_offers_identity(const uint8_t *ext, size_t len, const char *identity);
 
 /* A connection over `fd`, which it makes non-blocking; the caller still
  * owns and closes fd. Free with lmt__tls_free (NULL-safe). */

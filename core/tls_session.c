@@ -45,7 +45,8 @@ static int make_context(struct lmt_session *s, const char *cert, const char *key
 	rc = lmt__tls_hkdf(s->auth.bytes, s->auth.len, LMT_TLS_PSK_SALT, LMT_TLS_PSK_INFO,
 	                   strlen(LMT_TLS_PSK_INFO), psk, sizeof(psk), &e);
 	if (!rc)
-		rc = lmt__tls_ctx_psk(server, psk, LMT_TLS_PSK_IDENTITY, &s->tls_ctx, &e);
+		rc = lmt__tls_ctx_psk(server, psk, LMT_TLS_PSK_IDENTITY,
+		                      server ? "the source" : "the destination", &s->tls_ctx, &e);
 	explicit_bzero(psk, sizeof(psk));
 	return rc ? lmt__fail(s, -rc, "tls: %s", e.msg) : 0;
 }
@@ -138,6 +139,8 @@ int lmt__tls_session_connect(struct lmt_session *s, uint64_t deadline)
 	if (rc == -LMT_ECANCELED)
 		return lmt__fail(s, LMT_ECANCELED,
 		                 "tls: handshake with the destination: cancelled");
+	if (rc == -LMT_EAUTH && !s->tls_cert_mode) /* "the destination did not prove ..." */
+		return lmt__fail(s, LMT_EAUTH, "tls: %s", e.msg);
 	if (rc)
 		return lmt__fail(s, rc == -LMT_EAUTH ? LMT_EAUTH : -rc,
 		                 "tls (%s): handshake with the destination failed: %s",

@@ -20,6 +20,7 @@ int tcp_tls_open(lmt_endpoint *ep)
 	struct lmt_instance *inst = ep->inst;
 	if (!inst->tls)
 		return 0;
+	bool server = inst->base.role == LMT_ROLE_DESTINATION;
 	/* Each channel its own key: info is "channel" and its number. */
 	uint8_t info[11] = "channel";
 	lmt__put32(info + 7, ep->channel);
@@ -28,8 +29,8 @@ int tcp_tls_open(lmt_endpoint *ep)
 	int rc = lmt__tls_hkdf(inst->tls_secret, sizeof(inst->tls_secret), TCP_TLS_PSK_SALT, info,
 	                       sizeof(info), psk, sizeof(psk), &e);
 	if (!rc)
-		rc = lmt__tls_ctx_psk(inst->base.role == LMT_ROLE_DESTINATION, psk,
-		                      TCP_TLS_PSK_IDENTITY, &ep->tls_ctx, &e);
+		rc = lmt__tls_ctx_psk(server, psk, TCP_TLS_PSK_IDENTITY,
+		                      server ? "the source" : "the destination", &ep->tls_ctx, &e);
 	explicit_bzero(psk, sizeof(psk));
 	if (rc)
 		return putil_error(&inst->base, -rc, "tcp channel %u: tls: %s", ep->channel, e.msg);
@@ -42,6 +43,9 @@ int tcp_tls_connect(lmt_endpoint *ep, const struct lmt__wait *w)
 	int rc = lmt__tls_new(ep->tls_ctx, ep->fd, &ep->tls, &e);
 	if (!rc)
 		rc = lmt__tls_handshake(ep->tls, w, &e);
+	if (rc == -LMT_EAUTH) /* "the destination did not prove the pre-shared key ..." */
+		return putil_error(&ep->inst->base, LMT_EAUTH, "tcp channel %u: tls: %s",
+		                   ep->channel, e.msg);
 	if (rc)
 		return putil_error(&ep->inst->base, -rc, "tcp channel %u: TLS handshake: %s",
 		                   ep->channel, e.msg);

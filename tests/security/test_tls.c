@@ -2,10 +2,13 @@
  * tcp plugin (control and channels encrypted) and over another plugin
  * (control only); a side with tls=on facing one without, a wrong CA and a
  * wrong key fail on both sides with errors that say so, leaving nothing
- * behind; and an observer of the loopback interface finds the guest's
- * pages in a plaintext migration but not in an encrypted one. Source and
- * destination run as two sessions of this process; the certificates are
- * made at run time in a temporary directory. */
+ * behind; in pre-shared-key mode an impostor with a certificate instead of
+ * the key, as destination, as source or on a diverted tcp channel, is
+ * refused in the handshake and reads nothing; and an observer of the
+ * loopback interface finds the guest's pages in a plaintext migration but
+ * not in an encrypted one. Source and destination run as two sessions of
+ * this process; the certificates are made at run time in a temporary
+ * directory. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +37,8 @@
 #include <openssl/x509v3.h>
 
 #include "harness.h"
+#include "hostile.h"
+#include "tls_impostor.h"
 
 #define RAM_BYTES (8ull << 20)
 
@@ -301,16 +306,22 @@ static void test_tls_on_the_destination_only_fails_on_both_sides(void **state)
 	expect_contains(dst.error, "the source sent a plaintext HELLO (tls=off)");
 }
 
+/* The destination finds the source's PSK binder wrong and ends the
+ * handshake with an alert: both sides fail there, before any lmt message. */
 static void test_a_different_psk_fails_the_handshake_on_both_sides(void **state)
 {
 	struct side src, dst;
 	migrate("tls=on,auth-key=one", "tls=on,auth-key=two,idle-timeout=1s", &src, &dst);
-	assert_true(src.rc < 0);
-	expect_contains(src.error, "tls (pre-shared key from the auth key): handshake "
-	                           "with the destination failed");
-	assert_true(dst.rc < 0);
-	expect_contains(dst.error, "tls (pre-shared key from the auth key): handshake "
-	                           "with the source failed");
+	assert_int_equal(src.rc, -LMT_EAUTH);
+	/* OpenSSL 3.0 says illegal_parameter, later versions decrypt_error. */
+	expect_contains(src.error, "tls: the destination did not prove the pre-shared key (it "
+	                           "refused the handshake with an alert: ");
+	expect_contains(src.error, "): refusing to send it anything");
+	assert_int_equal(dst.rc, -LMT_EAUTH);
+	expect_contains(dst.error, "tls (pre-shared key from the auth key): handshake with the "
+	                           "source failed: the source did not prove the pre-shared key "
+	                           "(its PSK binder does not verify: it holds another key): "
+	                           "refused before reading anything from it");
 }
 
 static void test_a_certificate_from_another_ca_fails_on_both_sides(void **state)
@@ -342,6 +353,134 @@ static void test_the_source_refuses_a_destination_of_another_ca(void **state)
 	expect_contains(src.error, "certificate verify failed");
 	assert_true(dst.rc < 0);
 	expect_contains(dst.error, "handshake with the source failed");
+}
+
+/* ---- impostors: a certificate where the pre-shared key is expected ---- */
+
+#define NO_KEY_BUT_A_CERTIFICATE                                                                   \
+	"the destination did not prove the pre-shared key (it presented a certificate "            \
+	"instead): refusing to send it anything"
+
+/* A source with tls=on and an auth key that finds, at the destination's
+ * address, a TLS server with a self-signed certificate. */
+static void test_a_psk_source_refuses_a_destination_that_presents_a_certificate(void **state)
+{
+	struct guest_ram ram;
+	ram_fill(&ram, 1 << 20, 24);
+	struct census c0 = census_take();
+	struct impostor im;
+	impostor_server_start(&im);
+	lmt_session *s = session_with_blocks(LMT_ROLE_SOURCE, &ram, "tls=on,auth-key=k3y");
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
+	char uri[32];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", im.port);
+	int rc = lmt_save_setup(s, uri);
+	char error[600];
+	snprintf(error, sizeof(error), "%s", lmt_session_error(s)->message);
+	lmt_session_free(s);
+	impostor_join(&im);
+	if (im.handshake_done || im.app_bytes)
+		fail_msg("the impostor completed its handshake (%d) and read %llu bytes",
+		         im.handshake_done, (unsigned long long)im.app_bytes);
+	assert_int_equal(rc, -LMT_EAUTH);
+	assert_string_equal(error, "tls: " NO_KEY_BUT_A_CERTIFICATE);
+	census_check(c0);
+	ram_release(&ram);
+}
+
+/* After a real control handshake, the destination's address for channel
+ * 0 leads to a TLS server with a certificate (a diverted connection): the
+ * source must not send it the channel's hello, which carries the token. */
+static void test_a_psk_source_sends_no_token_to_a_diverted_channel(void **state)
+{
+	struct guest_ram ram;
+	ram_fill(&ram, 1 << 20, 25);
+	struct census c0 = census_take();
+	struct impostor im;
+	struct diverting_dest d;
+	impostor_server_start(&im);
+	diverting_dest_start(&d, "k3y", im.port);
+	lmt_session *s =
+	        session_with_blocks(LMT_ROLE_SOURCE, &ram, "tls=on,auth-key=k3y,channels=1");
+	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, &ram), 0);
+	char uri[32];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", d.port);
+	int rc = lmt_save_setup(s, uri);
+	char error[600];
+	snprintf(error, sizeof(error), "%s", lmt_session_error(s)->message);
+	lmt_session_free(s);
+	diverting_dest_join(&d);
+	impostor_join(&im);
+	if (!d.diverted)
+		fail_msg("the control handshake did not reach the channels: %s", d.error);
+	if (im.handshake_done || im.app_bytes)
+		fail_msg("the impostor completed its handshake (%d) and read %llu bytes",
+		         im.handshake_done, (unsigned long long)im.app_bytes);
+	assert_int_equal(rc, -LMT_EAUTH);
+	expect_contains(error, "tcp channel 0: tls: " NO_KEY_BUT_A_CERTIFICATE);
+	census_check(c0);
+	ram_release(&ram);
+}
+
+/* A TLS client at a keyed destination's port that does not prove the key:
+ * refused in the handshake, it reads nothing, and the destination goes on
+ * waiting for its source (here until idle-timeout). */
+static void expect_impostor_source_refused(const char *identity, const char *how)
+{
+	struct guard_dest *d = guard_dest_start(RAM_BYTES, "tls=on,auth-key=k3y,idle-timeout=1s");
+	struct impostor im;
+	impostor_client_start(&im, d->port, identity);
+	impostor_join(&im);
+	guard_dest_join(d);
+	if (im.handshake_done || im.app_bytes)
+		fail_msg("the impostor completed its handshake (%d) and read %llu bytes",
+		         im.handshake_done, (unsigned long long)im.app_bytes);
+	/* The client hello callback's alert, not the internal_error of a
+	 * handshake that went on to want a certificate. */
+	expect_contains(im.reason, "alert handshake failure");
+	assert_true(d->rc < 0);
+	char want[300];
+	snprintf(want, sizeof(want),
+	         "the source did not prove the pre-shared key (%s): refused before reading "
+	         "anything from it",
+	         how);
+	expect_contains(d->error, want);
+	assert_true(guard_ram_untouched(d));
+	guard_dest_free(d);
+}
+
+static void test_a_psk_destination_refuses_a_source_that_offers_a_certificate(void **state)
+{
+	expect_impostor_source_refused(NULL, "it offered none: a certificate handshake");
+}
+
+static void test_a_psk_destination_refuses_a_source_with_another_psk_identity(void **state)
+{
+	expect_impostor_source_refused("lmt-impostor", "it offered another PSK identity");
+}
+
+/* One side in certificate mode (with the same auth key), the other in
+ * pre-shared-key mode: each refuses the other's certificate handshake. */
+static void test_psk_mode_facing_certificate_mode_fails_on_both_sides(void **state)
+{
+	char opts[512];
+	struct side src, dst;
+	migrate("tls=on,auth-key=k3y",
+	        cert_options(opts, sizeof(opts), &destination_id, &ca,
+	                     "auth-key=k3y,idle-timeout=1s"),
+	        &src, &dst);
+	assert_int_equal(src.rc, -LMT_EAUTH);
+	assert_string_equal(src.error, "tls: " NO_KEY_BUT_A_CERTIFICATE);
+	assert_true(dst.rc < 0);
+	expect_contains(dst.error, "tls (certificates): handshake with the source failed");
+
+	migrate(cert_options(opts, sizeof(opts), &source_id, &ca, "auth-key=k3y"),
+	        "tls=on,auth-key=k3y,idle-timeout=1s", &src, &dst);
+	assert_true(src.rc < 0);
+	expect_contains(src.error, "alert handshake failure");
+	assert_int_equal(dst.rc, -LMT_EAUTH);
+	expect_contains(dst.error, "the source did not prove the pre-shared key (it offered none: "
+	                           "a certificate handshake): refused before reading anything");
 }
 
 /* Options refused at setup, each naming what is wrong. */
@@ -491,6 +630,12 @@ int main(void)
 	        cmocka_unit_test(test_a_different_psk_fails_the_handshake_on_both_sides),
 	        cmocka_unit_test(test_a_certificate_from_another_ca_fails_on_both_sides),
 	        cmocka_unit_test(test_the_source_refuses_a_destination_of_another_ca),
+	        cmocka_unit_test(
+	                test_a_psk_source_refuses_a_destination_that_presents_a_certificate),
+	        cmocka_unit_test(test_a_psk_source_sends_no_token_to_a_diverted_channel),
+	        cmocka_unit_test(test_a_psk_destination_refuses_a_source_that_offers_a_certificate),
+	        cmocka_unit_test(test_a_psk_destination_refuses_a_source_with_another_psk_identity),
+	        cmocka_unit_test(test_psk_mode_facing_certificate_mode_fails_on_both_sides),
 	        cmocka_unit_test(test_tls_without_certificates_or_key_is_refused),
 	        cmocka_unit_test(test_incomplete_certificate_options_name_what_is_missing),
 	        cmocka_unit_test(test_certificate_options_without_tls_are_refused),

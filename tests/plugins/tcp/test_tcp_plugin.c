@@ -236,7 +236,9 @@ static void test_a_source_with_another_secret_cannot_connect_a_channel(void **st
 	theirs[31] ^= 1;
 	struct ph_run run = {.cfg = &cfg};
 	assert_false(writes_over_tls(&run, theirs, mine));
-	if (!strstr(run.why, "source ep_connect channel 0") || !strstr(run.why, "TLS handshake"))
+	if (!strstr(run.why, "source ep_connect channel 0: LMT_EAUTH") ||
+	    !strstr(run.why,
+	            "tcp channel 0: tls: the destination did not prove the pre-shared key"))
 		fail_msg("unexpected failure: %s", run.why);
 }
 
