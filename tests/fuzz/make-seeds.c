@@ -10,6 +10,8 @@
 
 #include "../../plugins/tcp/wire.h"
 #include "../../plugins/verbs/wire.h"
+#include "../unit/compress_pages.h"
+#include "compress/frame.h"
 #include "fileformat.h"
 #include "proto.h"
 #include "source_script.h"
@@ -539,6 +541,67 @@ static void file_seeds(void)
 	save("file", "key", 3, b.data, b.len);
 }
 
+/* For the frame harness: the selector (pages - 1, mode << 4, the codec
+ * announced), then the slot. Frames of mixed and zero runs with each
+ * codec, bare payloads, and bombs of both codecs. */
+static void frame_seed(const char *name, unsigned pages, unsigned mode, enum lmt_codec codec,
+                       const void *slot, size_t len)
+{
+	unsigned announced = codec == LMT_CODEC_ZSTD ? 0x40 : 0;
+	save("frame", name, (uint8_t)((pages - 1) | mode << 4 | announced), slot, len);
+}
+
+static void frame_seeds(void)
+{
+	struct lmt_codec_ctx *ctx;
+	struct lmt_error err;
+	if (lmt__codec_ctx_new(&ctx, &err))
+		exit(1);
+	static const unsigned pages[] = {1, 4, 16};
+	static const enum lmt_codec codecs[] = {LMT_CODEC_LZ4, LMT_CODEC_ZSTD};
+	uint8_t *run = malloc(16 * TEST_PAGE), *frame = malloc(16 * TEST_PAGE);
+	char name[64];
+	for (int c = 0; c < 2; c++)
+		for (int p = 0; p < 3; p++) {
+			size_t len = pages[p] * TEST_PAGE, n;
+			const char *codec = lmt__codec_name(codecs[c]);
+			test_mixed_run(run, pages[p], 7, false);
+			if (lmt__frame_compress(ctx, codecs[c], 0, run, len, frame, len, &n, &err))
+				exit(1);
+			snprintf(name, sizeof(name), "%s-mixed-%u", codec, pages[p]);
+			frame_seed(name, pages[p], 0, codecs[c], frame, n);
+			snprintf(name, sizeof(name), "%s-payload-mixed-%u", codec, pages[p]);
+			frame_seed(name, pages[p], codecs[c] == LMT_CODEC_LZ4 ? 2 : 3, codecs[c],
+			           frame + LMT_FRAME_HEADER_SIZE, n - LMT_FRAME_HEADER_SIZE);
+			/* announced one byte short, and a slot with room to spare */
+			memset(frame + n, 0, 1);
+			snprintf(name, sizeof(name), "%s-short-%u", codec, pages[p]);
+			frame_seed(name, pages[p], 1, codecs[c], frame, n + 1);
+			memset(run, 0, len);
+			if (lmt__frame_compress(ctx, codecs[c], 0, run, len, frame, len, &n, &err))
+				exit(1);
+			snprintf(name, sizeof(name), "%s-zero-%u", codec, pages[p]);
+			frame_seed(name, pages[p], 0, codecs[c], frame, n);
+		}
+	/* Bombs: 1 MiB of zeros framed for a run of one page. */
+	size_t big = 1 << 20, n;
+	uint8_t *zeros = calloc(1, big), *bomb = malloc(big);
+	for (int c = 0; c < 2; c++) {
+		if (lmt__frame_compress(ctx, codecs[c], 0, zeros, big, bomb, big, &n, &err))
+			exit(1);
+		struct lmt_frame f = {.codec = codecs[c], .raw_len = TEST_PAGE,
+		                      .payload_len = (uint32_t)(n - LMT_FRAME_HEADER_SIZE)};
+		lmt__frame_encode(&f, bomb);
+		snprintf(name, sizeof(name), "%s-bomb", lmt__codec_name(codecs[c]));
+		frame_seed(name, 1, 0, codecs[c], bomb, n);
+	}
+	free(bomb);
+	free(zeros);
+	free(frame);
+	free(run);
+	lmt__codec_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -554,5 +617,6 @@ int main(int argc, char **argv)
 	source();
 	tcp_wire();
 	file_seeds();
+	frame_seeds();
 	return 0;
 }
