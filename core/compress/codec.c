@@ -11,6 +11,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "bytes.h"
 #include "error.h"
 
 struct lmt_codec_ctx {
@@ -153,6 +154,14 @@ static int bad_frame(struct lmt_error *err, enum lmt_codec codec, const char *fm
 static int expand_zstd(struct lmt_codec_ctx *ctx, const void *in, size_t in_len, void *out,
                        size_t expected, struct lmt_error *err)
 {
+	/* Only a standard frame: libzstd would also take skippable frames
+	 * and, built with legacy support, decode the formats of before 1.0
+	 * with decoders that allocate. lmt never writes either. */
+	uint32_t magic = in_len >= 4 ? lmt__get32(in) : 0;
+	if (magic != ZSTD_MAGICNUMBER)
+		return lmt__error(err, LMT_EPROTO,
+		                  "zstd frame: magic 0x%08x in %zu bytes, expected 0x%08x", magic,
+		                  in_len, (unsigned)ZSTD_MAGICNUMBER);
 	unsigned long long declared = ZSTD_getFrameContentSize(in, in_len);
 	if (declared == ZSTD_CONTENTSIZE_ERROR)
 		return bad_frame(err, LMT_CODEC_ZSTD,

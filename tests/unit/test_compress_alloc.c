@@ -140,6 +140,45 @@ static void test_codecs_allocate_nothing_per_frame_once_warm(void **state)
 	lmt__codec_ctx_free(ctx);
 }
 
+/* What a peer sends never makes the destination allocate: a fresh
+ * context expands its very first frames, of each codec, hostile ones
+ * included, without a call to the allocator. */
+static void test_expanding_allocates_nothing_even_the_first_time(void **state)
+{
+	struct lmt_error err = {0};
+	struct lmt_codec_ctx *packer, *fresh;
+	assert_int_equal(lmt__codec_ctx_new(&packer, &err), 0);
+	assert_int_equal(lmt__codec_ctx_new(&fresh, &err), 0);
+	uint8_t *run = malloc(RUN), *frames[2], *back = malloc(RUN);
+	size_t n[2];
+	enum lmt_codec codecs[2] = {LMT_CODEC_LZ4, LMT_CODEC_ZSTD};
+	test_mixed_run(run, 16, 3, false);
+	for (int c = 0; c < 2; c++) {
+		frames[c] = malloc(RUN);
+		assert_int_equal(lmt__frame_compress(packer, codecs[c], 0, run, RUN, frames[c], RUN,
+		                                     &n[c], &err),
+		                 0);
+	}
+	atomic_store(&allocations, 0);
+	atomic_store(&counting, 1);
+	for (int c = 0; c < 2; c++) {
+		struct lmt_frame_expect x = {
+		        .codec = codecs[c], .room = RUN, .length = n[c], .raw_len = RUN};
+		assert_int_equal(lmt__frame_expand(fresh, frames[c], &x, back, &err), 0);
+		/* and a damaged one */
+		frames[c][LMT_FRAME_HEADER_SIZE + n[c] / 2] ^= 0x5a;
+		lmt__frame_expand(fresh, frames[c], &x, back, &err);
+	}
+	atomic_store(&counting, 0);
+	assert_int_equal(atomic_load(&allocations), 0);
+	for (int c = 0; c < 2; c++)
+		free(frames[c]);
+	free(back);
+	free(run);
+	lmt__codec_ctx_free(fresh);
+	lmt__codec_ctx_free(packer);
+}
+
 static bool both_warm(struct lmt_compress_pool *pool)
 {
 	struct lmt_compress_thread_stats st[2];
@@ -201,6 +240,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_the_allocator_is_really_counted),
 	        cmocka_unit_test(test_codecs_allocate_nothing_per_frame_once_warm),
+	        cmocka_unit_test(test_expanding_allocates_nothing_even_the_first_time),
 	        cmocka_unit_test(test_the_pool_allocates_nothing_per_job),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

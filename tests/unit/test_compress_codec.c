@@ -384,10 +384,10 @@ static void test_trailing_bytes_are_refused(void **state)
 	}
 }
 
-static void test_two_zstd_frames_and_a_skippable_frame_are_refused(void **state)
+static void test_two_zstd_frames_a_skippable_and_a_legacy_frame_are_refused(void **state)
 {
 	struct lmt_error err = {0};
-	uint8_t frames[1024];
+	uint8_t frames[1024] = {0};
 	size_t a = zstd_frame(frames, sizeof(frames), 2048, 'x', true);
 	size_t b = zstd_frame(frames + a, sizeof(frames) - a, 2048, 'y', true);
 	/* Together they would make the 4096 bytes expected. */
@@ -396,7 +396,17 @@ static void test_two_zstd_frames_and_a_skippable_frame_are_refused(void **state)
 	uint8_t skip[16] = {0x50, 0x2a, 0x4d, 0x18, 8, 0, 0, 0};
 	assert_int_equal(expand(state, LMT_CODEC_ZSTD, skip, sizeof(skip), 4096, &err),
 	                 -LMT_EPROTO);
-	assert_message(&err, "zstd frame");
+	assert_string_equal(err.message,
+	                    "zstd frame: magic 0x184d2a50 in 16 bytes, expected 0xfd2fb528");
+	/* A frame of zstd 0.7 (magic 0xFD2FB527): never handed to a legacy
+	 * decoder, even where libzstd has one. */
+	uint8_t legacy[32];
+	memcpy(legacy, frames, sizeof(legacy));
+	legacy[0] = 0x27;
+	assert_int_equal(expand(state, LMT_CODEC_ZSTD, legacy, sizeof(legacy), 4096, &err),
+	                 -LMT_EPROTO);
+	assert_string_equal(err.message,
+	                    "zstd frame: magic 0xfd2fb527 in 32 bytes, expected 0xfd2fb528");
 }
 
 static void test_lz4_expanding_to_another_length_is_refused(void **state)
@@ -460,7 +470,8 @@ int main(void)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_trailing_bytes_are_refused, setup, teardown),
 	        cmocka_unit_test_setup_teardown(
-	                test_two_zstd_frames_and_a_skippable_frame_are_refused, setup, teardown),
+	                test_two_zstd_frames_a_skippable_and_a_legacy_frame_are_refused, setup,
+	                teardown),
 	        cmocka_unit_test_setup_teardown(test_lz4_expanding_to_another_length_is_refused,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_unknown_codec_raw_and_empty_input_are_refused,
