@@ -64,17 +64,22 @@ static void average(double *avg, double sample, bool first)
  * frame a share g' where they framed g), every other compressed choice
  * is expected to save s'/s times what it did (and frame g'/g times), until
  * its own next probe says otherwise. Only the current choice's chunks,
- * which follow the guest's content, move the others. */
+ * which follow the guest's content, move the others. A rise is capped at
+ * twice what the current choice saves: from a saving near nothing, s'/s
+ * would make any stale figure look boundless. */
 static void follow_content(struct lmt_compress_model *m, unsigned index, double saved,
                            double framed)
 {
-	double saving = saved > 0 ? (1 - m->est[index].wire) / saved : 1;
+	double now = 1 - m->est[index].wire;
+	double saving = saved > 0 ? now / saved : 1;
 	double framing = framed > 0 ? m->est[index].framed / framed : 1;
 	for (unsigned k = 1; k < m->count; k++) {
 		struct lmt_compress_estimate *e = &m->est[k];
 		if (k == index || !e->observations)
 			continue;
-		double s = (1 - e->wire) * saving;
+		double was = 1 - e->wire, s = was * saving;
+		if (saving > 1 && s > 2 * now)
+			s = was > 2 * now ? was : 2 * now;
 		e->wire = 1 - (s < 0 ? 0 : s > 1 ? 1 : s);
 		double g = e->framed * framing;
 		e->framed = g < 0 ? 0 : g > 1 ? 1 : g;

@@ -232,6 +232,31 @@ static void test_incompressible_pages_turn_zstd_off_and_a_better_ratio_back_on(v
 	assert_true(k <= 2 * LMT_COMPRESS_MODEL_PROBE_EVERY * 3);
 }
 
+static void test_a_saving_from_near_nothing_does_not_make_stale_figures_boundless(void **state)
+{
+	struct lmt_error err = {0};
+	struct lmt_compress_choice two[] = {{LMT_CODEC_LZ4, 1}, {LMT_CODEC_ZSTD, 1}};
+	struct lmt_compress_model m;
+	assert_int_equal(lmt__compress_model_init(&m, two, 2, 2, &err), 0);
+	lmt__compress_model_set_link(&m, 10 * MB);
+	/* zstd-1 once saved half; lz4 is current and saves 0.1 % */
+	lmt__compress_model_observe(&m, 0, CHUNK, CHUNK, 0, 0);
+	lmt__compress_model_observe(&m, 2, CHUNK, CHUNK / 2, CHUNK, CHUNK);
+	lmt__compress_model_observe(&m, 1, CHUNK, CHUNK - CHUNK / 1000, CHUNK, CHUNK);
+	m.current = 1;
+	/* a chunk of lz4 that saves 40 %: lz4's average saves about 10 % */
+	lmt__compress_model_observe(&m, 1, CHUNK, CHUNK * 6 / 10, CHUNK, CHUNK);
+	double lz4_saves = 1 - m.est[1].wire, zstd_saves = 1 - m.est[2].wire;
+	fprintf(stderr, "    lz4 saves %.3f, zstd-1 expected to save %.3f\n", lz4_saves,
+	        zstd_saves);
+	/* not 100 times its 0.5: at most what it was */
+	assert_true(zstd_saves <= 0.5 + 1e-9);
+	assert_true(zstd_saves >= 2 * lz4_saves - 1e-9 || zstd_saves >= 0.5 - 1e-9);
+	/* and when lz4 saves less, zstd-1 is expected to save less too */
+	lmt__compress_model_observe(&m, 1, CHUNK, CHUNK, 0, CHUNK);
+	assert_true(1 - m.est[2].wire < zstd_saves);
+}
+
 static void test_every_choice_is_tried_first_and_probes_stay_a_small_share(void **state)
 {
 	struct lmt_compress_model m;
@@ -421,6 +446,8 @@ int main(void)
 	                test_more_cpu_must_pay_five_percent_and_less_cpu_is_taken_on_a_tie),
 	        cmocka_unit_test(
 	                test_incompressible_pages_turn_zstd_off_and_a_better_ratio_back_on),
+	        cmocka_unit_test(
+	                test_a_saving_from_near_nothing_does_not_make_stale_figures_boundless),
 	        cmocka_unit_test(test_every_choice_is_tried_first_and_probes_stay_a_small_share),
 	        cmocka_unit_test(test_probes_come_as_often_as_promised_and_at_most_one_in_sixteen),
 	        cmocka_unit_test(test_a_simulated_migration_is_never_slower_than_off_nor_than_zstd),
