@@ -46,6 +46,16 @@ static const struct lmt_option_desc core_options[] = {
                        "thread, for its next iterate call",
         },
         {
+                .name = "switchover-bandwidth",
+                .type = LMT_OPT_SIZE,
+                .default_value = "0",
+                .doc = "bytes per second the pause is expected to send at, for the expected "
+                       "downtime; 0 measures it: each pass's rate, or under max-bandwidth the "
+                       "rate while writes were in flight, since the pause sends unthrottled; a "
+                       "source may change it during the migration, from any thread, for its "
+                       "next iterate call",
+        },
+        {
                 .name = "downtime-limit",
                 .type = LMT_OPT_DURATION,
                 .default_value = "300ms",

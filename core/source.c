@@ -14,6 +14,7 @@
 #include "net.h"
 #include "postcopy.h"
 #include "session.h"
+#include "switchover.h"
 
 #define SLOT_BITS 20
 #define REG_BATCH 64u
@@ -113,6 +114,8 @@ struct lmt_source_engine {
 	double bw_allowance;   /* bytes that may be posted now; < 0: wait */
 	uint64_t bw_refill_ns; /* when it was last topped up; 0: unlimited */
 	uint64_t bandwidth_bps;
+	/* the rate the expected downtime counts at (switchover.h) */
+	struct lmt_switchover switchover;
 
 	struct lmt_converge converge;
 
@@ -504,6 +507,7 @@ static void read_options(struct lmt_session *s)
 	pthread_mutex_lock(&s->opts_lock);
 	e->zero_detect = lmt__opt_bool(o, "zero-page-detection");
 	e->max_bandwidth = (uint64_t)lmt__opt_int(o, "max-bandwidth");
+	e->switchover.option_bps = (uint64_t)lmt__opt_int(o, "switchover-bandwidth");
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
@@ -862,11 +866,13 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 		        (unsigned long long)(sl->page << b->page_shift), sl->channel,
 		        lmt_strerror(cp->status));
 	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
-	e->ch_progress_ns[sl->channel] = lmt__now();
+	uint64_t now = lmt__now();
+	e->ch_progress_ns[sl->channel] = now;
 	e->ch_writes[sl->channel]--;
 	e->ch_inflight[sl->channel] -= sl->bytes;
 	e->ch_bytes[sl->channel] += sl->bytes;
 	e->inflight_bytes -= sl->bytes;
+	lmt__switchover_landed(&e->switchover, sl->bytes, !e->inflight_bytes, now);
 	e->pass_bytes += sl->bytes;
 	if (s->verify)
 		lmt__verify_mark(b, &b->landed, sl->page, sl->npages);
@@ -1133,6 +1139,8 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
 	if (e->ch_writes[ch]++ == 0)
 		e->ch_progress_ns[ch] = lmt__now();
+	if (!e->inflight_bytes)
+		lmt__switchover_busy(&e->switchover, lmt__now());
 	e->ch_inflight[ch] += bytes;
 	e->dirty_bytes -= bytes;
 	e->inflight_bytes += bytes;
@@ -1219,6 +1227,7 @@ static uint64_t bandwidth_gate(struct lmt_session *s, bool limited, uint64_t now
 	bw_refill(s, now);
 	if (e->bw_allowance >= 0)
 		return 0;
+	lmt__switchover_held(&e->switchover);
 	return now + (uint64_t)(-e->bw_allowance * 1e9 / (double)e->max_bandwidth) + 1;
 }
 
@@ -1231,6 +1240,7 @@ static void tune(struct lmt_session *s)
 	pthread_mutex_lock(&s->opts_lock);
 	uint64_t rate = (uint64_t)lmt__opt_int(s->opts, "max-bandwidth");
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(s->opts, "downtime-limit");
+	e->switchover.option_bps = (uint64_t)lmt__opt_int(s->opts, "switchover-bandwidth");
 	pthread_mutex_unlock(&s->opts_lock);
 	if (rate == e->max_bandwidth)
 		return;
@@ -1442,24 +1452,18 @@ static bool verify_pause_ns(const struct lmt_session *s, double *ns)
 }
 
 /* What the pause would take if it began now: the RAM left and the device
- * state announced (lmt_save_set_device_state_size) at the measured
- * bandwidth, and the hashing left to it. False while that cannot be told:
- * RAM left and no bandwidth measured yet. A migration that had no RAM to
- * send has no rate to time the device state at, and more passes would not
- * give it one: the state then counts for nothing. */
+ * state announced (lmt_save_set_device_state_size) at the rate the pause
+ * will send at, and the hashing left to it (lmt__pause_estimate). */
 static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
 {
 	const struct lmt_source_engine *e = s->source;
-	uint64_t left = e->dirty_bytes + e->inflight_bytes;
-	double ns;
-	*out = 0;
-	if ((left && !e->bandwidth_bps) || !verify_pause_ns(s, &ns))
-		return false;
-	if (e->bandwidth_bps)
-		ns += (double)(left + atomic_load(&e->device_state_bytes)) * 1e9 /
-		      (double)e->bandwidth_bps;
-	*out = ns < 1e18 ? (uint64_t)ns : (uint64_t)1e18; /* 31 years */
-	return true;
+	struct lmt_pause_parts p = {
+	        .ram_bytes = e->dirty_bytes + e->inflight_bytes,
+	        .other_bytes = atomic_load(&e->device_state_bytes),
+	        .rate_bps = lmt__switchover_bps(&e->switchover),
+	};
+	p.hash_known = verify_pause_ns(s, &p.hash_ns);
+	return lmt__pause_estimate(&p, out);
 }
 
 /* A pass ended with `dirtied` bytes newly dirty: measure and record it.
@@ -1470,8 +1474,11 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	uint64_t now = lmt__now();
 	uint64_t span = now - e->pass_start_ns;
 	uint64_t rate = span ? (uint64_t)((double)dirtied * 1e9 / (double)span) : 0;
+	uint64_t pass_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0;
 	if (span && !final && (e->pass_bytes >= (1u << 20) || !e->bandwidth_bps))
-		e->bandwidth_bps = (uint64_t)((double)e->pass_bytes * 1e9 / (double)span);
+		e->bandwidth_bps = pass_bps;
+	if (!final)
+		lmt__switchover_measure(&e->switchover, pass_bps, 1u << 20, true, now);
 	pthread_mutex_lock(&s->lock);
 	if (!final)
 		s->stats.dirty_rate_bps = rate;
@@ -1487,7 +1494,7 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	        .bytes = e->pass_bytes,
 	        .dirtied_bytes = dirtied,
 	        .dirty_rate_bps = rate,
-	        .bandwidth_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0,
+	        .bandwidth_bps = pass_bps,
 	        .expected_downtime_ns = expected,
 	        .interrupted = interrupted,
 	        .expected_downtime_known = known,
@@ -1554,9 +1561,8 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		if ((rc = sync_dirty(s, &dirtied)))
 			return rc;
 		e->pass_dirtied = dirtied;
-		uint64_t bw = e->bandwidth_bps ? e->bandwidth_bps : 1;
-		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
-		    e->bandwidth_bps) {
+		uint64_t bw = lmt__switchover_bps(&e->switchover);
+		if (bw && (double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns) {
 			measure_pass(s, dirtied, false, false);
 			if (postcopy_due(s)) {
 				postcopy_now(s, res);
@@ -1648,9 +1654,11 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
 	/* Mid-pass, the pass so far is the best estimate once it means something. */
-	uint64_t span = lmt__now() - e->pass_start_ns;
-	if (!e->pass_done && e->pass_bytes >= (4u << 20) && span)
+	uint64_t now = lmt__now(), span = now - e->pass_start_ns;
+	if (!e->pass_done && e->pass_bytes >= (4u << 20) && span) {
 		e->bandwidth_bps = (uint64_t)((double)e->pass_bytes * 1e9 / (double)span);
+		lmt__switchover_measure(&e->switchover, e->bandwidth_bps, 4u << 20, false, now);
+	}
 	res->pass = e->pass;
 	res->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
 	res->bandwidth_bps = e->bandwidth_bps;
