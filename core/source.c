@@ -1463,6 +1463,11 @@ static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
 	        .rate_bps = lmt__switchover_bps(&e->switchover),
 	};
 	p.hash_known = verify_pause_ns(s, &p.hash_ns);
+	if (s->file) {
+		uint64_t bytes;
+		lmt__file_pause_cost(s, &bytes, &p.sync_ns);
+		p.other_bytes += bytes;
+	}
 	return lmt__pause_estimate(&p, out);
 }
 
@@ -1552,6 +1557,17 @@ static void postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res)
 	e->need_pass = true;
 }
 
+/* A file: target, its pass drained: sync ahead of the pause (file.c), if
+ * the call has time for it by its last cost; 1: left to the next call. */
+static int sync_ahead(struct lmt_session *s, uint64_t deadline)
+{
+	if (!s->file)
+		return 0;
+	if (!step_fits(s->source, s->file->sync_ns, deadline))
+		return 1;
+	return lmt__file_sync_ahead(s);
+}
+
 static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
@@ -1574,7 +1590,7 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		}
 		e->draining = true;
 	}
-	if ((rc = drain(s, deadline)))
+	if ((rc = drain(s, deadline)) || (rc = sync_ahead(s, deadline)))
 		return rc;
 	e->draining = false;
 	uint64_t more, expected;
