@@ -42,8 +42,9 @@ int lmt__option_settable(void *opaque, const char *name, struct lmt_error *err)
 		return 0;
 	if (s->role == LMT_ROLE_DESTINATION)
 		return lmt__error(err, LMT_ESTATE, "%s: options are fixed %s", name, why);
-	return lmt__error(err, LMT_ESTATE,
-	                  "%s: fixed %s; only downtime-limit, max-bandwidth and switchover-bandwidth "
-	                  "can change during a migration",
-	                  name, why);
+	return lmt__error(
+	        err, LMT_ESTATE,
+	        "%s: fixed %s; only downtime-limit, max-bandwidth and switchover-bandwidth "
+	        "can change during a migration",
+	        name, why);
 }

@@ -42,8 +42,8 @@ struct pause {
 
 /* Save `ram`, dirtied at `rate` over `working_set` bytes, over `plugin`
  * with `opts`; the guest is paused when iterate says ready. */
-static struct pause save(struct guest_ram *ram, const char *plugin, const char *opts,
-                         uint64_t rate, uint64_t working_set)
+static struct pause save(struct guest_ram *ram, const char *plugin, const char *opts, uint64_t rate,
+                         uint64_t working_set)
 {
 	char all[512], path[PATH_MAX], uri[PATH_MAX + 8];
 	snprintf(all, sizeof(all), "%s,%s", direct_opts, opts);
@@ -98,7 +98,8 @@ static void test_the_estimate_counts_the_pauses_syncs(void **state)
 	const uint64_t bytes = 32ull << 20;
 	struct guest_ram ram;
 	ram_fill(&ram, bytes, 41);
-	struct pause p = save(&ram, "chaos:file", "chaos.flush-delay=60ms", 16ull << 20, 4ull << 20);
+	struct pause p =
+	        save(&ram, "chaos:file", "chaos.flush-delay=60ms", 16ull << 20, 4ull << 20);
 	ram_release(&ram);
 	if (p.expected_ms < 120.0)
 		fail_msg("%.1f ms expected: the pause's two syncs of 60 ms are not counted",

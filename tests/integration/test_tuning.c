@@ -100,9 +100,9 @@ static void test_only_runtime_options_change_once_set_up(void **state)
 	expect_refused(s, lmt_session_set_option(s, "downtime-limit", "0"), -LMT_EINVAL,
 	               "downtime-limit: expected a duration from 1ms to 60m, got '0'");
 	assert_int_equal(lmt_session_set_option(s, "no-such-option", "1"), -LMT_ENOTFOUND);
-	assert_int_equal(
-	        lmt_session_set_options(s, "downtime-limit=2s,max-bandwidth=0,switchover-bandwidth=1G"),
-	        0);
+	assert_int_equal(lmt_session_set_options(
+	                         s, "downtime-limit=2s,max-bandwidth=0,switchover-bandwidth=1G"),
+	                 0);
 	assert_int_equal(option_int(s, "downtime-limit"), 2000 * MS);
 	assert_int_equal(option_int(s, "max-bandwidth"), 0);
 	assert_int_equal(option_int(s, "switchover-bandwidth"), 1 << 30);
