@@ -119,9 +119,10 @@ static const struct lmt_option_desc core_options[] = {
                 .type = LMT_OPT_BOOL,
                 .default_value = "off",
                 .flags = LMT_OPTF_MATCH,
-                .doc = "per-block xxHash digests, checked by the destination at completion; "
-                       "each side hashes 64K stripes during the passes, the pause only those "
-                       "written since",
+                .doc = "end-to-end check: at completion the destination hashes all of its "
+                       "RAM and compares it with the source's XXH3 digests of 64K stripes "
+                       "(which the source keeps during the passes), naming the first stripe "
+                       "that differs; the pause reads all of the destination's RAM once",
         },
         {
                 .name = "connect-timeout",

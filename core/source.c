@@ -136,6 +136,7 @@ struct lmt_source_engine {
 	uint64_t hash_bytes;
 	struct lmt_msg_landed *landed;
 	uint64_t landed_bytes; /* bytes_sent as last reported */
+	bool verify_warned;    /* said that hashing alone is over the limit */
 };
 
 /* A run of dirty pages within one chunk-size window of one block. */
@@ -803,9 +804,6 @@ static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
 		return false;
 	lmt__bitmap_range(b->dirty, page, 1, LMT_BITS_CLEAR);
 	e->dirty_bytes -= b->page_size;
-	/* Nothing to land: the destination's copy is already what it is. */
-	if (s->verify)
-		lmt__verify_mark(b, &b->landed, page, 1);
 	pthread_mutex_lock(&s->lock);
 	s->stats.zero_pages++;
 	publish_remaining(s);
@@ -874,8 +872,6 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 	e->inflight_bytes -= sl->bytes;
 	lmt__switchover_landed(&e->switchover, sl->bytes, !e->inflight_bytes, now);
 	e->pass_bytes += sl->bytes;
-	if (s->verify)
-		lmt__verify_mark(b, &b->landed, sl->page, sl->npages);
 	if (b->present)
 		lmt__bitmap_range(b->present, sl->page, sl->npages, LMT_BITS_SET);
 	/* One lock for the figures that must add up in any snapshot. */
@@ -1309,72 +1305,29 @@ static void hash_rest(struct lmt_session *s)
 	}
 }
 
-/* Move the runs of b's landed stripes from *from on into m while it has
- * room; whether b has none left. */
-static bool take_ranges(struct lmt_block *b, uint32_t index, struct lmt_msg_landed *m,
-                        uint64_t *from)
-{
-	while (m->count < LMT_PROTO_MAX_RANGES) {
-		uint64_t first = lmt__bitmap_next(b->landed.bits, *from, b->nstripes);
-		if (first == b->nstripes)
-			return true;
-		uint64_t end = first + 1;
-		while (end < b->nstripes && end - first < UINT32_MAX &&
-		       lmt__bitmap_test(b->landed.bits, end))
-			end++;
-		lmt__bitmap_range(b->landed.bits, first, end - first, LMT_BITS_CLEAR);
-		b->landed.count -= end - first;
-		m->ranges[m->count++] = (struct lmt_msg_range){
-		        .block = index, .first = first, .count = (uint32_t)(end - first)};
-		*from = end;
-	}
-	return false;
-}
-
 /* Tell the destination what landed since the last LANDED (`always`: even
- * if nothing did): the bytes per channel, for its statistics, and with verify=on the stripes written or
- * skipped as zero, for it to hash again. Each write reported completed, so
- * its bytes are in the destination's memory before this arrives. */
+ * if nothing did): the bytes per channel, for its statistics. Each write
+ * reported completed, so its bytes are in the destination's memory before
+ * this arrives. A file: target has no one to tell. */
 static int report_landed(struct lmt_session *s, bool always)
 {
 	struct lmt_source_engine *e = s->source;
 	struct lmt_msg_landed *m = e->landed;
 	uint64_t sent = 0;
-	bool stripes = false;
-	if (s->file_path) {
-		/* No destination to tell, or to hash what landed: the file
-		 * takes the source's own digests. */
-		for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
-			struct lmt_block *b = &s->blocks[i];
-			memset(b->landed.bits, 0, (b->nstripes + 63) / 64 * sizeof(uint64_t));
-			b->landed.count = 0;
-		}
+	if (s->file_path)
 		return 0;
-	}
 	for (uint32_t c = 0; c < s->channels; c++)
 		sent += e->ch_bytes[c];
-	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
-		stripes |= s->blocks[i].landed.count != 0;
-	if (!always && !stripes && sent == e->landed_bytes)
+	if (!always && sent == e->landed_bytes)
 		return 0;
 	e->progress_sent_ns = lmt__now();
-	uint32_t block = 0;
-	uint64_t from = 0;
-	do {
-		m->channels = s->channels;
-		memcpy(m->bytes, e->ch_bytes, sizeof(m->bytes));
-		m->count = 0;
-		while (s->verify && block < s->nblocks &&
-		       take_ranges(&s->blocks[block], block, m, &from)) {
-			block++;
-			from = 0;
-		}
-		int rc = lmt__enc_landed(&s->out, m);
-		if (rc)
-			return lmt__fail(s, rc, "encoding LANDED");
-		if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
-			return rc;
-	} while (s->verify && block < s->nblocks);
+	m->channels = s->channels;
+	memcpy(m->bytes, e->ch_bytes, sizeof(m->bytes));
+	int rc = lmt__enc_landed(&s->out, m);
+	if (rc)
+		return lmt__fail(s, rc, "encoding LANDED");
+	if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
+		return rc;
 	e->landed_bytes = sent;
 	return 0;
 }
@@ -1430,18 +1383,13 @@ static int drain(struct lmt_session *s, uint64_t deadline)
 	return 0;
 }
 
-/* With verify=on, how long the pause will spend hashing, at this source's
- * own rate: the source hashes its stale stripes; the destination hashes
- * those too once they land in the final pass, and the stripes written
- * since the last LANDED. False while there is some and no rate yet. */
+/* With verify=on, how long the pause will spend hashing
+ * (lmt__verify_pause_bytes), at this source's own rate. False while there
+ * is some and no rate yet. */
 static bool verify_pause_ns(const struct lmt_session *s, double *ns)
 {
 	const struct lmt_source_engine *e = s->source;
-	uint64_t bytes = 0;
-	for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
-		const struct lmt_block *b = &s->blocks[i];
-		bytes += 2 * lmt__verify_bytes(b, &b->stale) + lmt__verify_bytes(b, &b->landed);
-	}
+	uint64_t bytes = lmt__verify_pause_bytes(s);
 	*ns = 0;
 	if (!bytes)
 		return true;
@@ -1454,21 +1402,56 @@ static bool verify_pause_ns(const struct lmt_session *s, double *ns)
 /* What the pause would take if it began now: the RAM left and the device
  * state announced (lmt_save_set_device_state_size) at the rate the pause
  * will send at, and the hashing left to it (lmt__pause_estimate). */
-static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
+static void pause_parts(const struct lmt_session *s, struct lmt_pause_parts *p)
 {
 	const struct lmt_source_engine *e = s->source;
-	struct lmt_pause_parts p = {
+	*p = (struct lmt_pause_parts){
 	        .ram_bytes = e->dirty_bytes + e->inflight_bytes,
 	        .other_bytes = atomic_load(&e->device_state_bytes),
 	        .rate_bps = lmt__switchover_bps(&e->switchover),
 	};
-	p.hash_known = verify_pause_ns(s, &p.hash_ns);
+	p->hash_known = verify_pause_ns(s, &p->hash_ns);
 	if (s->file) {
 		uint64_t bytes;
-		lmt__file_pause_cost(s, &bytes, &p.sync_ns);
-		p.other_bytes += bytes;
+		lmt__file_pause_cost(s, &bytes, &p->sync_ns);
+		p->other_bytes += bytes;
 	}
+}
+
+static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
+{
+	struct lmt_pause_parts p;
+	pause_parts(s, &p);
 	return lmt__pause_estimate(&p, out);
+}
+
+/* Whether what the pause does besides sending RAM (the device state, the
+ * hashing, a file's syncs) fits downtime-limit, as far as can be told:
+ * when it does not, no pass gets the migration ready. */
+static bool rest_fits(const struct lmt_session *s)
+{
+	struct lmt_pause_parts p;
+	uint64_t ns;
+	pause_parts(s, &p);
+	p.ram_bytes = 0;
+	return !lmt__pause_estimate(&p, &ns) || ns <= s->source->downtime_limit_ns;
+}
+
+/* verify=on: say once that the pause's hashing alone, which no pass
+ * shortens, is over downtime-limit, so that the migration will not be
+ * ready until the limit is raised. */
+static void warn_verify(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
+	double ns;
+	if (!s->verify || e->verify_warned || !verify_pause_ns(s, &ns) ||
+	    ns <= (double)e->downtime_limit_ns)
+		return;
+	e->verify_warned = true;
+	lmt__session_log(s, LMT_LOG_WARN,
+	                 "verify=on: hashing the RAM in the pause takes about %.0f ms here, over "
+	                 "downtime-limit (%.0f ms): not ready until the limit allows it",
+	                 ns / 1e6, (double)e->downtime_limit_ns / 1e6);
 }
 
 /* A pass ended with `dirtied` bytes newly dirty: measure and record it.
@@ -1482,8 +1465,10 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	uint64_t pass_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0;
 	if (span && !final && (e->pass_bytes >= (1u << 20) || !e->bandwidth_bps))
 		e->bandwidth_bps = pass_bps;
-	if (!final)
+	if (!final) {
 		lmt__switchover_measure(&e->switchover, pass_bps, 1u << 20, true, now);
+		warn_verify(s);
+	}
 	pthread_mutex_lock(&s->lock);
 	if (!final)
 		s->stats.dirty_rate_bps = rate;
@@ -1578,7 +1563,8 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 			return rc;
 		e->pass_dirtied = dirtied;
 		uint64_t bw = lmt__switchover_bps(&e->switchover);
-		if (bw && (double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns) {
+		if (bw &&
+		    (double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns) {
 			measure_pass(s, dirtied, false, false);
 			if (postcopy_due(s)) {
 				postcopy_now(s, res);
@@ -1602,10 +1588,11 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		e->need_pass = true;
 	} else if (postcopy_due(s)) {
 		postcopy_now(s, res);
-	} else if (!e->dirty_bytes) {
-		/* Not ready with nothing dirty: the device state or the
-		 * hashing is what is left, and a pass at once would not
-		 * shorten it. The next call starts the next pass. */
+	} else if (!e->dirty_bytes || !rest_fits(s)) {
+		/* Not ready with nothing dirty, or with the rest of the pause
+		 * over the limit by itself: a pass at once would not get the
+		 * migration ready (passes of a few pages each, thousands a
+		 * second). The next call starts the next pass. */
 		converge(s, e->pass_dirtied + more);
 		e->need_pass = true;
 	} else {
@@ -1853,6 +1840,10 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 		return rc;
 	if (s->ctrl_unix && (rc = lmt__handover_send(s)))
 		return rc;
+	if (s->verify && (rc = lmt__verify_send(s, reply_deadline(s))))
+		return rc == -LMT_ETIMEDOUT && lmt__now() >= s->source->switchover_deadline
+		               ? switchover_expired(s, "sending the digests")
+		               : rc;
 	return send_complete(s, length);
 }
 
