@@ -197,10 +197,10 @@ static void test_a_clean_migration_of_a_dirtying_guest_passes(void **state)
 {
 	struct guest_ram ram;
 	ram_fill(&ram, RAM_BYTES, 53);
+	struct dest d;
+	dest_start(&d, OPTS); /* forked before the guest's thread starts */
 	struct guest_workload *w = NULL;
 	assert_int_equal(guest_workload_start(&w, &ram, 8ull << 20, 32ull << 20, 9), 0);
-	struct dest d;
-	dest_start(&d, OPTS);
 	lmt_session *s = source_set_up(&ram, OPTS, d.port);
 	iterate_until_ready(s);
 	guest_workload_pause(w);
