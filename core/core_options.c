@@ -46,6 +46,16 @@ static const struct lmt_option_desc core_options[] = {
                        "thread, for its next iterate call",
         },
         {
+                .name = "switchover-bandwidth",
+                .type = LMT_OPT_SIZE,
+                .default_value = "0",
+                .doc = "bytes per second the pause is expected to send at, for the expected "
+                       "downtime; 0 measures it: each pass's rate, or under max-bandwidth the "
+                       "rate while writes were in flight, since the pause sends unthrottled; a "
+                       "source may change it during the migration, from any thread, for its "
+                       "next iterate call",
+        },
+        {
                 .name = "downtime-limit",
                 .type = LMT_OPT_DURATION,
                 .default_value = "300ms",
@@ -109,9 +119,10 @@ static const struct lmt_option_desc core_options[] = {
                 .type = LMT_OPT_BOOL,
                 .default_value = "off",
                 .flags = LMT_OPTF_MATCH,
-                .doc = "per-block xxHash digests, checked by the destination at completion; "
-                       "each side hashes 64K stripes during the passes, the pause only those "
-                       "written since",
+                .doc = "end-to-end check: at completion the destination hashes all of its "
+                       "RAM and compares it with the source's XXH3 digests of 64K stripes "
+                       "(which the source keeps during the passes), naming the first stripe "
+                       "that differs; the pause reads all of the destination's RAM once",
         },
         {
                 .name = "connect-timeout",

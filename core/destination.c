@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bitmap.h"
 #include "error.h"
 #include "file.h"
 #include "net.h"
@@ -21,9 +20,6 @@
 
 #define TARGET_SLICE_NS 1000000ull
 #define CONTROL_SLICE_MS 50
-/* verify=on: hashing between control messages and progress, a slice at a
- * time, so that neither waits long. */
-#define HASH_SLICE_NS 1000000ull
 
 struct lmt_destination_engine {
 	int listen_fd; /* until the source connects */
@@ -39,9 +35,6 @@ struct lmt_destination_engine {
 	 * keep-alive. idle-timeout without one fails the load. */
 	uint64_t progress_ns;
 	struct lmt_msg_landed *landed; /* LANDED's, decoded */
-	/* verify=on: where hash_landed goes on from */
-	uint32_t hash_block;
-	uint64_t hash_stripe;
 };
 
 int lmt__destination_new(struct lmt_destination_engine **out)
@@ -919,59 +912,7 @@ static int handle_reg_req(struct lmt_session *s, size_t length)
 	return rc;
 }
 
-/* ---- what landed, and verify=on ---- */
-
-static uint64_t landed_stripes(const struct lmt_session *s)
-{
-	uint64_t n = 0;
-	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
-		n += s->blocks[i].landed.count;
-	return n;
-}
-
-/* Hash the stripes the source said landed, until `deadline`. Hashed
- * after the LANDED that named them, they hold what the source wrote; a
- * later write to one is named by a later LANDED, and it is hashed again. */
-static void hash_landed(struct lmt_session *s, uint64_t deadline)
-{
-	struct lmt_destination_engine *d = s->destination;
-	uint64_t left = landed_stripes(s);
-	while (left && lmt__now() < deadline) {
-		if (d->hash_block >= s->nblocks) {
-			d->hash_block = 0;
-			d->hash_stripe = 0;
-		}
-		struct lmt_block *b = &s->blocks[d->hash_block];
-		uint64_t i = lmt__bitmap_next(b->landed.bits, d->hash_stripe, b->nstripes);
-		if (i == b->nstripes) {
-			d->hash_block++;
-			d->hash_stripe = 0;
-			continue;
-		}
-		lmt__verify_take(&b->landed, i);
-		lmt__verify_hash(b, i);
-		d->hash_stripe = i + 1;
-		left--;
-	}
-}
-
-static int check_ranges(struct lmt_session *s, const struct lmt_msg_landed *m)
-{
-	if (m->count && !s->verify)
-		return lmt__fail(s, LMT_EPROTO, "LANDED: %u stripe ranges, but verify is off",
-		                 m->count);
-	for (uint32_t i = 0; i < m->count; i++) {
-		const struct lmt_msg_range *g = &m->ranges[i];
-		const struct lmt_block *b = g->block < s->nblocks ? &s->blocks[g->block] : NULL;
-		if (!b || g->first >= b->nstripes || g->count > b->nstripes - g->first)
-			return lmt__fail(s, LMT_EPROTO,
-			                 "LANDED: stripes %llu to %llu of block %u are not in a "
-			                 "RAM block",
-			                 (unsigned long long)g->first,
-			                 (unsigned long long)(g->first + g->count - 1), g->block);
-	}
-	return 0;
-}
+/* ---- what landed ---- */
 
 /* The counts of bytes only grow; they are the statistics' figures. */
 static int take_bytes(struct lmt_session *s, const struct lmt_msg_landed *m)
@@ -1008,29 +949,7 @@ static int handle_landed(struct lmt_session *s, size_t length)
 	int rc = lmt__dec_landed(s->in, length, m, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
-	if ((rc = check_ranges(s, m)) || (rc = take_bytes(s, m)))
-		return rc;
-	for (uint32_t i = 0; i < m->count; i++) {
-		struct lmt_block *b = &s->blocks[m->ranges[i].block];
-		uint32_t shift = b->stripe_shift - b->page_shift;
-		uint64_t page = m->ranges[i].first << shift;
-		uint64_t npages = (uint64_t)m->ranges[i].count << shift;
-		lmt__verify_mark(b, &b->landed, page, npages);
-		lmt__verify_mark(b, &b->stale, page, npages);
-	}
-	return 0;
-}
-
-/* The block's digest, hashing first what is stale: what landed since it
- * was last hashed, and what never was. */
-static uint64_t block_digest(struct lmt_block *b)
-{
-	for (uint64_t i = lmt__bitmap_next(b->stale.bits, 0, b->nstripes); i < b->nstripes;
-	     i = lmt__bitmap_next(b->stale.bits, i + 1, b->nstripes)) {
-		lmt__verify_take(&b->landed, i);
-		lmt__verify_hash(b, i);
-	}
-	return lmt__verify_digest(b);
+	return take_bytes(s, m);
 }
 
 /* A source that sent nothing but keep-alives for idle-timeout. */
@@ -1132,16 +1051,9 @@ static int handle_complete(struct lmt_session *s, size_t length)
 		rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EPROTO,
 		            "COMPLETE carries %u digests, expected %u", m->digest_count,
 		            s->verify ? s->nblocks : 0);
-	for (uint32_t i = 0; i < m->digest_count && !rc; i++) {
-		struct lmt_block *b = &s->blocks[i];
-		uint64_t mine = block_digest(b);
-		if (mine != m->digests[i])
-			rc = refuse(s, LMT_MSG_COMPLETE_ACK, LMT_EVERIFY,
-			            "verify: RAM block '%s' differs (xxh3 %016llx on the source, "
-			            "%016llx here)",
-			            b->name, (unsigned long long)m->digests[i],
-			            (unsigned long long)mine);
-	}
+	char why[LMT_PROTO_MAX_TEXT];
+	if (!rc && s->verify && (rc = lmt__verify_check(s, m->digests, why, sizeof(why))))
+		rc = refuse(s, LMT_MSG_COMPLETE_ACK, -rc, "%s", why);
 	if (!rc) {
 		pthread_mutex_lock(&s->lock);
 		s->stats.passes = m->passes;
@@ -1166,6 +1078,8 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return handle_complete(s, h->length);
 	case LMT_MSG_LANDED:
 		return handle_landed(s, h->length);
+	case LMT_MSG_DIGESTS:
+		return lmt__verify_receive(s, h->length);
 	case LMT_MSG_FD_HANDOVER:
 		return lmt__handover_receive(s, h->length);
 	case LMT_MSG_POSTCOPY_PAGES:
@@ -1202,12 +1116,8 @@ static int load(struct lmt_session *s)
 		if (n < 0)
 			return lmt__fail(s, n, "plugin %s: progress failed (%s)", s->desc->name,
 			                 lmt_err_name(n));
-		bool hashing = landed_stripes(s) != 0;
-		if (hashing)
-			hash_landed(s, lmt__now() + HASH_SLICE_NS);
-		/* Without target progress to drive or stripes to hash, the
-		 * wait is for the source. */
-		uint64_t wait = target || hashing ? 0 : CONTROL_SLICE_MS * 1000000ull;
+		/* Without target progress to drive, the wait is for the source. */
+		uint64_t wait = target ? 0 : CONTROL_SLICE_MS * 1000000ull;
 		if (lmt__ctrl_wait(s, lmt__now() + wait)) {
 			struct lmt_msg_header h;
 			int rc = lmt__ctrl_recv(s, &h, lmt__now() + s->idle_timeout_ns);

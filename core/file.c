@@ -328,6 +328,29 @@ int lmt__file_save_open(struct lmt_session *s)
 	return rc;
 }
 
+int lmt__file_sync_ahead(struct lmt_session *s)
+{
+	struct lmt__file *f = s->file;
+	uint64_t t0 = lmt__now();
+	int rc = s->desc->ops.flush(s->inst, s->idle_timeout_ns);
+	if (rc)
+		return lmt__fail(s, rc, "file '%s': flush failed (%s)", s->file_path,
+		                 lmt_err_name(rc));
+	uint64_t took = lmt__now() - t0;
+	f->sync_ns = took > f->sync_ns - f->sync_ns / 8 ? took : f->sync_ns - f->sync_ns / 8;
+	return 0;
+}
+
+void lmt__file_pause_cost(const struct lmt_session *s, uint64_t *bytes, uint64_t *sync_ns)
+{
+	const struct lmt__file *f = s->file;
+	*bytes = LMT_FILE_ALIGN; /* the commit record */
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		*bytes += lmt__file_round(f->blocks[i].bitmap_length, LMT_FILE_ALIGN) +
+		          lmt__file_round(f->blocks[i].digests_length, LMT_FILE_ALIGN);
+	*sync_ns = 2 * f->sync_ns;
+}
+
 /* Little-endian 64-bit words of `n` into an aligned buffer of `bytes`. */
 static uint8_t *words_buffer(const uint64_t *words, uint64_t n, uint64_t bytes)
 {

@@ -20,6 +20,10 @@ struct lmt__file {
 	struct lmt_file_header h;
 	struct lmt_file_block *blocks; /* one per session block, in order */
 	lmt_rkey *rkey;                /* the whole file, while it is in use */
+	/* Saving: how long a flush of the passes' writes took (one that
+	 * follows a longer one at once and a shorter one slowly); 0 before
+	 * the first (lmt__file_sync_ahead). */
+	uint64_t sync_ns;
 };
 
 /* Transfers between memory and the file, spread over the channels like
@@ -73,6 +77,14 @@ void lmt__file_free(struct lmt_session *s);
 /* Source: create the file, write its header and block table, and give
  * the engine a key for every window. */
 int lmt__file_save_open(struct lmt_session *s);
+/* Source, the passes' writes drained as they near convergence: make them
+ * durable now, so that the pause's syncs have only the last pass's left,
+ * and time it for the estimate. */
+int lmt__file_sync_ahead(struct lmt_session *s);
+/* What the pause adds for the file besides the pages: the bytes of its
+ * metadata (bitmaps, digests, commit record), written at the pages'
+ * rate, and its two syncs, each at the cost of the last sync ahead. */
+void lmt__file_pause_cost(const struct lmt_session *s, uint64_t *bytes, uint64_t *sync_ns);
 /* Source, the pages written and flushed: bitmaps, digests, device state,
  * flush, commit record, flush; all before `deadline`. */
 int lmt__file_save_finish(struct lmt_session *s, const void *state, size_t length, uint64_t passes,

@@ -226,18 +226,25 @@ int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF])
 
 int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m)
 {
-	if (m->channels > LMT_MAX_CHANNELS || m->count > LMT_PROTO_MAX_RANGES)
+	if (m->channels > LMT_MAX_CHANNELS)
 		return -LMT_EOVERFLOW;
 	begin(b, LMT_MSG_LANDED);
 	put_u32(b, m->channels);
 	for (uint32_t i = 0; i < m->channels; i++)
 		put_u64(b, m->bytes[i]);
+	return finish(b);
+}
+
+int lmt__enc_digests(struct lmt_buf *b, const struct lmt_msg_digests *m)
+{
+	if (m->count == 0 || m->count > LMT_PROTO_MAX_DIGESTS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_DIGESTS);
+	put_u32(b, m->block);
+	put_u64(b, m->first);
 	put_u32(b, m->count);
-	for (uint32_t i = 0; i < m->count; i++) {
-		put_u32(b, m->ranges[i].block);
-		put_u64(b, m->ranges[i].first);
-		put_u32(b, m->ranges[i].count);
-	}
+	for (uint32_t i = 0; i < m->count; i++)
+		put_u64(b, m->digests[i]);
 	return finish(b);
 }
 
@@ -466,6 +473,7 @@ static const char *const msg_names[] = {
         [LMT_MSG_PAGES] = "PAGES",
         [LMT_MSG_SLOTS_FREE] = "SLOTS_FREE",
         [LMT_MSG_POSTCOPY_DONE] = "POSTCOPY_DONE",
+        [LMT_MSG_DIGESTS] = "DIGESTS",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -624,22 +632,26 @@ int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
 	return done(&r);
 }
 
-/* Which blocks and stripes exist is the engine's to check. */
 int lmt__dec_landed(const uint8_t *p, size_t len, struct lmt_msg_landed *m, struct lmt_error *err)
 {
 	struct reader r = reader(p, len, LMT_MSG_LANDED, err);
 	get_count(&r, &m->channels, LMT_MAX_CHANNELS, "too many channels");
 	for (uint32_t i = 0; i < m->channels && !r.rc; i++)
 		m->bytes[i] = get_u64(&r, "truncated byte count");
-	get_count(&r, &m->count, LMT_PROTO_MAX_RANGES, "too many stripe ranges");
-	for (uint32_t i = 0; i < m->count && !r.rc; i++) {
-		struct lmt_msg_range *g = &m->ranges[i];
-		g->block = get_u32(&r, "truncated block index");
-		g->first = get_u64(&r, "truncated first stripe");
-		g->count = get_u32(&r, "truncated stripe count");
-		if (!r.rc && g->count == 0)
-			return bad(&r, "empty stripe range");
-	}
+	return done(&r);
+}
+
+int lmt__dec_digests(const uint8_t *p, size_t len, struct lmt_msg_digests *m,
+                     struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_DIGESTS, err);
+	m->block = get_u32(&r, "truncated block index");
+	m->first = get_u64(&r, "truncated first stripe");
+	get_count(&r, &m->count, LMT_PROTO_MAX_DIGESTS, "too many digests");
+	if (!r.rc && m->count == 0)
+		return bad(&r, "no digests");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++)
+		m->digests[i] = get_u64(&r, "truncated digest");
 	return done(&r);
 }
 

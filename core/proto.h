@@ -10,7 +10,7 @@
 #include <lmt/lmt.h>
 
 #define LMT_PROTO_MAGIC 0x50544d4cu /* the bytes "LMTP" read as little-endian */
-#define LMT_PROTO_VERSION 2u
+#define LMT_PROTO_VERSION 3u
 #define LMT_PROTO_HEADER_SIZE 8u
 #define LMT_PROTO_MAX_PAYLOAD (2u << 20)
 #define LMT_PROTO_MAX_OPTIONS 64u
@@ -21,7 +21,7 @@
 #define LMT_PROTO_MAX_STATE (1ull << 30)
 #define LMT_PROTO_NONCE 32u
 #define LMT_PROTO_PROOF 32u
-#define LMT_PROTO_MAX_RANGES 32768u
+#define LMT_PROTO_MAX_DIGESTS 65536u
 
 enum lmt_msg_type {
 	LMT_MSG_HELLO = 1,         /* S->D: magic, version, plugin, options */
@@ -38,8 +38,7 @@ enum lmt_msg_type {
 	LMT_MSG_PING = 12,         /* both: keep-alive */
 	LMT_MSG_PONG = 13,
 	LMT_MSG_AUTH = 14, /* S->D: the source's proof of the key */
-	/* S->D: bytes landed per channel so far; with verify=on, the
-	 * stripes written since the last LANDED */
+	/* S->D: bytes landed per channel so far */
 	LMT_MSG_LANDED = 15,
 	/* unix: targets only (docs/protocol.md, "Handover"). S->D: which
 	 * blocks the source can hand over by descriptor; D->S: which of them
@@ -63,7 +62,11 @@ enum lmt_msg_type {
 	LMT_MSG_PAGES = 23,
 	LMT_MSG_SLOTS_FREE = 24,
 	LMT_MSG_POSTCOPY_DONE = 25,
-	LMT_MSG_TYPE_MAX = 25,
+	/* verify=on, S->D, guest paused, every write landed: a run of one
+	 * block's stripe digests, as the source holds them at the pause; the
+	 * destination checks all of its RAM against them at COMPLETE */
+	LMT_MSG_DIGESTS = 26,
+	LMT_MSG_TYPE_MAX = 26,
 };
 
 struct lmt_msg_header {
@@ -139,18 +142,17 @@ struct lmt_msg_complete {
 	uint64_t digests[LMT_PROTO_MAX_BLOCKS];
 };
 
-/* Stripes [first, first + count) of a block (verify.c). */
-struct lmt_msg_range {
-	uint32_t block;
-	uint64_t first;
-	uint32_t count;
-};
-
 struct lmt_msg_landed {
 	uint32_t channels;
 	uint64_t bytes[LMT_MAX_CHANNELS]; /* landed on each channel since setup */
-	uint32_t count;
-	struct lmt_msg_range ranges[LMT_PROTO_MAX_RANGES];
+};
+
+/* The digests of stripes [first, first + count) of a block (verify.c). */
+struct lmt_msg_digests {
+	uint32_t block;
+	uint64_t first;
+	uint32_t count; /* 1 to LMT_PROTO_MAX_DIGESTS */
+	uint64_t digests[LMT_PROTO_MAX_DIGESTS];
 };
 
 struct lmt_msg_fd_flags { /* FD_OFFER, FD_ACCEPT: 0 or 1 per block */
@@ -269,6 +271,7 @@ int lmt__enc_complete(struct lmt_buf *b, const struct lmt_msg_complete *m);
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type); /* READY, PING, PONG */
 int lmt__enc_auth(struct lmt_buf *b, const uint8_t proof[LMT_PROTO_PROOF]);
 int lmt__enc_landed(struct lmt_buf *b, const struct lmt_msg_landed *m);
+int lmt__enc_digests(struct lmt_buf *b, const struct lmt_msg_digests *m);
 int lmt__enc_fd_flags(struct lmt_buf *b, uint16_t type, const struct lmt_msg_fd_flags *m);
 int lmt__enc_fd_handover(struct lmt_buf *b, const struct lmt_msg_fd_handover *m);
 int lmt__enc_pc_pages(struct lmt_buf *b, const struct lmt_msg_pc_pages *m);
@@ -299,6 +302,9 @@ int lmt__dec_empty(const uint8_t *p, size_t len, uint16_t type, struct lmt_error
 int lmt__dec_auth(const uint8_t *p, size_t len, uint8_t proof[LMT_PROTO_PROOF],
                   struct lmt_error *err);
 int lmt__dec_landed(const uint8_t *p, size_t len, struct lmt_msg_landed *m, struct lmt_error *err);
+/* Which block and stripes exist is the engine's to check. */
+int lmt__dec_digests(const uint8_t *p, size_t len, struct lmt_msg_digests *m,
+                     struct lmt_error *err);
 int lmt__dec_fd_flags(const uint8_t *p, size_t len, uint16_t type, struct lmt_msg_fd_flags *m,
                       struct lmt_error *err);
 int lmt__dec_fd_handover(const uint8_t *p, size_t len, struct lmt_msg_fd_handover *m,

@@ -52,14 +52,16 @@ struct lmt_block {
 	lmt_mr **mrs;     /* source local / destination registration per window */
 	uint64_t *present; /* source, file: target: pages written at least once */
 	/* verify=on (verify.c): an XXH3-64 digest per stripe of 64 KiB (one
-	 * page where pages are larger), kept up to date during the passes. */
+	 * page where pages are larger): the source keeps them up to date
+	 * during the passes, the destination takes all of them at the end. */
 	uint32_t stripe_shift;
 	uint64_t nstripes;
 	uint64_t *digests;
 	struct lmt_stripe_set stale; /* digest out of date */
-	/* source: written (or skipped as zero) since the last LANDED;
-	 * destination: named in a LANDED since last hashed */
-	struct lmt_stripe_set landed;
+	/* destination: the source's digests (DIGESTS), the first
+	 * `source_received` of them arrived */
+	uint64_t *source_digests;
+	uint64_t source_received;
 	/* lmt_session_add_block_fd: the session's own dup of the file the
 	 * block is mapped from, and the block's offset in it; fd is -1 for a
 	 * block of lmt_session_add_block. */
@@ -322,7 +324,7 @@ int lmt__option_settable(void *opaque, const char *name, struct lmt_error *err);
 /* ---- verify.c: per-stripe digests, shared by both roles ---- */
 
 /* Size every block's stripes and allocate their digests, every stripe
- * stale. */
+ * stale (and on a destination room for the source's). */
 int lmt__verify_prepare(struct lmt_session *s);
 void lmt__verify_free(struct lmt_block *b);
 /* Add the stripes of pages [page, page + npages) of b to `set`. */
@@ -337,6 +339,21 @@ void lmt__verify_hash(struct lmt_block *b, uint64_t i);
 uint64_t lmt__verify_digest(const struct lmt_block *b);
 /* Bytes of b's stripes in `set`. */
 uint64_t lmt__verify_bytes(const struct lmt_block *b, const struct lmt_stripe_set *set);
+/* Source: the bytes the pause will hash: its stale stripes, and with a
+ * destination (not a file) all of the RAM copied, which the destination
+ * hashes after the last write landed. */
+uint64_t lmt__verify_pause_bytes(const struct lmt_session *s);
+/* Source, guest paused, every write landed: the stripe digests of every
+ * block copied, in DIGESTS messages, each sent by `deadline`. */
+int lmt__verify_send(struct lmt_session *s, uint64_t deadline);
+/* Destination: a DIGESTS message of `length` bytes in s->in. */
+int lmt__verify_receive(struct lmt_session *s, size_t length);
+/* Destination, at COMPLETE with `digests` (one per block): every digest
+ * of every block copied arrived and adds up to its block's; then all of
+ * this side's RAM is hashed, as it is now, and compared stripe by
+ * stripe. 0; or the code, with the first block and byte range that
+ * differ written into `why`. */
+int lmt__verify_check(struct lmt_session *s, const uint64_t *digests, char *why, size_t size);
 
 /* ---- handover.c: RAM handed over by descriptor on a unix: target ---- */
 

@@ -14,6 +14,7 @@
 #include "net.h"
 #include "postcopy.h"
 #include "session.h"
+#include "switchover.h"
 
 #define SLOT_BITS 20
 #define REG_BATCH 64u
@@ -32,6 +33,13 @@
 #define ITERATE_GUARD_DIV 5u
 #define ITERATE_GUARD_NS 1000000ull
 #define NO_DEADLINE UINT64_MAX
+/* A pass that could not get the migration ready with nothing left to send
+ * that would help (nothing dirty, or the rest of the pause over the limit
+ * by itself) is followed by the next no sooner than this: the calls in
+ * between wait in their budget, rather than end a pass of a few pages, or
+ * none, each (1.1 million passes in 270 s of a VMM that called in a loop,
+ * each kept in the timeline). */
+#define IDLE_PASS_GAP_NS 100000000ull
 
 /* One write in flight. */
 struct lmt_slot {
@@ -86,6 +94,7 @@ struct lmt_source_engine {
 	uint32_t pass;
 	bool pass_done;        /* the walk reached the end of the pass */
 	bool need_pass;        /* "ready" was returned; the next call starts a pass */
+	uint64_t next_pass_ns; /* with need_pass: not before then (IDLE_PASS_GAP_NS) */
 	bool ready_posted;     /* the last call returned ready, and said so */
 	bool draining;         /* the pass ended near convergence: draining */
 	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
@@ -113,6 +122,8 @@ struct lmt_source_engine {
 	double bw_allowance;   /* bytes that may be posted now; < 0: wait */
 	uint64_t bw_refill_ns; /* when it was last topped up; 0: unlimited */
 	uint64_t bandwidth_bps;
+	/* the rate the expected downtime counts at (switchover.h) */
+	struct lmt_switchover switchover;
 
 	struct lmt_converge converge;
 
@@ -133,6 +144,7 @@ struct lmt_source_engine {
 	uint64_t hash_bytes;
 	struct lmt_msg_landed *landed;
 	uint64_t landed_bytes; /* bytes_sent as last reported */
+	bool verify_warned;    /* said that hashing alone is over the limit */
 };
 
 /* A run of dirty pages within one chunk-size window of one block. */
@@ -504,6 +516,7 @@ static void read_options(struct lmt_session *s)
 	pthread_mutex_lock(&s->opts_lock);
 	e->zero_detect = lmt__opt_bool(o, "zero-page-detection");
 	e->max_bandwidth = (uint64_t)lmt__opt_int(o, "max-bandwidth");
+	e->switchover.option_bps = (uint64_t)lmt__opt_int(o, "switchover-bandwidth");
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");
 	e->iterate_ns = (uint64_t)lmt__opt_int(o, "max-iterate-ms");
 	e->queue_depth = (uint32_t)lmt__opt_int(o, "queue-depth");
@@ -799,9 +812,6 @@ static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
 		return false;
 	lmt__bitmap_range(b->dirty, page, 1, LMT_BITS_CLEAR);
 	e->dirty_bytes -= b->page_size;
-	/* Nothing to land: the destination's copy is already what it is. */
-	if (s->verify)
-		lmt__verify_mark(b, &b->landed, page, 1);
 	pthread_mutex_lock(&s->lock);
 	s->stats.zero_pages++;
 	publish_remaining(s);
@@ -862,14 +872,14 @@ static int complete_slot(struct lmt_session *s, const struct lmt_completion *cp)
 		        (unsigned long long)(sl->page << b->page_shift), sl->channel,
 		        lmt_strerror(cp->status));
 	lmt__bitmap_range(b->inflight, sl->page, sl->npages, LMT_BITS_CLEAR);
-	e->ch_progress_ns[sl->channel] = lmt__now();
+	uint64_t now = lmt__now();
+	e->ch_progress_ns[sl->channel] = now;
 	e->ch_writes[sl->channel]--;
 	e->ch_inflight[sl->channel] -= sl->bytes;
 	e->ch_bytes[sl->channel] += sl->bytes;
 	e->inflight_bytes -= sl->bytes;
+	lmt__switchover_landed(&e->switchover, sl->bytes, !e->inflight_bytes, now);
 	e->pass_bytes += sl->bytes;
-	if (s->verify)
-		lmt__verify_mark(b, &b->landed, sl->page, sl->npages);
 	if (b->present)
 		lmt__bitmap_range(b->present, sl->page, sl->npages, LMT_BITS_SET);
 	/* One lock for the figures that must add up in any snapshot. */
@@ -1133,6 +1143,8 @@ static void account_post(struct lmt_session *s, const struct chunk *c, uint32_t 
 	lmt__bitmap_range(b->dirty, c->page, c->npages, LMT_BITS_CLEAR);
 	if (e->ch_writes[ch]++ == 0)
 		e->ch_progress_ns[ch] = lmt__now();
+	if (!e->inflight_bytes)
+		lmt__switchover_busy(&e->switchover, lmt__now());
 	e->ch_inflight[ch] += bytes;
 	e->dirty_bytes -= bytes;
 	e->inflight_bytes += bytes;
@@ -1219,6 +1231,7 @@ static uint64_t bandwidth_gate(struct lmt_session *s, bool limited, uint64_t now
 	bw_refill(s, now);
 	if (e->bw_allowance >= 0)
 		return 0;
+	lmt__switchover_held(&e->switchover);
 	return now + (uint64_t)(-e->bw_allowance * 1e9 / (double)e->max_bandwidth) + 1;
 }
 
@@ -1231,6 +1244,7 @@ static void tune(struct lmt_session *s)
 	pthread_mutex_lock(&s->opts_lock);
 	uint64_t rate = (uint64_t)lmt__opt_int(s->opts, "max-bandwidth");
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(s->opts, "downtime-limit");
+	e->switchover.option_bps = (uint64_t)lmt__opt_int(s->opts, "switchover-bandwidth");
 	pthread_mutex_unlock(&s->opts_lock);
 	if (rate == e->max_bandwidth)
 		return;
@@ -1299,72 +1313,29 @@ static void hash_rest(struct lmt_session *s)
 	}
 }
 
-/* Move the runs of b's landed stripes from *from on into m while it has
- * room; whether b has none left. */
-static bool take_ranges(struct lmt_block *b, uint32_t index, struct lmt_msg_landed *m,
-                        uint64_t *from)
-{
-	while (m->count < LMT_PROTO_MAX_RANGES) {
-		uint64_t first = lmt__bitmap_next(b->landed.bits, *from, b->nstripes);
-		if (first == b->nstripes)
-			return true;
-		uint64_t end = first + 1;
-		while (end < b->nstripes && end - first < UINT32_MAX &&
-		       lmt__bitmap_test(b->landed.bits, end))
-			end++;
-		lmt__bitmap_range(b->landed.bits, first, end - first, LMT_BITS_CLEAR);
-		b->landed.count -= end - first;
-		m->ranges[m->count++] = (struct lmt_msg_range){
-		        .block = index, .first = first, .count = (uint32_t)(end - first)};
-		*from = end;
-	}
-	return false;
-}
-
 /* Tell the destination what landed since the last LANDED (`always`: even
- * if nothing did): the bytes per channel, for its statistics, and with verify=on the stripes written or
- * skipped as zero, for it to hash again. Each write reported completed, so
- * its bytes are in the destination's memory before this arrives. */
+ * if nothing did): the bytes per channel, for its statistics. Each write
+ * reported completed, so its bytes are in the destination's memory before
+ * this arrives. A file: target has no one to tell. */
 static int report_landed(struct lmt_session *s, bool always)
 {
 	struct lmt_source_engine *e = s->source;
 	struct lmt_msg_landed *m = e->landed;
 	uint64_t sent = 0;
-	bool stripes = false;
-	if (s->file_path) {
-		/* No destination to tell, or to hash what landed: the file
-		 * takes the source's own digests. */
-		for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
-			struct lmt_block *b = &s->blocks[i];
-			memset(b->landed.bits, 0, (b->nstripes + 63) / 64 * sizeof(uint64_t));
-			b->landed.count = 0;
-		}
+	if (s->file_path)
 		return 0;
-	}
 	for (uint32_t c = 0; c < s->channels; c++)
 		sent += e->ch_bytes[c];
-	for (uint32_t i = 0; i < s->nblocks && s->verify; i++)
-		stripes |= s->blocks[i].landed.count != 0;
-	if (!always && !stripes && sent == e->landed_bytes)
+	if (!always && sent == e->landed_bytes)
 		return 0;
 	e->progress_sent_ns = lmt__now();
-	uint32_t block = 0;
-	uint64_t from = 0;
-	do {
-		m->channels = s->channels;
-		memcpy(m->bytes, e->ch_bytes, sizeof(m->bytes));
-		m->count = 0;
-		while (s->verify && block < s->nblocks &&
-		       take_ranges(&s->blocks[block], block, m, &from)) {
-			block++;
-			from = 0;
-		}
-		int rc = lmt__enc_landed(&s->out, m);
-		if (rc)
-			return lmt__fail(s, rc, "encoding LANDED");
-		if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
-			return rc;
-	} while (s->verify && block < s->nblocks);
+	m->channels = s->channels;
+	memcpy(m->bytes, e->ch_bytes, sizeof(m->bytes));
+	int rc = lmt__enc_landed(&s->out, m);
+	if (rc)
+		return lmt__fail(s, rc, "encoding LANDED");
+	if ((rc = lmt__ctrl_send_by(s, reply_deadline(s))))
+		return rc;
 	e->landed_bytes = sent;
 	return 0;
 }
@@ -1420,18 +1391,13 @@ static int drain(struct lmt_session *s, uint64_t deadline)
 	return 0;
 }
 
-/* With verify=on, how long the pause will spend hashing, at this source's
- * own rate: the source hashes its stale stripes; the destination hashes
- * those too once they land in the final pass, and the stripes written
- * since the last LANDED. False while there is some and no rate yet. */
+/* With verify=on, how long the pause will spend hashing
+ * (lmt__verify_pause_bytes), at this source's own rate. False while there
+ * is some and no rate yet. */
 static bool verify_pause_ns(const struct lmt_session *s, double *ns)
 {
 	const struct lmt_source_engine *e = s->source;
-	uint64_t bytes = 0;
-	for (uint32_t i = 0; i < s->nblocks && s->verify; i++) {
-		const struct lmt_block *b = &s->blocks[i];
-		bytes += 2 * lmt__verify_bytes(b, &b->stale) + lmt__verify_bytes(b, &b->landed);
-	}
+	uint64_t bytes = lmt__verify_pause_bytes(s);
 	*ns = 0;
 	if (!bytes)
 		return true;
@@ -1442,24 +1408,58 @@ static bool verify_pause_ns(const struct lmt_session *s, double *ns)
 }
 
 /* What the pause would take if it began now: the RAM left and the device
- * state announced (lmt_save_set_device_state_size) at the measured
- * bandwidth, and the hashing left to it. False while that cannot be told:
- * RAM left and no bandwidth measured yet. A migration that had no RAM to
- * send has no rate to time the device state at, and more passes would not
- * give it one: the state then counts for nothing. */
-static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
+ * state announced (lmt_save_set_device_state_size) at the rate the pause
+ * will send at, and the hashing left to it (lmt__pause_estimate). */
+static void pause_parts(const struct lmt_session *s, struct lmt_pause_parts *p)
 {
 	const struct lmt_source_engine *e = s->source;
-	uint64_t left = e->dirty_bytes + e->inflight_bytes;
+	*p = (struct lmt_pause_parts){
+	        .ram_bytes = e->dirty_bytes + e->inflight_bytes,
+	        .other_bytes = atomic_load(&e->device_state_bytes),
+	        .rate_bps = lmt__switchover_bps(&e->switchover),
+	};
+	p->hash_known = verify_pause_ns(s, &p->hash_ns);
+	if (s->file) {
+		uint64_t bytes;
+		lmt__file_pause_cost(s, &bytes, &p->sync_ns);
+		p->other_bytes += bytes;
+	}
+}
+
+static bool expected_downtime(const struct lmt_session *s, uint64_t *out)
+{
+	struct lmt_pause_parts p;
+	pause_parts(s, &p);
+	return lmt__pause_estimate(&p, out);
+}
+
+/* Whether what the pause does besides sending RAM (the device state, the
+ * hashing, a file's syncs) fits downtime-limit, as far as can be told:
+ * when it does not, no pass gets the migration ready. */
+static bool rest_fits(const struct lmt_session *s)
+{
+	struct lmt_pause_parts p;
+	uint64_t ns;
+	pause_parts(s, &p);
+	p.ram_bytes = 0;
+	return !lmt__pause_estimate(&p, &ns) || ns <= s->source->downtime_limit_ns;
+}
+
+/* verify=on: say once that the pause's hashing alone, which no pass
+ * shortens, is over downtime-limit, so that the migration will not be
+ * ready until the limit is raised. */
+static void warn_verify(struct lmt_session *s)
+{
+	struct lmt_source_engine *e = s->source;
 	double ns;
-	*out = 0;
-	if ((left && !e->bandwidth_bps) || !verify_pause_ns(s, &ns))
-		return false;
-	if (e->bandwidth_bps)
-		ns += (double)(left + atomic_load(&e->device_state_bytes)) * 1e9 /
-		      (double)e->bandwidth_bps;
-	*out = ns < 1e18 ? (uint64_t)ns : (uint64_t)1e18; /* 31 years */
-	return true;
+	if (!s->verify || e->verify_warned || !verify_pause_ns(s, &ns) ||
+	    ns <= (double)e->downtime_limit_ns)
+		return;
+	e->verify_warned = true;
+	lmt__session_log(s, LMT_LOG_WARN,
+	                 "verify=on: hashing the RAM in the pause takes about %.0f ms here, over "
+	                 "downtime-limit (%.0f ms): not ready until the limit allows it",
+	                 ns / 1e6, (double)e->downtime_limit_ns / 1e6);
 }
 
 /* A pass ended with `dirtied` bytes newly dirty: measure and record it.
@@ -1470,8 +1470,13 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	uint64_t now = lmt__now();
 	uint64_t span = now - e->pass_start_ns;
 	uint64_t rate = span ? (uint64_t)((double)dirtied * 1e9 / (double)span) : 0;
+	uint64_t pass_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0;
 	if (span && !final && (e->pass_bytes >= (1u << 20) || !e->bandwidth_bps))
-		e->bandwidth_bps = (uint64_t)((double)e->pass_bytes * 1e9 / (double)span);
+		e->bandwidth_bps = pass_bps;
+	if (!final) {
+		lmt__switchover_measure(&e->switchover, pass_bps, 1u << 20, true, now);
+		warn_verify(s);
+	}
 	pthread_mutex_lock(&s->lock);
 	if (!final)
 		s->stats.dirty_rate_bps = rate;
@@ -1487,7 +1492,7 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	        .bytes = e->pass_bytes,
 	        .dirtied_bytes = dirtied,
 	        .dirty_rate_bps = rate,
-	        .bandwidth_bps = span ? (uint64_t)((double)e->pass_bytes * 1e9 / (double)span) : 0,
+	        .bandwidth_bps = pass_bps,
 	        .expected_downtime_ns = expected,
 	        .interrupted = interrupted,
 	        .expected_downtime_known = known,
@@ -1545,6 +1550,17 @@ static void postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res)
 	e->need_pass = true;
 }
 
+/* A file: target, its pass drained: sync ahead of the pause (file.c), if
+ * the call has time for it by its last cost; 1: left to the next call. */
+static int sync_ahead(struct lmt_session *s, uint64_t deadline)
+{
+	if (!s->file)
+		return 0;
+	if (!step_fits(s->source, s->file->sync_ns, deadline))
+		return 1;
+	return lmt__file_sync_ahead(s);
+}
+
 static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
@@ -1554,9 +1570,9 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		if ((rc = sync_dirty(s, &dirtied)))
 			return rc;
 		e->pass_dirtied = dirtied;
-		uint64_t bw = e->bandwidth_bps ? e->bandwidth_bps : 1;
-		if ((double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns &&
-		    e->bandwidth_bps) {
+		uint64_t bw = lmt__switchover_bps(&e->switchover);
+		if (bw &&
+		    (double)e->dirty_bytes * 1e9 / (double)bw > (double)e->downtime_limit_ns) {
 			measure_pass(s, dirtied, false, false);
 			if (postcopy_due(s)) {
 				postcopy_now(s, res);
@@ -1568,7 +1584,7 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		}
 		e->draining = true;
 	}
-	if ((rc = drain(s, deadline)))
+	if ((rc = drain(s, deadline)) || (rc = sync_ahead(s, deadline)))
 		return rc;
 	e->draining = false;
 	uint64_t more, expected;
@@ -1580,12 +1596,14 @@ static int end_pass(struct lmt_session *s, uint64_t deadline, struct lmt_iterate
 		e->need_pass = true;
 	} else if (postcopy_due(s)) {
 		postcopy_now(s, res);
-	} else if (!e->dirty_bytes) {
-		/* Not ready with nothing dirty: the device state or the
-		 * hashing is what is left, and a pass at once would not
-		 * shorten it. The next call starts the next pass. */
+	} else if (!e->dirty_bytes || !rest_fits(s)) {
+		/* Not ready with nothing dirty, or with the rest of the pause
+		 * over the limit by itself: a pass at once would not get the
+		 * migration ready (passes of a few pages each, thousands a
+		 * second). A later call starts the next pass. */
 		converge(s, e->pass_dirtied + more);
 		e->need_pass = true;
+		e->next_pass_ns = lmt__now() + IDLE_PASS_GAP_NS;
 	} else {
 		converge(s, e->pass_dirtied + more);
 		start_pass(s);
@@ -1624,8 +1642,12 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res, uint64
 		res->ready = res->postcopy = !e->inflight_bytes;
 		return report_landed(s, false);
 	}
-	if (e->need_pass) {
+	while (e->need_pass && lmt__now() < e->next_pass_ns && lmt__now() < deadline)
+		if ((rc = wait_some(s, e->next_pass_ns < deadline ? e->next_pass_ns : deadline)))
+			return rc;
+	if (e->need_pass && lmt__now() >= e->next_pass_ns) {
 		e->need_pass = false;
+		e->next_pass_ns = 0;
 		start_pass(s);
 	}
 	while (!res->ready && !e->need_pass && lmt__now() < deadline) {
@@ -1648,9 +1670,11 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
 	/* Mid-pass, the pass so far is the best estimate once it means something. */
-	uint64_t span = lmt__now() - e->pass_start_ns;
-	if (!e->pass_done && e->pass_bytes >= (4u << 20) && span)
+	uint64_t now = lmt__now(), span = now - e->pass_start_ns;
+	if (!e->pass_done && e->pass_bytes >= (4u << 20) && span) {
 		e->bandwidth_bps = (uint64_t)((double)e->pass_bytes * 1e9 / (double)span);
+		lmt__switchover_measure(&e->switchover, e->bandwidth_bps, 4u << 20, false, now);
+	}
 	res->pass = e->pass;
 	res->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
 	res->bandwidth_bps = e->bandwidth_bps;
@@ -1829,6 +1853,10 @@ static int finish(struct lmt_session *s, const void *state, size_t length)
 		return rc;
 	if (s->ctrl_unix && (rc = lmt__handover_send(s)))
 		return rc;
+	if (s->verify && (rc = lmt__verify_send(s, reply_deadline(s))))
+		return rc == -LMT_ETIMEDOUT && lmt__now() >= s->source->switchover_deadline
+		               ? switchover_expired(s, "sending the digests")
+		               : rc;
 	return send_complete(s, length);
 }
 

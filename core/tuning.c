@@ -1,16 +1,18 @@
 /* What may change once a side has started. Options, blocks and the
  * dirty-sync callback are fixed once the source's migration has begun or
- * the destination listens; but a source keeps taking the two options that
- * QEMU's migrate-set-parameters changes on the fly, downtime-limit and
- * max-bandwidth, from any thread; the engine reads them at the start of
- * each lmt_save_iterate call (source.c). Every other option shaped setup
- * (or must match the peer's) and is refused with its name. */
+ * the destination listens; but a source keeps taking, from any thread,
+ * the options QEMU's migrate-set-parameters changes on the fly:
+ * downtime-limit, max-bandwidth and switchover-bandwidth (QEMU's
+ * avail-switchover-bandwidth). The engine reads them at the start of each
+ * lmt_save_iterate call (source.c). Every other option shaped setup (or
+ * must match the peer's) and is refused with its name. */
 #include <string.h>
 
 #include "error.h"
 #include "session.h"
 
-static const char *const runtime_options[] = {"downtime-limit", "max-bandwidth"};
+static const char *const runtime_options[] = {"downtime-limit", "max-bandwidth",
+                                              "switchover-bandwidth"};
 
 static bool is_runtime(const char *name)
 {
@@ -40,8 +42,9 @@ int lmt__option_settable(void *opaque, const char *name, struct lmt_error *err)
 		return 0;
 	if (s->role == LMT_ROLE_DESTINATION)
 		return lmt__error(err, LMT_ESTATE, "%s: options are fixed %s", name, why);
-	return lmt__error(err, LMT_ESTATE,
-	                  "%s: fixed %s; only downtime-limit and max-bandwidth can change during a "
-	                  "migration",
-	                  name, why);
+	return lmt__error(
+	        err, LMT_ESTATE,
+	        "%s: fixed %s; only downtime-limit, max-bandwidth and switchover-bandwidth "
+	        "can change during a migration",
+	        name, why);
 }

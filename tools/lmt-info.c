@@ -513,8 +513,9 @@ static void md_intro(void)
 	       "compared at the handshake, and a difference fails the migration.\n\n"
 	       "Options are read when the migration begins (`lmt_save_setup`,\n"
 	       "`lmt_load_run` or a job). After that a source still takes\n"
-	       "`downtime-limit` and `max-bandwidth`, from any thread, for its next\n"
-	       "`lmt_save_iterate` call, as QEMU's `migrate-set-parameters` does;\n"
+	       "`downtime-limit`, `max-bandwidth` and `switchover-bandwidth`, from\n"
+	       "any thread, for its next `lmt_save_iterate` call, as QEMU's\n"
+	       "`migrate-set-parameters` does;\n"
 	       "any other option, and any option of a destination, is refused with\n"
 	       "`LMT_ESTATE` and a message naming it.\n\n");
 	printf("## Encryption (`tls`)\n\n"

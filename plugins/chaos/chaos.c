@@ -87,6 +87,13 @@ static const struct lmt_option_desc chaos_options[] = {
          .max = 60000000000ll,
          .doc = "each registration of memory for the peer to write takes this much longer, "
                 "as pinning a large region can"},
+        {.name = "flush-delay",
+         .type = LMT_OPT_DURATION,
+         .default_value = "0",
+         .min = 0,
+         .max = 60000000000ll,
+         .doc = "each flush takes this much longer, as a disk with much to write back or a "
+                "slow cache flush does"},
         {.name = "seed",
          .type = LMT_OPT_INT,
          .default_value = "1",
@@ -129,6 +136,7 @@ struct lmt_instance {
 	uint64_t delay_ns;
 	uint64_t hold_ns;
 	uint64_t register_delay_ns;
+	uint64_t flush_delay_ns;
 	bool reorder;
 	uint64_t rng;
 
@@ -213,6 +221,8 @@ static int read_options(struct lmt_instance *i)
 	i->hold_ns = (uint64_t)v.integer;
 	h->option(i->ctx, "chaos.register-delay", &v);
 	i->register_delay_ns = (uint64_t)v.integer;
+	h->option(i->ctx, "chaos.flush-delay", &v);
+	i->flush_delay_ns = (uint64_t)v.integer;
 	h->option(i->ctx, "chaos.reorder", &v);
 	i->reorder = v.boolean;
 	h->option(i->ctx, "chaos.seed", &v);
@@ -636,6 +646,8 @@ static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
 			return rc;
 	}
 	int rc = stalled(i, i->host->now_ns(i->ctx) + timeout_ns);
+	if (!rc && i->flush_delay_ns)
+		rc = hold_until(i, i->host->now_ns(i->ctx) + i->flush_delay_ns, deadline);
 	if (rc)
 		return rc < 0 ? rc
 		              : i->host->error(i->ctx, LMT_ETIMEDOUT,

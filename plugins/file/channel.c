@@ -1,8 +1,10 @@
 /* The file plugin's channels: each endpoint owns a descriptor of the file
  * and a thread that carries out its queued transfers with pwrite and
  * pread at their fixed offsets; completions go to one ring for progress.
- * A transfer is complete once the bytes are in the file (the page cache,
- * or the disk with O_DIRECT); flush makes them durable with fdatasync. */
+ * A write is complete once its bytes are on the disk: written back from
+ * the page cache (sync_file_range), or written with O_DIRECT; flush makes
+ * the file durable with fdatasync, which then has only the metadata and
+ * the disk's cache left to do. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -156,11 +158,24 @@ static int transfer(struct lmt_endpoint *ep, const struct file_op *op)
 			        (unsigned long long)(op->offset + done), op->len);
 		done += (size_t)n;
 	}
-	/* Through the page cache, start writing the range back now rather
-	 * than leave all of RAM to the flush at the end, which runs with the
-	 * guest paused. */
-	if (!op->read && !ep->inst->direct)
-		sync_file_range(ep->fd, (off_t)op->offset, (off_t)op->len, SYNC_FILE_RANGE_WRITE);
+	/* Through the page cache, write the range back before the write
+	 * completes, as O_DIRECT would: the rate the engine measures is then
+	 * the disk's, which the pause's final pass runs at, not the page
+	 * cache's, which would leave the writing back to the flush with the
+	 * guest paused and out of the expected downtime. Waiting first for a
+	 * write-back under way covers a page written again while an older
+	 * copy of it was going out, which a plain SYNC_FILE_RANGE_WRITE
+	 * skips. */
+	if (!op->read && !ep->inst->direct &&
+	    sync_file_range(ep->fd, (off_t)op->offset, (off_t)op->len,
+	                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+	                            SYNC_FILE_RANGE_WAIT_AFTER) != 0 &&
+	    (errno == EIO || errno == ENOSPC))
+		return putil_error(base, LMT_EIO,
+		                   "file channel %u: writing back %zu bytes at offset %llu of "
+		                   "'%s': %s",
+		                   ep->channel, op->len, (unsigned long long)op->offset,
+		                   ep->inst->path, strerror(errno));
 	return 0;
 }
 

@@ -498,7 +498,8 @@ def case_postcopy():
     # converges: after one pass lmt switches, and the workload goes on on
     # the destination, faulting on the pages still to come.
     guest = ["--plugin", "tcp", "--ram", "64M", "--dirty-rate", "128M", "--working-set", "32M",
-             "-o", "max-bandwidth=32M", "--postcopy", "--timeout", "60s"]
+             "-o", "max-bandwidth=32M,switchover-bandwidth=32M", "--postcopy",
+             "--timeout", "60s"]
     rc, out, err = bench(*guest, "--json")
     check(rc == 0, f"exit status {rc}: {err}")
     row = parse_json_rows(out)[0]

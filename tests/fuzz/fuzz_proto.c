@@ -119,6 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct lmt_msg_regs regs;
 	static struct lmt_msg_complete complete;
 	static struct lmt_msg_landed landed;
+	static struct lmt_msg_digests digests;
 	static struct lmt_msg_fd_flags flags;
 	static struct lmt_msg_fd_handover handover;
 	struct lmt_msg_status status;
@@ -160,6 +161,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case LMT_MSG_LANDED:
 		lmt__dec_landed(p, n, &landed, &err);
+		break;
+	case LMT_MSG_DIGESTS:
+		if (lmt__dec_digests(p, n, &digests, &err) == 0 &&
+		    (digests.count == 0 || digests.count > LMT_PROTO_MAX_DIGESTS))
+			abort(); /* a decoded run has 1 to LMT_PROTO_MAX_DIGESTS digests */
 		break;
 	case LMT_MSG_FD_OFFER:
 	case LMT_MSG_FD_ACCEPT:

@@ -110,13 +110,23 @@ static void proto_and_destination(void)
 	struct lmt_msg_landed *l = calloc(1, sizeof(*l));
 	l->channels = 1;
 	l->bytes[0] = 64 << 10;
-	l->count = 1;
-	l->ranges[0] = (struct lmt_msg_range){.block = 0, .first = 0, .count = 1};
-	lmt__enc_landed(&b, l); /* the destination harness runs with verify=on */
+	lmt__enc_landed(&b, l);
 	save_msg("landed", &b);
 	memcpy(stream.data + stream.len, b.data, b.len);
 	stream.len += b.len;
 	free(l);
+
+	/* The destination harness runs with verify=on: the 4 stripes of its
+	 * 256 KiB block. */
+	struct lmt_msg_digests *dg = calloc(1, sizeof(*dg));
+	dg->count = 4;
+	for (uint32_t i = 0; i < dg->count; i++)
+		dg->digests[i] = 0x9e3779b97f4a7c15ull * (i + 1);
+	lmt__enc_digests(&b, dg);
+	save_msg("digests", &b);
+	memcpy(stream.data + stream.len, b.data, b.len);
+	stream.len += b.len;
+	free(dg);
 
 	struct lmt_msg_complete *c = calloc(1, sizeof(*c));
 	c->passes = 2;

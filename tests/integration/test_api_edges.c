@@ -284,7 +284,9 @@ static void test_a_block_without_memory_is_refused(void **state)
 	"once lmt_load_listen is called (a source may connect from then on, and the handshake "    \
 	"checks them against its own)"
 #define FIXED_BY_SETUP "once the migration has begun"
-#define ONLY_RUNTIME "; only downtime-limit and max-bandwidth can change during a migration"
+#define ONLY_RUNTIME                                                                               \
+	"; only downtime-limit, max-bandwidth and switchover-bandwidth can change during a "       \
+	"migration"
 
 static void test_listening_fixes_the_destinations_blocks_and_options(void **state)
 {

@@ -543,16 +543,10 @@ static void test_complete_without_the_announced_state_is_refused(void **state)
 	abi_source_close(&src);
 }
 
-static void send_landed(struct fake *f, uint32_t channels, uint64_t bytes, uint32_t ranges)
+static void send_landed(struct fake *f, uint32_t channels, uint64_t bytes)
 {
-	struct lmt_msg_landed *m = calloc(1, sizeof(*m));
-	m->channels = channels;
-	m->bytes[0] = bytes;
-	m->count = ranges;
-	for (uint32_t i = 0; i < ranges; i++)
-		m->ranges[i] = (struct lmt_msg_range){.block = 0, .first = i, .count = 1};
-	assert_int_equal(lmt__enc_landed(&f->out, m), 0);
-	free(m);
+	struct lmt_msg_landed m = {.channels = channels, .bytes = {bytes}};
+	assert_int_equal(lmt__enc_landed(&f->out, &m), 0);
 	send_buf(f->fd, &f->out);
 }
 
@@ -561,8 +555,8 @@ static void test_landed_bytes_that_go_back_are_refused(void **state)
 {
 	struct abi_source src = {0};
 	struct fake *f = fake_connected(&src);
-	send_landed(f, 1, 8192, 0);
-	send_landed(f, 1, 4096, 0);
+	send_landed(f, 1, 8192);
+	send_landed(f, 1, 4096);
 	fake_end(f, -LMT_EPROTO, "LANDED: channel 0 went back from 8192 to 4096 bytes");
 	abi_source_close(&src);
 }
@@ -571,17 +565,21 @@ static void test_landed_for_other_channels_is_refused(void **state)
 {
 	struct abi_source src = {0};
 	struct fake *f = fake_connected(&src);
-	send_landed(f, 2, 0, 0);
+	send_landed(f, 2, 0);
 	fake_end(f, -LMT_EPROTO, "LANDED: 2 channels, expected 1");
 	abi_source_close(&src);
 }
 
-static void test_landed_stripes_without_verify_are_refused(void **state)
+static void test_digests_without_verify_are_refused(void **state)
 {
 	struct abi_source src = {0};
 	struct fake *f = fake_connected(&src);
-	send_landed(f, 1, 0, 3);
-	fake_end(f, -LMT_EPROTO, "LANDED: 3 stripe ranges, but verify is off");
+	struct lmt_msg_digests *m = calloc(1, sizeof(*m));
+	m->count = 3;
+	assert_int_equal(lmt__enc_digests(&f->out, m), 0);
+	free(m);
+	send_buf(f->fd, &f->out);
+	fake_end(f, -LMT_EPROTO, "DIGESTS for block 'ram0', which is not verified");
 	abi_source_close(&src);
 }
 
@@ -1300,7 +1298,7 @@ int main(void)
 	        cmocka_unit_test(test_wrong_protocol_version),
 	        cmocka_unit_test(test_landed_bytes_that_go_back_are_refused),
 	        cmocka_unit_test(test_landed_for_other_channels_is_refused),
-	        cmocka_unit_test(test_landed_stripes_without_verify_are_refused),
+	        cmocka_unit_test(test_digests_without_verify_are_refused),
 	        cmocka_unit_test(test_other_plugin),
 	        cmocka_unit_test(test_option_mismatch_names_both_values),
 	        cmocka_unit_test(test_block_size_mismatch_names_block_and_sizes),

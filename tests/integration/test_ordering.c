@@ -60,13 +60,21 @@ static void migrate_under_stress(unsigned channels, unsigned round)
 	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
 	int rc = lmt_save_setup(s, uri);
 	struct lmt_iterate_result it = {0};
-	/* Iterate while the guest rewrites its pages, ready or not; then let
-	 * it go quiet, so that a page an older write clobbered is not saved by
-	 * being dirtied again before the end. */
+	/* Iterate while the guest rewrites its pages, ready or not (1 ms of
+	 * downtime keeps each pass from draining before the next starts, so
+	 * that writes of a page overlap); then let it go quiet, so that a page
+	 * an older write clobbered is not saved by being dirtied again before
+	 * the end, and go on until nothing is left to send and three passes
+	 * began, however slowly a busy host ran the first; only then allow a
+	 * pause that checks all of the RAM (verify=on), longer than 1 ms. */
 	uint64_t until = guest_now_ns() + 700000000ull;
 	while (rc == 0 && guest_now_ns() < until)
 		rc = lmt_save_iterate(s, &it);
 	guest_workload_pause(w);
+	while (rc == 0 && (it.remaining_bytes || it.pass < 3))
+		rc = lmt_save_iterate(s, &it);
+	if (rc == 0)
+		rc = lmt_session_set_option(s, "downtime-limit", "1s");
 	it.ready = 0;
 	while (rc == 0 && !it.ready)
 		rc = lmt_save_iterate(s, &it);

@@ -1,5 +1,6 @@
 /* Postcopy over the plugin under test (LMT_TEST_PLUGIN): a guest that
- * dirties faster than max-bandwidth lets through never becomes ready; with
+ * dirties faster than a slow link carries (max-bandwidth in the passes,
+ * switchover-bandwidth in the estimate) never becomes ready; with
  * postcopy=on the destination runs it after one pass (postcopy-after) or
  * at once (lmt_save_postcopy), its "vCPUs" touch and write pages while
  * the rest arrives, and at the end every page the destination guest wrote
@@ -480,7 +481,10 @@ static void assert_guest_moved(const struct source *src, const struct dest *d)
 	assert_true(wrote > 0);
 }
 
-#define OPTS "postcopy=on,max-bandwidth=32M,downtime-limit=10ms,idle-timeout=5s"
+/* A link of 32 MiB/s, in the passes and in the pause. */
+#define OPTS                                                                                       \
+	"postcopy=on,max-bandwidth=32M,switchover-bandwidth=32M,downtime-limit=10ms,idle-timeout=" \
+	"5s"
 
 /* The guest never converges at 32 MB/s; after one pass lmt says to switch. */
 static void after_one_pass(enum memory m, bool aligned)

@@ -1,6 +1,6 @@
 /* Tuning a source while it migrates: max-bandwidth holds across iterate
- * calls however short their budget; downtime-limit and max-bandwidth
- * change from any thread and take effect at the next call; every other
+ * calls however short their budget; downtime-limit, max-bandwidth and
+ * switchover-bandwidth change from any thread and take effect at the next call; every other
  * option is refused by name once the migration has begun; the device
  * state announced counts in the expected downtime; verify=on hashes in the
  * passes, not in the pause. */
@@ -87,22 +87,25 @@ static void test_only_runtime_options_change_once_set_up(void **state)
 	lmt_session_free(s);
 	s = source_set_up(&ram, "max-bandwidth=8M", port);
 	expect_refused(s, lmt_session_set_option(s, "queue-depth", "16"), -LMT_ESTATE,
-	               "queue-depth: fixed once the migration has begun; only downtime-limit "
-	               "and max-bandwidth can change during a migration");
+	               "queue-depth: fixed once the migration has begun; only downtime-limit, "
+	               "max-bandwidth and switchover-bandwidth can change during a migration");
 	expect_refused(s, lmt_session_set_option(s, "tcp.nodelay", "off"), -LMT_ESTATE,
-	               "tcp.nodelay: fixed once the migration has begun; only downtime-limit "
-	               "and max-bandwidth can change during a migration");
+	               "tcp.nodelay: fixed once the migration has begun; only downtime-limit, "
+	               "max-bandwidth and switchover-bandwidth can change during a migration");
 	/* A list is all or nothing. */
 	expect_refused(s, lmt_session_set_options(s, "max-bandwidth=1G,channels=2"), -LMT_ESTATE,
-	               "channels: fixed once the migration has begun; only downtime-limit and "
-	               "max-bandwidth can change during a migration");
+	               "channels: fixed once the migration has begun; only downtime-limit, "
+	               "max-bandwidth and switchover-bandwidth can change during a migration");
 	assert_int_equal(option_int(s, "max-bandwidth"), 8 << 20);
 	expect_refused(s, lmt_session_set_option(s, "downtime-limit", "0"), -LMT_EINVAL,
 	               "downtime-limit: expected a duration from 1ms to 60m, got '0'");
 	assert_int_equal(lmt_session_set_option(s, "no-such-option", "1"), -LMT_ENOTFOUND);
-	assert_int_equal(lmt_session_set_options(s, "downtime-limit=2s,max-bandwidth=0"), 0);
+	assert_int_equal(lmt_session_set_options(
+	                         s, "downtime-limit=2s,max-bandwidth=0,switchover-bandwidth=1G"),
+	                 0);
 	assert_int_equal(option_int(s, "downtime-limit"), 2000 * MS);
 	assert_int_equal(option_int(s, "max-bandwidth"), 0);
+	assert_int_equal(option_int(s, "switchover-bandwidth"), 1 << 30);
 	struct lmt_iterate_result it = {0};
 	while (!it.ready)
 		if (lmt_save_iterate(s, &it))
@@ -259,6 +262,7 @@ static void *hammer_main(void *arg)
 		lmt_session_set_option(h->s, "max-bandwidth", h->rounds % 2 ? "1G" : "0");
 		lmt_session_set_options(h->s,
 		                        h->rounds % 2 ? "downtime-limit=1s" : "downtime-limit=2s");
+		lmt_session_set_option(h->s, "switchover-bandwidth", h->rounds % 3 ? "0" : "512M");
 		lmt_session_get_option(h->s, "max-bandwidth", &v);
 		lmt_save_set_device_state_size(h->s, h->rounds % 4096);
 		h->rounds++;

@@ -687,6 +687,7 @@ static void test_defaults_are_applied(void **state)
 	assert_int_equal(lmt__opt_int(*state, "idle-timeout"), 30 * NS_PER_S);
 	assert_int_equal(lmt__opt_int(*state, "queue-depth"), 64);
 	assert_false(lmt__opt_bool(*state, "direct-io"));
+	assert_int_equal(lmt__opt_int(*state, "switchover-bandwidth"), 0);
 	assert_string_equal(lmt__opt_text(*state, "downtime-limit"), "300ms");
 }
 
@@ -696,7 +697,7 @@ static void test_core_schema_is_complete(void **state)
 	const struct lmt_option_desc *core = lmt_core_options(&count);
 
 	assert_null(lmt_core_options(NULL));
-	assert_int_equal(count, 27);
+	assert_int_equal(count, 28);
 	for (uint32_t i = 0; i < count; i++) {
 		assert_non_null(core[i].doc);
 		assert_true(strlen(core[i].doc) > 10);
@@ -708,6 +709,7 @@ static void test_core_schema_is_complete(void **state)
 	assert_int_equal(core_desc("auth-key")->flags, LMT_OPTF_SECRET);
 	assert_int_equal(core_desc("auth-key-file")->type, LMT_OPT_STRING);
 	assert_int_equal(core_desc("switchover-timeout")->type, LMT_OPT_DURATION);
+	assert_int_equal(core_desc("switchover-bandwidth")->type, LMT_OPT_SIZE);
 	/* tls is not flagged must-match: a mismatch shows in the first bytes,
 	 * before any HELLO could compare it. */
 	assert_int_equal(core_desc("tls")->type, LMT_OPT_BOOL);

@@ -242,32 +242,59 @@ static void test_complete_round_trips_digests(void **state)
 	free(out);
 }
 
-static void test_landed_round_trips_bytes_and_stripes(void **state)
+static void test_landed_round_trips_the_bytes_of_each_channel(void **state)
 {
-	struct lmt_msg_landed *in = calloc(1, sizeof(*in));
-	in->channels = 2;
-	in->bytes[1] = 5ull << 30;
-	in->count = 2;
-	in->ranges[0] = (struct lmt_msg_range){.block = 1, .first = 7, .count = 3};
-	in->ranges[1] = (struct lmt_msg_range){.block = 0, .first = 1ull << 33, .count = 1};
-	assert_int_equal(lmt__enc_landed(&buf, in), 0);
+	struct lmt_msg_landed in = {.channels = 2, .bytes = {7, 5ull << 30}}, out;
+	assert_int_equal(lmt__enc_landed(&buf, &in), 0);
 	size_t len;
 	const uint8_t *p = payload(LMT_MSG_LANDED, &len);
-	struct lmt_msg_landed *out = malloc(sizeof(*out));
-	assert_int_equal(lmt__dec_landed(p, len, out, &err), 0);
-	assert_int_equal(out->channels, 2);
-	assert_int_equal(out->bytes[1], 5ull << 30);
-	assert_int_equal(out->count, 2);
-	assert_int_equal(out->ranges[0].first, 7);
-	assert_int_equal(out->ranges[0].count, 3);
-	assert_int_equal(out->ranges[1].first, 1ull << 33);
-	in->ranges[1].count = 0;
-	assert_int_equal(lmt__enc_landed(&buf, in), 0);
-	p = payload(LMT_MSG_LANDED, &len);
-	assert_int_equal(lmt__dec_landed(p, len, out, &err), -LMT_EPROTO);
-	assert_string_equal(err.message, "LANDED message: empty stripe range");
-	in->channels = LMT_MAX_CHANNELS + 1;
-	assert_int_equal(lmt__enc_landed(&buf, in), -LMT_EOVERFLOW);
+	assert_int_equal(len, 4 + 2 * 8);
+	assert_int_equal(lmt__dec_landed(p, len, &out, &err), 0);
+	assert_int_equal(out.channels, 2);
+	assert_int_equal(out.bytes[0], 7);
+	assert_int_equal(out.bytes[1], 5ull << 30);
+	/* Version 2's stripe ranges after the counts are trailing bytes now. */
+	uint8_t longer[64] = {0};
+	memcpy(longer, p, len);
+	longer[len] = 1;
+	assert_int_equal(lmt__dec_landed(longer, len + 4, &out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "LANDED message: trailing bytes");
+	in.channels = LMT_MAX_CHANNELS + 1;
+	assert_int_equal(lmt__enc_landed(&buf, &in), -LMT_EOVERFLOW);
+}
+
+static void test_digests_round_trip_and_refuse_none_or_too_many(void **state)
+{
+	struct lmt_msg_digests *in = calloc(1, sizeof(*in));
+	struct lmt_msg_digests *out = malloc(sizeof(*out));
+	*in = (struct lmt_msg_digests){.block = 3, .first = 1ull << 33, .count = 3};
+	in->digests[0] = 1;
+	in->digests[2] = 0xfeedfacecafebeefull;
+	assert_int_equal(lmt__enc_digests(&buf, in), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_DIGESTS, &len);
+	assert_int_equal(lmt__dec_digests(p, len, out, &err), 0);
+	assert_int_equal(out->block, 3);
+	assert_int_equal(out->first, 1ull << 33);
+	assert_int_equal(out->count, 3);
+	assert_int_equal(out->digests[0], 1);
+	assert_int_equal(out->digests[2], 0xfeedfacecafebeefull);
+	assert_int_equal(lmt__dec_digests(p, len - 1, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "DIGESTS message: truncated digest");
+	/* The count as written on the wire: 0, and one over the limit. */
+	uint8_t raw[16] = {0};
+	assert_int_equal(lmt__dec_digests(raw, sizeof(raw), out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "DIGESTS message: no digests");
+	raw[12] = 1;
+	raw[14] = 1; /* 65537 */
+	assert_int_equal(lmt__dec_digests(raw, sizeof(raw), out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "DIGESTS message: too many digests");
+	in->count = 0;
+	assert_int_equal(lmt__enc_digests(&buf, in), -LMT_EOVERFLOW);
+	in->count = LMT_PROTO_MAX_DIGESTS + 1;
+	assert_int_equal(lmt__enc_digests(&buf, in), -LMT_EOVERFLOW);
+	in->count = LMT_PROTO_MAX_DIGESTS; /* the largest fits a payload */
+	assert_int_equal(lmt__enc_digests(&buf, in), 0);
 	free(in);
 	free(out);
 }
@@ -400,7 +427,10 @@ int main(void)
 	        cmocka_unit_test_teardown(test_device_state_round_trips, teardown),
 	        cmocka_unit_test_teardown(test_status_code_out_of_range_is_refused, teardown),
 	        cmocka_unit_test_teardown(test_complete_round_trips_digests, teardown),
-	        cmocka_unit_test_teardown(test_landed_round_trips_bytes_and_stripes, teardown),
+	        cmocka_unit_test_teardown(test_landed_round_trips_the_bytes_of_each_channel,
+	                                  teardown),
+	        cmocka_unit_test_teardown(test_digests_round_trip_and_refuse_none_or_too_many,
+	                                  teardown),
 	        cmocka_unit_test_teardown(test_addresses_round_trip, teardown),
 	        cmocka_unit_test_teardown(test_hello_reply_carries_challenge_and_proof, teardown),
 	        cmocka_unit_test_teardown(test_auth_flag_other_than_0_or_1_is_refused, teardown),
