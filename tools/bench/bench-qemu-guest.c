@@ -267,6 +267,51 @@ static int check_pools(const struct bench_config *cfg, const struct bench_qemu_l
 	return 0;
 }
 
+/* The guest's writes are lmt-bench's workload's: replaying guest_workload's
+ * page order and recipes from the same seed for as many draws as the
+ * guest made leaves each page of the working set with the recipe the
+ * guest logged last (the legacy hole's pages drawn and left alone). */
+static int check_workload(const struct bench_config *cfg, const struct qg_status *st,
+                          const uint64_t *log, char *err, size_t size)
+{
+	uint64_t pages = cfg->working_set / GUEST_PAGE_SIZE, cursor = 0;
+	uint64_t draws = st->pages_written + st->pages_skipped;
+	uint64_t rng = cfg->seed ^ UINT64_C(0x5bd1e9955bd1e995);
+	uint64_t *last = calloc(pages ? pages : 1, sizeof(*last));
+	struct guest_hot_set hot;
+	int rc = 0;
+
+	if (!last) {
+		snprintf(err, size, "out of memory");
+		return -1;
+	}
+	guest_hot_set_init(&hot, &cfg->pattern, pages, cfg->seed);
+	for (uint64_t i = 0; i < draws && pages; i++) {
+		uint64_t index = cursor;
+
+		if (hot.hot)
+			index = guest_hot_set_next(&hot, &rng);
+		else
+			cursor = cursor + 1 == pages ? 0 : cursor + 1;
+		uint64_t recipe = guest_content_rewrite(cfg->content, &rng);
+		if (index < QG_HOLE_START / GUEST_PAGE_SIZE ||
+		    index >= QG_HOLE_END / GUEST_PAGE_SIZE)
+			last[index] = recipe;
+	}
+	for (uint64_t p = 0; p < pages && rc == 0; p++) {
+		if ((st->busy && p == st->busy - 1) || last[p] == log[p])
+			continue;
+		snprintf(err, size,
+		         "the QEMU guest did not write as lmt-bench's workload does: after %llu "
+		         "draws, page %llu holds recipe %#llx, the workload's %#llx",
+		         (unsigned long long)draws, (unsigned long long)p,
+		         (unsigned long long)log[p], (unsigned long long)last[p]);
+		rc = -1;
+	}
+	free(last);
+	return rc;
+}
+
 static uint64_t first_difference(const uint8_t *a, const uint8_t *b)
 {
 	uint64_t i = 0;
@@ -337,7 +382,7 @@ int bench_qemu_check(const struct bench_config *cfg, const struct bench_qemu_lay
 		}
 	}
 	free(page);
-	return 0;
+	return check_workload(cfg, st, log, err, size);
 fail:
 	free(page);
 	return -1;

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -498,12 +499,22 @@ static void cleanup_arm(const struct bench_qemu_env *env, bool on)
 		signal(cleanup_signals[i], on ? cleanup_on_signal : SIG_DFL);
 }
 
+/* Whether /dev/shm is a directory with room for `bytes` (a container's
+ * is often 64 MiB). */
+static bool shm_fits(uint64_t bytes)
+{
+	struct statvfs vfs;
+	struct stat st;
+
+	return stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
+	       statvfs("/dev/shm", &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize >= bytes;
+}
+
 int bench_qemu_env_init(struct bench_qemu_env *env, const struct bench_config *cfg,
                         const char *binary, enum bench_qemu_accel accel, const char *options,
                         char *err, size_t size)
 {
 	const char *tmp = getenv("TMPDIR");
-	struct stat st;
 
 	memset(env, 0, sizeof(*env));
 	env->default_downtime_ms = 300;
@@ -533,7 +544,7 @@ int bench_qemu_env_init(struct bench_qemu_env *env, const struct bench_config *c
 	/* The destination's RAM lives in files we read afterwards: on tmpfs,
 	 * as lmt's destination's memfd. */
 	snprintf(env->shm_dir, sizeof(env->shm_dir), "%s",
-	         stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : env->dir);
+	         shm_fits(cfg->ram_bytes + env->layout.area_bytes) ? "/dev/shm" : env->dir);
 	env->tsc_hz = measure_tsc_hz();
 	if (env->tsc_hz == 0)
 		return spec_fail(err, size, "--qemu: could not measure the TSC's rate");
