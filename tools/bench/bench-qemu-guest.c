@@ -271,8 +271,9 @@ static int check_pools(const struct bench_config *cfg, const struct bench_qemu_l
  * page order and recipes from the same seed for as many draws as the
  * guest made leaves each page of the working set with the recipe the
  * guest logged last (the legacy hole's pages drawn and left alone). */
-static int check_workload(const struct bench_config *cfg, const struct qg_status *st,
-                          const uint64_t *log, char *err, size_t size)
+static int check_workload(const struct bench_config *cfg, const struct bench_qemu_layout *lay,
+                          const struct qg_status *st, const uint64_t *log,
+                          const struct bench_qemu_source *source, char *err, size_t size)
 {
 	uint64_t pages = cfg->working_set / GUEST_PAGE_SIZE, cursor = 0;
 	uint64_t draws = st->pages_written + st->pages_skipped;
@@ -301,11 +302,23 @@ static int check_workload(const struct bench_config *cfg, const struct qg_status
 	for (uint64_t p = 0; p < pages && rc == 0; p++) {
 		if ((st->busy && p == st->busy - 1) || last[p] == log[p])
 			continue;
-		snprintf(err, size,
-		         "the QEMU guest did not write as lmt-bench's workload does: after %llu "
-		         "draws, page %llu holds recipe %#llx, the workload's %#llx",
-		         (unsigned long long)draws, (unsigned long long)p,
-		         (unsigned long long)log[p], (unsigned long long)last[p]);
+		struct qg_status at_source;
+		int n = snprintf(err, size,
+		                 "the QEMU guest did not write as lmt-bench's workload does: after "
+		                 "%llu draws, page %llu holds recipe %#llx, the workload's %#llx",
+		                 (unsigned long long)draws, (unsigned long long)p,
+		                 (unsigned long long)log[p], (unsigned long long)last[p]);
+		/* Or the destination's copy of the status is older than the
+		 * pages: the source says. */
+		if (source && n > 0 && (size_t)n < size &&
+		    source->read(source->opaque, lay->area_base + QG_STATUS_OFFSET, &at_source,
+		                 sizeof(at_source)) == 0 &&
+		    at_source.pages_written + at_source.pages_skipped != draws)
+			snprintf(err + n, size - (size_t)n,
+			         "; but the paused source's status counts %llu draws: QEMU did not "
+			         "migrate the guest's last write of its status page",
+			         (unsigned long long)(at_source.pages_written +
+			                              at_source.pages_skipped));
 		rc = -1;
 	}
 	free(last);
@@ -321,9 +334,29 @@ static uint64_t first_difference(const uint8_t *a, const uint8_t *b)
 	return i;
 }
 
+/* Whether the paused source holds what the destination should: then the
+ * migration lost a write, not the guest. */
+static void explain_difference(const struct bench_qemu_source *source, uint64_t p,
+                               const uint8_t *expected, const uint8_t *got, char *err, size_t size,
+                               int n)
+{
+	uint8_t at_source[GUEST_PAGE_SIZE];
+
+	if (!source || n <= 0 || (size_t)n >= size ||
+	    source->read(source->opaque, p * GUEST_PAGE_SIZE, at_source, sizeof(at_source)) < 0)
+		return;
+	if (memcmp(at_source, expected, GUEST_PAGE_SIZE) == 0)
+		snprintf(err + n, size - (size_t)n,
+		         "; the paused source holds the expected page: QEMU did not migrate "
+		         "its last write");
+	else if (memcmp(at_source, got, GUEST_PAGE_SIZE) == 0)
+		snprintf(err + n, size - (size_t)n, "; the paused source holds the same bytes");
+}
+
 int bench_qemu_check(const struct bench_config *cfg, const struct bench_qemu_layout *lay,
                      const uint8_t *image, const uint8_t *ram, const uint8_t *area,
-                     struct bench_qemu_guest *out, char *err, size_t size)
+                     const struct bench_qemu_source *source, struct bench_qemu_guest *out,
+                     char *err, size_t size)
 {
 	const struct qg_status *st = (const void *)(area + QG_STATUS_OFFSET);
 	const uint64_t *log = (const void *)(area + lay->log_offset);
@@ -370,19 +403,21 @@ int bench_qemu_check(const struct bench_config *cfg, const struct bench_qemu_lay
 
 			bool stale = recipe &&
 			             memcmp(image + p * GUEST_PAGE_SIZE, got, GUEST_PAGE_SIZE) == 0;
+			int n = snprintf(err, size,
+			                 "destination RAM differs at offset %llu (page %llu, %s): "
+			                 "0x%02x, expected 0x%02x%s",
+			                 (unsigned long long)(p * GUEST_PAGE_SIZE + at),
+			                 (unsigned long long)p,
+			                 recipe ? "written by the guest" : "the image's", got[at],
+			                 expected[at],
+			                 stale ? " (it still holds the image's page)" : "");
 
-			snprintf(err, size,
-			         "destination RAM differs at offset %llu (page %llu, %s): 0x%02x, "
-			         "expected 0x%02x%s",
-			         (unsigned long long)(p * GUEST_PAGE_SIZE + at),
-			         (unsigned long long)p,
-			         recipe ? "written by the guest" : "the image's", got[at],
-			         expected[at], stale ? " (it still holds the image's page)" : "");
+			explain_difference(source, p, expected, got, err, size, n);
 			goto fail;
 		}
 	}
 	free(page);
-	return check_workload(cfg, st, log, err, size);
+	return check_workload(cfg, lay, st, log, source, err, size);
 fail:
 	free(page);
 	return -1;

@@ -464,8 +464,33 @@ static void corrupt(struct qrun *r)
 	}
 }
 
+/* A page of the paused source's guest-physical memory, with QMP's
+ * pmemsave into a file of the temporary directory. */
+static int source_read(void *opaque, uint64_t gpa, void *buf, size_t len)
+{
+	struct qrun *r = opaque;
+	char path[320], args[512], *reply = NULL, err[256];
+	int fd, rc;
+
+	if (r->src.pid <= 0 || r->src.qmp.fd < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/source-page.bin", r->env->dir);
+	snprintf(args, sizeof(args), "{\"val\":%llu,\"size\":%zu,\"filename\":\"%s\"}",
+	         (unsigned long long)gpa, len, path);
+	rc = bench_qmp_call(&r->src.qmp, "pmemsave", args, &reply, guest_now_ns() + QUIT_TIMEOUT_NS,
+	                    err, sizeof(err));
+	free(reply);
+	fd = rc == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	rc = fd >= 0 && read(fd, buf, len) == (ssize_t)len ? 0 : -1;
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	return rc;
+}
+
 static void check(struct qrun *r)
 {
+	const struct bench_qemu_source source = {.read = source_read, .opaque = r};
 	const struct bench_config *cfg = r->cfg;
 	const uint64_t area = r->env->layout.area_bytes;
 	const uint8_t *image = NULL, *ram = NULL, *own = NULL;
@@ -485,7 +510,7 @@ static void check(struct qrun *r)
 	    bench_qemu_map(r->dst.ram_path[1], r->dst.ram_fd[1], area, &own, err, sizeof(err)) <
 	            0) {
 		fail(r, "%s", err);
-	} else if (bench_qemu_check(cfg, &r->env->layout, image, ram, own, &guest, err,
+	} else if (bench_qemu_check(cfg, &r->env->layout, image, ram, own, &source, &guest, err,
 	                            sizeof(err)) < 0) {
 		fail(r, "%s", err);
 	} else {
@@ -563,11 +588,11 @@ static void run(struct qrun *r)
 	free(reply);
 	if (wait_destination(r) < 0)
 		return;
-	/* The source is paused since the switch over; it has nothing more
-	 * to say. */
+	/* The source stays, paused since the switch-over, to tell a lost
+	 * write from a wrong one; then it ends, flushing its trace. */
+	check(r);
 	stop_side_keep_trace(&r->src);
 	count_wire(r);
-	check(r);
 }
 
 void bench_qemu_run(const struct bench_config *cfg, const struct bench_qemu_env *env,

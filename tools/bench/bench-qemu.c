@@ -471,11 +471,11 @@ static int write_image(struct bench_qemu_env *env, const struct bench_config *cf
 /* Interrupted (^C, a kill), lmt-bench leaves no image behind: the files
  * the runs may have in the directory, named in advance, are removed from
  * the signal handler; the QEMU processes die with lmt-bench. */
-#define CLEANUP_FILES 15
+#define CLEANUP_FILES 16
 static const char *const cleanup_names[CLEANUP_FILES] = {
-        "guest.img", "guest.rom",   "pools.bin", "probe.rom",    "probe.debugcon",
-        "probe.log", "version.log", "sou.qmp",   "sou.log",      "sou.debugcon",
-        "sou.trace", "des.qmp",     "des.log",   "des.debugcon", "des.trace"};
+        "guest.img",   "guest.rom",    "pools.bin", "probe.rom",      "probe.debugcon", "probe.log",
+        "version.log", "sou.qmp",      "sou.log",   "sou.debugcon",   "sou.trace",      "des.qmp",
+        "des.log",     "des.debugcon", "des.trace", "source-page.bin"};
 static char cleanup_paths[CLEANUP_FILES][320];
 static char cleanup_dir[256];
 static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};

@@ -240,9 +240,16 @@ int bench_qemu_write_pools(const char *path, const struct bench_config *cfg,
 /* The destination's RAM (`ram`, the image's part, and `area`, the guest's)
  * against the image and the guest's log. 0, or -1 with `err` naming the
  * first difference. */
+/* The paused source, asked after a difference whether it holds the bytes
+ * the destination lacks: `read` copies guest-physical memory, 0 or -1. */
+struct bench_qemu_source {
+	int (*read)(void *opaque, uint64_t gpa, void *buf, size_t len);
+	void *opaque;
+};
 int bench_qemu_check(const struct bench_config *cfg, const struct bench_qemu_layout *layout,
                      const uint8_t *image, const uint8_t *ram, const uint8_t *area,
-                     struct bench_qemu_guest *out, char *err, size_t size);
+                     const struct bench_qemu_source *source, struct bench_qemu_guest *out,
+                     char *err, size_t size);
 int bench_qemu_map(const char *path, int fd, uint64_t bytes, const uint8_t **out, char *err,
                    size_t size);
 
