@@ -37,7 +37,7 @@ FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsti
          "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",
          "--plot", "--dry-run", "--port", "--timeout", "--target", "--test-corrupt", "--help",
          "--auto-converge", "--postcopy", "--postcopy-after", "--content", "--dirty-pattern",
-         "--content-file"]
+         "--content-file", "--qemu", "--qemu-accel", "--qemu-binary"]
 
 
 class Failure(Exception):
@@ -82,7 +82,7 @@ def case_help():
         if line.startswith("  -") and words:
             flag = words[1].rstrip(",") if words[0] == "-o," or words[0] == "-h," \
                 else words[0]
-            current = flag.split("=")[0]
+            current = flag.split("=")[0].split("[")[0]
             entries[current] = ""
         if current:
             entries[current] += " " + line

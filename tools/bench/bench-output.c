@@ -49,6 +49,12 @@ static const struct {
         [BENCH_FAULT_MAX_MS] = {"fault_max_ms", "fault max", "(ms)", 9, 3, 1, false},
         [BENCH_BACKGROUND_PAGES] = {"background_pages", "background", "(pages)", 10, 0, 1, true},
         [BENCH_POSTCOPY_PAGES] = {"postcopy_pages", "postcopy", "(pages)", 8, 0, 1, true},
+        [BENCH_DIRTIED_MIBPS] = {"dirtied_mibps", "dirtied", "(MiB/s)", 8, 1, 1, false},
+        [BENCH_QEMU_TRANSFERRED] = {"qemu_ram_transferred", "ram.xfer", "(MiB)", 9, 1, 1 / MIB,
+                                    true},
+        [BENCH_QEMU_MULTIFD_BYTES] = {"qemu_multifd_bytes", "multifd", "(MiB)", 8, 1, 1 / MIB,
+                                      true},
+        [BENCH_QEMU_WIRE_BYTES] = {"qemu_wire_bytes", "wire", "(MiB)", 8, 1, 1 / MIB, true},
 };
 
 static const char *const suffixes[3] = {"", "_min", "_max"};
@@ -83,6 +89,11 @@ static void json_string(FILE *f, const char *text)
 			fputc(*c, f);
 	}
 	fputc('"', f);
+}
+
+void bench_json_write_string(FILE *f, const char *text)
+{
+	json_string(f, text);
 }
 
 /* `text` as a CSV field, quoted when it holds a comma, quote or newline. */
@@ -151,6 +162,19 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_FAULT_MAX_MS] = postcopy ? (double)pc->fault_max_ns / 1e6 : NAN;
 	v[BENCH_BACKGROUND_PAGES] = postcopy ? (double)pc->background_pages : NAN;
 	v[BENCH_POSTCOPY_PAGES] = postcopy ? (double)pc->postcopy_pages : NAN;
+	/* The rate the guest's workload reached while it ran. */
+	v[BENCH_DIRTIED_MIBPS] =
+	        r->workload_ns ? (double)r->dirtied_bytes / MIB / ((double)r->workload_ns / 1e9)
+	                       : NAN;
+	bool qemu = r->qemu_ran && r->qemu;
+	v[BENCH_QEMU_TRANSFERRED] = qemu ? (double)r->qemu->transferred : NAN;
+	v[BENCH_QEMU_MULTIFD_BYTES] = qemu ? (double)r->qemu->multifd_bytes : NAN;
+	v[BENCH_QEMU_WIRE_BYTES] = qemu && r->qemu->wire_known ? (double)r->qemu->wire_bytes : NAN;
+	/* lmt's passes and throttle have no like in QEMU's figures. */
+	if (r->qemu_ran) {
+		v[BENCH_PASS_COUNT] = NAN;
+		v[BENCH_THROTTLE_PERCENT] = NAN;
+	}
 }
 
 void bench_figures_summarize(const struct bench_figures *runs, size_t n,
@@ -208,11 +232,18 @@ static bool written(const struct bench_report *rep, int figure)
 {
 	if (figure == BENCH_WAKE_LATE_MS)
 		return rep->cfg->wake_probe;
+	if (figure == BENCH_DIRTIED_MIBPS)
+		return rep->cfg->dirty_rate > 0;
+	if (figure >= BENCH_QEMU_TRANSFERRED && figure <= BENCH_QEMU_WIRE_BYTES)
+		return rep->qemu != NULL;
 	return figure < BENCH_PAUSE_TO_RESUME_MS || rep->cfg->postcopy;
 }
 
 static bool shown(const struct bench_report *rep, int figure)
 {
+	/* QEMU's ram.transferred is its rows' "sent" already. */
+	if (figure == BENCH_QEMU_TRANSFERRED)
+		return false;
 	if (figure >= BENCH_FILE_MIB && figure <= BENCH_LAZY_FAULT_P99_MS)
 		return rep->cfg->target_dir != NULL;
 	if (!written(rep, figure))
@@ -336,6 +367,8 @@ static void print_preamble(const struct bench_report *rep)
 	if (cfg->postcopy)
 		fprintf(f, "; the guest's workload then runs on the destination, whose writes "
 		           "are checked too\n");
+	if (rep->qemu)
+		bench_qemu_preamble(f, rep->qemu, cfg);
 	if (rep->repeat > 1)
 		fprintf(f, "runs: %u per row; median, min and max over the verified runs\n",
 		        rep->repeat);
@@ -518,6 +551,8 @@ static void json_run(const struct bench_report *rep, const struct bench_row *row
 	        (unsigned long long)r->zero_pages_made, (unsigned long long)r->dirtied_bytes);
 	if (rep->cfg->postcopy)
 		json_postcopy(f, r);
+	if (r->qemu_ran && r->qemu)
+		bench_qemu_json_run(f, r);
 	json_passes(f, r);
 	fprintf(f, ",\"stats\":%s}", r->stats_json ? r->stats_json : "null");
 }
@@ -557,6 +592,8 @@ static void json_row(const struct bench_report *rep, const struct bench_row *row
 	json_value(f, row->plugin->yardstick_gbps > 0 ? row->plugin->yardstick_gbps : NAN, false);
 	for (int i = 0; i < 3; i++)
 		json_figures(rep, figure_set(row, i), suffixes[i]);
+	if (row->plugin->qemu && rep->qemu)
+		bench_qemu_json_row(f, rep->qemu);
 	error = first_error(row, &run);
 	if (error && asprintf(&text, "run %u of %u: %s", run, rep->repeat, error) < 0)
 		text = NULL;

@@ -691,6 +691,7 @@ static int source_drive(struct run *run, lmt_session *session, const char *uri, 
 	struct guest_workload *workload = NULL;
 	struct watchdog wd;
 	int rc = watchdog_start(&wd, session, run->child, run->deadline_ns);
+	uint64_t workload_start = 0;
 
 	if (rc < 0) {
 		note(run->out, "source: watchdog thread: %s", strerror(-rc));
@@ -702,6 +703,7 @@ static int source_drive(struct run *run, lmt_session *session, const char *uri, 
 		                                         .seed = cfg->seed,
 		                                         .content = cfg->content,
 		                                         .pattern = &cfg->pattern};
+		workload_start = guest_now_ns();
 		rc = guest_workload_start_spec(&workload, &run->src, &spec);
 		if (rc < 0) {
 			note(run->out, "source: workload thread: %s", strerror(-rc));
@@ -714,6 +716,8 @@ static int source_drive(struct run *run, lmt_session *session, const char *uri, 
 	/* The guest pauses: nothing may write its RAM during complete. */
 	run->pause_ns = guest_now_ns();
 	guest_workload_pause(workload);
+	if (workload)
+		run->out->workload_ns = run->pause_ns - workload_start;
 	if (rc == 0)
 		rc = source_switch(run, session);
 	/* After a switch to postcopy it never runs here again. */
@@ -1431,4 +1435,6 @@ void bench_result_clear(struct bench_result *result)
 	free(result->passes);
 	result->passes = NULL;
 	result->npasses = 0;
+	free(result->qemu);
+	result->qemu = NULL;
 }

@@ -9,11 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include <lmt/lmt.h>
 
 #include "guest.h"
 #include "guest_content.h"
+
+struct bench_plugin;
+struct bench_row;
 
 #define BENCH_ERROR_MAX 1024u
 #define BENCH_DEVICE_STATE_SIZE 4096u
@@ -107,7 +111,183 @@ struct bench_result {
 	uint64_t lazy_fault_p99_ns;
 	bool postcopy_ran; /* --postcopy: the figures below are measured */
 	struct bench_postcopy postcopy;
+	/* How long the guest's workload ran (the source's, to its pause):
+	 * with dirtied_bytes, the dirty rate it reached. 0: unknown. */
+	uint64_t workload_ns;
+	bool qemu_ran; /* a QEMU row: the figures below are QEMU's */
+	struct bench_qemu_result *qemu;
 };
+
+/* ---- bench-qemu.c ------------------------------------------------------ */
+
+/* --qemu SPEC: how QEMU migrates, as its migration parameters say. */
+enum bench_qemu_compression { BENCH_QEMU_NONE, BENCH_QEMU_ZSTD, BENCH_QEMU_ZLIB };
+
+struct bench_qemu_spec {
+	bool multifd;
+	unsigned channels; /* multifd-channels */
+	enum bench_qemu_compression compression;
+	int level; /* multifd-zstd-level or multifd-zlib-level; -1: QEMU's default */
+};
+
+enum bench_qemu_accel { BENCH_QEMU_AUTO, BENCH_QEMU_KVM, BENCH_QEMU_TCG };
+
+/* What every QEMU row of one invocation shares: the program, the
+ * accelerator, the guest's files and the migration's limits. */
+struct bench_qemu_env {
+	char binary[512];
+	char version[128];
+	enum bench_qemu_accel accel; /* KVM or TCG once chosen */
+	char accel_why[256];         /* why that one */
+	double probe_mibps;          /* the guest builds random pages this fast here */
+	uint64_t tsc_hz;
+	char dir[256];                /* a temporary directory for the files below */
+	char shm_dir[256];            /* where the destination's RAM files go */
+	char image[300];              /* the guest's initial RAM (--content-file) */
+	char rom[300];                /* the guest's firmware, with its parameters */
+	char pools[300];              /* a mixed guest's pools, or "" */
+	uint64_t max_bandwidth;       /* from -o max-bandwidth; 0: unlimited */
+	uint64_t downtime_ms;         /* from -o downtime-limit; 0: QEMU's default */
+	uint64_t default_downtime_ms; /* QEMU's, as it said */
+	struct bench_qemu_layout {
+		uint64_t area_base, area_bytes, log_offset;
+		uint64_t pool_offset[2], pool_pages[2];
+	} layout;
+};
+
+/* What a QEMU run measured, beyond the figures of every row. */
+struct bench_qemu_result {
+	/* QEMU 7.2 counts multifd pages before compression in both. */
+	uint64_t transferred;   /* ram.transferred: RAM sent, the multifd channels' too */
+	uint64_t multifd_bytes; /* ram.multifd-bytes: the part on multifd channels */
+	/* On the wire: ram.transferred with each compressed multifd packet
+	 * counted at its size (QEMU's multifd_send trace); 0: unknown. */
+	bool wire_known;
+	uint64_t wire_bytes;
+	uint64_t ram_total; /* ram.total: every RAM block, the guest's area too */
+	uint64_t duplicate; /* ram.duplicate: zero pages sent as such */
+	uint64_t normal;    /* ram.normal */
+	uint64_t dirty_sync_count;
+	uint64_t source_start_ns; /* spawn to the guest running */
+	uint64_t pages_written;   /* by the guest, on the source */
+	uint64_t pages_skipped;   /* drawn in the legacy hole (640 KiB-1 MiB), left alone */
+	uint64_t guest_ns;        /* its workload's running time, by its TSC */
+	uint64_t pages_rewritten; /* pages that differ from the image, checked */
+	uint64_t unchecked_pages; /* the page a pause caught half written */
+};
+
+/* "multifd=on,channels=4,compression=zstd,level=3". 0, or -1 with `err`. */
+int bench_qemu_spec_parse(const char *text, struct bench_qemu_spec *out, char *err,
+                          size_t err_size);
+/* A --qemu[=SPEC] entry as the rows' plugin: name "qemu", its label, the
+ * spec. 0, or -1 with `err`; free with bench_plugin_clear. */
+int bench_qemu_plugin_parse(const char *text, struct bench_plugin *out, char *err, size_t err_size);
+/* "qemu multifd-4 zstd" */
+void bench_qemu_spec_label(const struct bench_qemu_spec *spec, char *buf, size_t size);
+/* QEMU's migration parameters a row sets, "multifd-channels=4,...". */
+void bench_qemu_spec_options(const struct bench_qemu_spec *spec, const struct bench_qemu_env *env,
+                             char *buf, size_t size);
+/* Find QEMU, choose the accelerator (`accel`; auto: KVM when it runs the
+ * guest natively), take max-bandwidth and downtime-limit from `options`,
+ * and write the guest's files. Needs cfg->content. 0, or -1 with `err`;
+ * free with bench_qemu_env_free (also after a failure). */
+int bench_qemu_env_init(struct bench_qemu_env *env, const struct bench_config *cfg,
+                        const char *binary, enum bench_qemu_accel accel, const char *options,
+                        char *err, size_t err_size);
+void bench_qemu_env_free(struct bench_qemu_env *env);
+/* Only max-bandwidth and downtime-limit from `options` into env. */
+int bench_qemu_env_limits(struct bench_qemu_env *env, const char *options, char *err,
+                          size_t err_size);
+const char *bench_qemu_accel_name(enum bench_qemu_accel accel);
+/* "auto", "kvm" or "tcg": 0, or -1. */
+int bench_qemu_accel_parse(const char *text, enum bench_qemu_accel *out);
+/* What --qemu cannot go with: a target, postcopy, a sweep of its limits. */
+struct bench_sweep;
+int bench_qemu_check_config(const struct bench_config *cfg, const struct bench_sweep *sweeps,
+                            size_t nsweeps, char *err, size_t err_size);
+/* Append a row per --qemu entry (`qemu`, kept by the caller) to *rows;
+ * their options are QEMU's migration parameters, with the limits of `env`
+ * (NULL: of `options` alone, for a dry run). 0, or -1 with `err`. */
+int bench_qemu_rows_add(struct bench_plugin *qemu, size_t nqemu, const char *options,
+                        const struct bench_qemu_env *env, struct bench_row **rows, size_t *nrows,
+                        char *err, size_t err_size);
+/* One QEMU migration of the guest, checked. Fills *out. */
+void bench_qemu_run(const struct bench_config *cfg, const struct bench_qemu_env *env,
+                    const struct bench_qemu_spec *spec, struct bench_result *out);
+
+/* ---- bench-qemu-guest.c ------------------------------------------------ */
+
+/* The probe's machine: half image, half the guest's area. */
+#define BENCH_QEMU_PROBE_RAM (UINT64_C(4) << 20)
+
+/* What the check read from the guest's status on the destination. */
+struct bench_qemu_guest {
+	uint64_t pages_written;
+	uint64_t pages_skipped; /* drawn in the legacy hole and left alone */
+	uint64_t start_tsc, last_tsc;
+	uint64_t pages_rewritten;
+	uint64_t unchecked_pages;
+};
+
+void bench_qemu_plan_layout(const struct bench_config *cfg, struct bench_qemu_layout *out);
+int bench_qemu_write_rom(const char *path, const struct bench_config *cfg,
+                         const struct bench_qemu_layout *layout, uint64_t tsc_hz, char *err,
+                         size_t size);
+int bench_qemu_write_probe_rom(const char *path, uint64_t probe_pages, uint64_t tsc_hz, char *err,
+                               size_t size);
+int bench_qemu_write_pools(const char *path, const struct bench_config *cfg,
+                           const struct bench_qemu_layout *layout, char *err, size_t size);
+/* The destination's RAM (`ram`, the image's part, and `area`, the guest's)
+ * against the image and the guest's log. 0, or -1 with `err` naming the
+ * first difference. */
+/* The paused source, asked after a difference whether it holds the bytes
+ * the destination lacks: `read` copies guest-physical memory, 0 or -1. */
+struct bench_qemu_source {
+	int (*read)(void *opaque, uint64_t gpa, void *buf, size_t len);
+	void *opaque;
+};
+int bench_qemu_check(const struct bench_config *cfg, const struct bench_qemu_layout *layout,
+                     const uint8_t *image, const uint8_t *ram, const uint8_t *area,
+                     const struct bench_qemu_source *source, struct bench_qemu_guest *out,
+                     char *err, size_t size);
+int bench_qemu_map(const char *path, int fd, uint64_t bytes, const uint8_t **out, char *err,
+                   size_t size);
+
+/* ---- bench-qmp.c -------------------------------------------------------- */
+
+/* A QMP connection to one QEMU process. */
+struct bench_qmp {
+	int fd;
+	char *buf;
+	size_t len, cap;
+	unsigned next_id;
+	bool exited; /* QEMU exited while connecting: reaped, with `status` */
+	int status;
+};
+
+/* Connect to the socket at `path` as soon as QEMU (`pid`) listens there,
+ * read its greeting and leave negotiation. 0, or -1 with `err`. */
+int bench_qmp_connect(struct bench_qmp *q, const char *path, pid_t pid, uint64_t deadline_ns,
+                      char *err, size_t err_size);
+/* Run `command` with `arguments` (a JSON object, or NULL); *reply gets the
+ * whole reply line (malloc'ed) on success. 0, or -1 with `err` (QEMU's
+ * error class and description for a failed command). */
+int bench_qmp_call(struct bench_qmp *q, const char *command, const char *arguments, char **reply,
+                   uint64_t deadline_ns, char *err, size_t err_size);
+void bench_qmp_close(struct bench_qmp *q);
+
+/* ---- bench-json.c ------------------------------------------------------- */
+
+/* Whether `text` is one JSON value and nothing else. */
+bool bench_json_valid(const char *text);
+/* The value at `path` ("return.ram.transferred"; a key whose value is an
+ * array goes on in its first element), or NULL. */
+const char *bench_json_find(const char *json, const char *path);
+int bench_json_uint(const char *json, const char *path, uint64_t *out);
+int bench_json_double(const char *json, const char *path, double *out);
+int bench_json_string(const char *json, const char *path, char *buf, size_t size);
+/* The value at `path` as its own malloc'ed text, or NULL. */
+char *bench_json_dup(const char *json, const char *path);
 
 /* ---- bench-run.c -------------------------------------------------------- */
 
@@ -162,6 +342,8 @@ struct bench_plugin {
 	bool unavailable;      /* it loads, but found nothing to run on here */
 	char yardstick[160];   /* its own benchmark, described; "" for none */
 	double yardstick_gbps; /* what that benchmark measured */
+	bool qemu;             /* not an lmt plugin: QEMU's own migration */
+	struct bench_qemu_spec qemu_spec;
 };
 
 /* --sweep KEY=V1,V2,...: one option and the values it takes in turn. */
@@ -204,6 +386,10 @@ enum bench_figure {
 	BENCH_FAULT_MAX_MS,
 	BENCH_BACKGROUND_PAGES,
 	BENCH_POSTCOPY_PAGES,
+	BENCH_DIRTIED_MIBPS,
+	BENCH_QEMU_TRANSFERRED,
+	BENCH_QEMU_MULTIFD_BYTES,
+	BENCH_QEMU_WIRE_BYTES,
 	BENCH_FIGURE_COUNT
 };
 
@@ -267,9 +453,10 @@ struct bench_report {
 	struct bench_compression compression;
 	const struct bench_plugin *plugins; /* with their yardsticks */
 	size_t nplugins;
-	bool sweeping;    /* rows differ by config */
-	bool yardsticks;  /* --yardsticks: a column for them */
-	int plugin_width; /* of the table's plugin column */
+	bool sweeping;                     /* rows differ by config */
+	bool yardsticks;                   /* --yardsticks: a column for them */
+	const struct bench_qemu_env *qemu; /* --qemu rows: their setting; NULL */
+	int plugin_width;                  /* of the table's plugin column */
 };
 
 /* `yardstick_gbps`: the plugin's own benchmark, or 0. */
@@ -284,6 +471,12 @@ void bench_figures_summarize(const struct bench_figures *runs, size_t n,
 void bench_output_begin(const struct bench_report *report);
 /* One row, once its runs are done. */
 void bench_output_row(const struct bench_report *report, const struct bench_row *row);
+/* `text` as a JSON string, quotes included; NULL as null. */
+void bench_json_write_string(FILE *f, const char *text);
+/* bench-qemu.c: the QEMU rows' preamble lines, and their JSON. */
+void bench_qemu_preamble(FILE *f, const struct bench_qemu_env *env, const struct bench_config *cfg);
+void bench_qemu_json_row(FILE *f, const struct bench_qemu_env *env);
+void bench_qemu_json_run(FILE *f, const struct bench_result *result);
 
 /* ---- bench-plot.c ------------------------------------------------------- */
 

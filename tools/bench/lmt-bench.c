@@ -39,6 +39,11 @@ struct args {
 	const char *content_file; /* --content-file */
 	bool zero_fraction_given;
 	struct guest_profile profile;
+	bool no_plugins;           /* --plugins none: QEMU's rows alone */
+	struct bench_plugin *qemu; /* --qemu: one entry per row */
+	size_t nqemu;
+	const char *qemu_binary;
+	enum bench_qemu_accel qemu_accel;
 };
 
 struct plugins {
@@ -190,8 +195,12 @@ static void add_plugin_list(struct args *args, const char *list)
 	size_t len = strlen(list);
 	char *copy, *save = NULL;
 
+	if (strcmp(list, "none") == 0) {
+		args->no_plugins = true;
+		return;
+	}
 	if (len == 0 || list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,"))
-		bad_arg("--plugins", "plugin entries separated by commas, or 'all'", list);
+		bad_arg("--plugins", "plugin entries separated by commas, 'all' or 'none'", list);
 	copy = xstrdup(list);
 	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save))
 		add_entry(args, "--plugins", list, item, ';');
@@ -206,6 +215,24 @@ static void add_sweep(struct args *args, const char *text)
 	if (bench_sweep_parse(text, &args->sweeps[args->nsweeps], err, sizeof(err)) < 0)
 		usage_error(err);
 	args->nsweeps++;
+}
+
+/* --qemu[=SPEC]: a row of QEMU's own migration; the same row twice, once. */
+static void add_qemu(struct args *args, const char *text)
+{
+	struct bench_plugin p;
+	char err[BENCH_ERROR_MAX];
+
+	if (bench_qemu_plugin_parse(text, &p, err, sizeof(err)) < 0)
+		bad_flag("--qemu", err);
+	for (size_t i = 0; i < args->nqemu; i++) {
+		if (strcmp(args->qemu[i].label, p.label) == 0) {
+			bench_plugin_clear(&p);
+			return;
+		}
+	}
+	args->qemu = grow(args->qemu, args->nqemu, sizeof(p));
+	args->qemu[args->nqemu++] = p;
 }
 
 static void set_format(struct args *args, enum bench_format format, const char *flag)
@@ -299,6 +326,16 @@ static void apply_flag(struct args *args, int flag, const char *value)
 	case 'G':
 		set_plot(args, value);
 		break;
+	case 'Q':
+		add_qemu(args, value);
+		break;
+	case 'U':
+		args->qemu_binary = value;
+		break;
+	case 'V':
+		if (bench_qemu_accel_parse(value, &args->qemu_accel) < 0)
+			bad_arg("--qemu-accel", "auto, kvm or tcg", value);
+		break;
 	case 'T':
 		if (strcmp(value, "local") == 0 || strcmp(value, "local:anonymous") == 0) {
 			cfg->local = true;
@@ -379,6 +416,24 @@ static void check_postcopy(struct args *args)
 	}
 }
 
+/* QEMU's rows migrate a forked pair of QEMU processes, with max-bandwidth
+ * and downtime-limit from -o alone. */
+static void check_qemu(struct args *args)
+{
+	char err[BENCH_ERROR_MAX];
+
+	if ((args->qemu_binary || args->qemu_accel != BENCH_QEMU_AUTO) && !args->nqemu)
+		usage_error("--qemu-binary and --qemu-accel go with --qemu");
+	if (args->no_plugins && !args->nqemu)
+		usage_error("--plugins none leaves no rows: add --qemu");
+	if (args->no_plugins && args->nentries)
+		usage_error("--plugins none and plugin entries: choose one");
+	if (!args->nqemu)
+		return;
+	if (bench_qemu_check_config(&args->cfg, args->sweeps, args->nsweeps, err, sizeof(err)) < 0)
+		usage_error(err);
+}
+
 /* --content, with --zero-fraction only for random. */
 static void check_content(struct args *args)
 {
@@ -425,6 +480,9 @@ static void parse_args(int argc, char **argv, struct args *args)
 	        {"content", required_argument, NULL, 'K'},
 	        {"dirty-pattern", required_argument, NULL, 'J'},
 	        {"content-file", required_argument, NULL, 'I'},
+	        {"qemu", optional_argument, NULL, 'Q'},
+	        {"qemu-binary", required_argument, NULL, 'U'},
+	        {"qemu-accel", required_argument, NULL, 'V'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -444,8 +502,8 @@ static void parse_args(int argc, char **argv, struct args *args)
 			exit(0);
 		} else if (c == '?') {
 			usage_error("see --help for the flags");
-		} else if (c == 'A') {
-			apply_flag(args, c, NULL);
+		} else if (c == 'A' || c == 'Q') {
+			apply_flag(args, c, c == 'Q' ? optarg : NULL);
 		} else if (strchr("FHjcDXYCW", c)) {
 			apply_switch(args, c);
 		} else {
@@ -461,6 +519,7 @@ static void parse_args(int argc, char **argv, struct args *args)
 	check_sizes(&args->cfg, ram_text, ws_text);
 	check_postcopy(args);
 	check_content(args);
+	check_qemu(args);
 }
 
 static void args_free(struct args *args)
@@ -472,6 +531,9 @@ static void args_free(struct args *args)
 		bench_sweep_clear(&args->sweeps[i]);
 	free(args->sweeps);
 	free(args->options);
+	for (size_t i = 0; i < args->nqemu; i++)
+		bench_plugin_clear(&args->qemu[i]);
+	free(args->qemu);
 }
 
 /* ---- Plugins ------------------------------------------------------------ */
@@ -594,6 +656,8 @@ static void check_row_options(const struct bench_row *rows, size_t nrows)
 		lmt_session *session;
 		const char *dot;
 
+		if (rows[i].plugin->qemu)
+			continue;
 		if (lmt_session_new(&session, LMT_ROLE_SOURCE, rows[i].plugin->name,
 		                    rows[i].options, &err) == 0) {
 			lmt_session_free(session);
@@ -625,8 +689,8 @@ static void skip_plugin(struct bench_row *row, const struct bench_result *result
 }
 
 /* Run one row `repeat` times and summarize its verified runs. */
-static void run_row(struct bench_row *row, const struct args *args, double memcpy_gibps,
-                    size_t nrows)
+static void run_row(struct bench_row *row, const struct args *args,
+                    const struct bench_report *report, size_t nrows)
 {
 	struct bench_config cfg = args->cfg;
 	struct bench_figures *verified = calloc(args->repeat, sizeof(*verified));
@@ -646,14 +710,17 @@ static void run_row(struct bench_row *row, const struct args *args, double memcp
 		else
 			snprintf(label, sizeof(label), "[%u/%zu] %s", row->index, nrows,
 			         row->label);
-		bench_run(&cfg, row->plugin->name, r);
+		if (row->plugin->qemu)
+			bench_qemu_run(&cfg, report->qemu, &row->plugin->qemu_spec, r);
+		else
+			bench_run(&cfg, row->plugin->name, r);
 		row->runs++;
 		if (r->unavailable && row->plugin->discovered) {
 			skip_plugin(row, r);
 			break;
 		}
 		if (r->ok)
-			bench_figures_of(r, memcpy_gibps, row->plugin->yardstick_gbps,
+			bench_figures_of(r, report->memcpy_gibps, row->plugin->yardstick_gbps,
 			                 &verified[row->verified_runs++]);
 		else if (args->format != BENCH_FORMAT_TABLE)
 			fprintf(stderr, "lmt-bench: %s: run %u: %s\n", row->label, i + 1, r->error);
@@ -683,7 +750,7 @@ static int run_rows(struct bench_row *rows, size_t nrows, const struct args *arg
 
 		row->skipped = row->plugin->unavailable;
 		if (!row->skipped)
-			run_row(row, args, report->memcpy_gibps, nrows);
+			run_row(row, args, report, nrows);
 		if (!row->skipped) {
 			bench_output_row(report, row);
 			ran = true;
@@ -739,7 +806,7 @@ static int release_stdout(FILE *out)
 }
 
 static int bench(FILE *out, struct args *args, struct plugins *plugins, struct bench_row *rows,
-                 size_t nrows)
+                 size_t nrows, const struct bench_qemu_env *qemu)
 {
 	struct bench_report report = {
 	        .out = out,
@@ -752,6 +819,7 @@ static int bench(FILE *out, struct args *args, struct plugins *plugins, struct b
 	        .plugins = plugins->items,
 	        .nplugins = plugins->count,
 	        .plugin_width = table_plugin_width(rows, nrows),
+	        .qemu = qemu,
 	};
 	int failed, plot = 0;
 
@@ -833,6 +901,8 @@ int main(int argc, char **argv)
 	struct bench_row *rows = NULL;
 	size_t nrows = 0;
 	char err[BENCH_ERROR_MAX];
+	struct bench_qemu_env qemu;
+	bool qemu_ready = false;
 	FILE *out;
 	int rc;
 
@@ -844,23 +914,38 @@ int main(int argc, char **argv)
 	args.cfg.progress = isatty(fileno(out)) ? out : NULL;
 	/* A peer that dies must end a run with an error, not end lmt-bench. */
 	signal(SIGPIPE, SIG_IGN);
-	if (resolve_plugins(&args, &plugins) < 0) {
+	if (!args.no_plugins && resolve_plugins(&args, &plugins) < 0) {
 		fprintf(stderr, "lmt-bench: no plugins found (see lmt-info --search-path)\n");
 		args_free(&args);
 		return 1;
 	}
-	if (bench_check_conflicts(args.sweeps, args.nsweeps, args.options, plugins.items,
-	                          plugins.count, err, sizeof(err)) < 0 ||
-	    bench_rows_build(plugins.items, plugins.count, args.sweeps, args.nsweeps, args.options,
-	                     &rows, &nrows, err, sizeof(err)) < 0)
+	if (plugins.count &&
+	    (bench_check_conflicts(args.sweeps, args.nsweeps, args.options, plugins.items,
+	                           plugins.count, err, sizeof(err)) < 0 ||
+	     bench_rows_build(plugins.items, plugins.count, args.sweeps, args.nsweeps, args.options,
+	                      &rows, &nrows, err, sizeof(err)) < 0))
 		usage_error(err);
 	check_row_options(rows, nrows);
+	if (args.nqemu && !args.dry_run) {
+		if (bench_qemu_env_init(&qemu, &args.cfg, args.qemu_binary, args.qemu_accel,
+		                        args.options, err, sizeof(err)) < 0) {
+			fprintf(stderr, "lmt-bench: %s\n", err);
+			bench_qemu_env_free(&qemu);
+			exit(1);
+		}
+		qemu_ready = true;
+	}
+	if (bench_qemu_rows_add(args.qemu, args.nqemu, args.options, args.dry_run ? NULL : &qemu,
+	                        &rows, &nrows, err, sizeof(err)) < 0)
+		usage_error(err);
 	if (args.dry_run) {
 		print_rows(out, rows, nrows);
 		rc = 0;
 	} else {
-		rc = bench(out, &args, &plugins, rows, nrows);
+		rc = bench(out, &args, &plugins, rows, nrows, qemu_ready ? &qemu : NULL);
 	}
+	if (qemu_ready)
+		bench_qemu_env_free(&qemu);
 	bench_rows_free(rows, nrows);
 	plugins_free(&plugins);
 	args_free(&args);
