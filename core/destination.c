@@ -1319,11 +1319,12 @@ static int check_restore_mode(struct lmt_session *s)
 	pthread_mutex_lock(&s->opts_lock);
 	bool lazy = strcmp(lmt__opt_text(s->opts, "restore"), "lazy") == 0;
 	bool postcopy = lmt__opt_bool(s->opts, "postcopy");
+	bool allowed = lmt__opt_bool(s->opts, "userfaultfd");
 	pthread_mutex_unlock(&s->opts_lock);
 	/* Postcopy needs userfaultfd here: say so before any source comes. */
 	struct lmt__uffd *u = NULL;
 	struct lmt_error err = {0};
-	if (postcopy && !s->file_path && lmt__uffd_open(&u, 0, &err))
+	if (postcopy && !s->file_path && lmt__uffd_open(&u, 0, allowed, &err))
 		return lmt__usage(s, err.code, "load run: postcopy=on: %s", err.message);
 	lmt__uffd_close(u);
 	if (lazy && !s->file_path)

@@ -477,6 +477,7 @@ static int read_options(struct lmt_session *s)
 	s->pin_all = lmt__opt_bool(o, "pin-all");
 	s->verify = lmt__opt_bool(o, "verify");
 	s->postcopy_on = lmt__opt_bool(o, "postcopy");
+	s->userfaultfd = lmt__opt_bool(o, "userfaultfd");
 	s->postcopy_channel = s->postcopy_on && s->channels < LMT_MAX_CHANNELS &&
 	                      (s->caps & LMT_CAP_MULTI_CHANNEL);
 	if (s->postcopy_channel)

@@ -165,6 +165,7 @@ struct lmt_session {
 	bool pin_all;
 	bool verify;
 	bool postcopy_on;
+	bool userfaultfd; /* the option: lmt__uffd_open is allowed */
 	/* postcopy=on and room for one more channel than `channels` asked:
 	 * the last channel carries faulted pages (s->channels counts it) */
 	bool postcopy_channel;

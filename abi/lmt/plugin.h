@@ -330,7 +330,8 @@ struct lmt_plugin {
 	const char *write_access;
 	/* Added within v1, read only when struct_size covers it: the read
 	 * operation of a storage plugin (LMT_CAP_STORAGE), which the core
-	 * requires of one; NULL for every other plugin. */
+	 * requires of one, or of a decorator, which hands it to the plugin it
+	 * wraps; NULL for every other plugin. */
 	lmt_plugin_read_fn read;
 };
 

@@ -39,6 +39,7 @@ enum chaos_point {
 	CHAOS_AT_FLUSH,    /* complete, source: the flush */
 	CHAOS_AT_REGISTER, /* destination: the Nth registration */
 	CHAOS_AT_TIME,     /* either side: N ms after the instance opened */
+	CHAOS_AT_READ,     /* a storage plugin's restore: the Nth read */
 };
 
 static const struct lmt_option_desc chaos_options[] = {
@@ -50,7 +51,7 @@ static const struct lmt_option_desc chaos_options[] = {
         {.name = "at",
          .type = LMT_OPT_STRING,
          .default_value = "write:1",
-         .doc = "when: connect, write:N, progress:N, register:N, after-ms:N or flush"},
+         .doc = "when: connect, write:N, progress:N, register:N, read:N, after-ms:N or flush"},
         {.name = "channel",
          .type = LMT_OPT_INT,
          .default_value = "0",
@@ -134,6 +135,7 @@ struct lmt_instance {
 
 	uint64_t opened_ns;
 	uint64_t writes;
+	uint64_t reads;
 	uint64_t progresses;
 	uint64_t registrations;
 	bool struck;
@@ -175,6 +177,7 @@ static int parse_point(struct lmt_instance *i, const char *at)
 	        {"connect", CHAOS_AT_CONNECT, false},   {"flush", CHAOS_AT_FLUSH, false},
 	        {"write:", CHAOS_AT_WRITE, true},       {"progress:", CHAOS_AT_PROGRESS, true},
 	        {"register:", CHAOS_AT_REGISTER, true}, {"after-ms:", CHAOS_AT_TIME, true},
+	        {"read:", CHAOS_AT_READ, true},
 	};
 	for (size_t k = 0; k < sizeof(points) / sizeof(points[0]); k++) {
 		size_t n = strlen(points[k].name);
@@ -190,7 +193,7 @@ static int parse_point(struct lmt_instance *i, const char *at)
 	}
 	return i->host->error(i->ctx, LMT_EINVAL,
 	                      "chaos.at: expected connect, write:N, progress:N, register:N, "
-	                      "after-ms:N or flush, got '%s'",
+	                      "read:N, after-ms:N or flush, got '%s'",
 	                      at);
 }
 
@@ -529,6 +532,28 @@ static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, l
 	return rc;
 }
 
+/* A storage plugin's read (a restore): the Nth may strike; while a stall
+ * lasts nothing is read, and the engine's wait for it (progress) holds. */
+static int chaos_read(struct lmt_endpoint *ep, void *local, size_t len, lmt_rkey *rkey,
+                      uint64_t offset, uint64_t cookie)
+{
+	struct lmt_instance *i = ep->inst;
+	lmt_plugin_read_fn read = LMT_PLUGIN_READ(i->inner);
+	if (!read)
+		return i->host->error(i->ctx, LMT_ENOTSUP, "chaos: plugin %s does not read",
+		                      i->inner->name);
+	strike(i, CHAOS_AT_READ, i->reads + 1);
+	if (i->host->now_ns(i->ctx) < i->stall_until)
+		return -LMT_EAGAIN;
+	if (ep->dropped)
+		return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
+		                      ep->channel);
+	int rc = read(ep->in, local, len, rkey, offset, cookie);
+	if (rc == 0)
+		i->reads++;
+	return rc;
+}
+
 /* Move what the inner plugin completed into the held list. */
 static int gather(struct lmt_instance *i, uint64_t timeout_ns)
 {
@@ -668,6 +693,7 @@ static const struct lmt_plugin chaos_plugin = {
                         .progress = chaos_progress,
                         .flush = chaos_flush,
                 },
+        .read = chaos_read,
 };
 
 LMT_DECLARE_PLUGIN(chaos_plugin)

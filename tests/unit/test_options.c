@@ -696,7 +696,7 @@ static void test_core_schema_is_complete(void **state)
 	const struct lmt_option_desc *core = lmt_core_options(&count);
 
 	assert_null(lmt_core_options(NULL));
-	assert_int_equal(count, 27);
+	assert_int_equal(count, 28);
 	for (uint32_t i = 0; i < count; i++) {
 		assert_non_null(core[i].doc);
 		assert_true(strlen(core[i].doc) > 10);
@@ -714,6 +714,10 @@ static void test_core_schema_is_complete(void **state)
 	assert_int_equal(core_desc("tls")->flags, 0);
 	assert_string_equal(core_desc("tls")->default_value, "off");
 	assert_int_equal(core_desc("tls-ca")->type, LMT_OPT_STRING);
+	/* Each side's own: a destination without it refuses postcopy. */
+	assert_int_equal(core_desc("userfaultfd")->type, LMT_OPT_BOOL);
+	assert_int_equal(core_desc("userfaultfd")->flags, 0);
+	assert_string_equal(core_desc("userfaultfd")->default_value, "on");
 }
 
 static void test_env_overrides_default(void **state)
