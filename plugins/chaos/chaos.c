@@ -1,7 +1,8 @@
-/* chaos: a decorator that wraps any plugin ("chaos:tcp") through the ABI
- * alone and injects faults from seeded options: delayed and reordered
- * completions, a failed write, a stalled transport, a dropped channel or
- * control connection, or the death or stop of its own process. */
+/* chaos: a decorator that wraps any plugin ("chaos:tcp", "chaos:file")
+ * through the ABI alone and injects faults from seeded options: delayed
+ * and reordered completions, a failed write, a stalled transport (on the
+ * destination: an engine that stops making progress), a dropped channel
+ * or control connection, or the death or stop of its own process. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdbool.h>
@@ -63,7 +64,8 @@ static const struct lmt_option_desc chaos_options[] = {
          .default_value = "60m",
          .min = 1000000,
          .max = 86400000000000ll,
-         .doc = "how long stall holds progress and writes still"},
+         .doc = "how long stall holds progress and writes still; on the destination "
+                "(or a restore) every call its engine makes into the plugin waits it out"},
         {.name = "delay",
          .type = LMT_OPT_DURATION,
          .default_value = "0",
@@ -121,6 +123,7 @@ struct lmt_instance {
 	struct lmt_instance *in; /* the wrapped plugin's instance */
 	uint32_t channels;
 	struct lmt_endpoint **eps;
+	enum lmt_role role;
 
 	enum chaos_fault fault;
 	enum chaos_point point;
@@ -284,10 +287,15 @@ static int hold_until(struct lmt_instance *i, uint64_t until, uint64_t deadline)
 	return 0;
 }
 
-/* Hold still while a stall lasts, as a hung transport would. */
+/* Hold still while a stall lasts, as a hung transport would. A source's
+ * calls keep their deadline, so that it sees its writes go unanswered; a
+ * destination's engine is held for the whole stall whatever the deadline
+ * it gave: it stops making progress (registrations, the device state,
+ * the completion's acknowledgement all wait), until the stall ends or the
+ * session does (the host's cancelled service). */
 static int stalled(struct lmt_instance *i, uint64_t deadline)
 {
-	return hold_until(i, i->stall_until, deadline);
+	return hold_until(i, i->stall_until, i->role == LMT_ROLE_DESTINATION ? 0 : deadline);
 }
 
 /* ---- instance ---- */
@@ -307,6 +315,7 @@ static int chaos_instance_open(const struct lmt_host *host, void *ctx,
 	i->inner = host->inner(ctx);
 	i->opened_ns = host->now_ns(ctx);
 	i->channels = params->channels;
+	i->role = params->role;
 	i->eps = calloc(params->channels, sizeof(*i->eps));
 	i->held = calloc(CHAOS_HELD_MAX, sizeof(*i->held));
 	int rc = !i->eps || !i->held ? host->error(ctx, LMT_ENOMEM, "chaos: out of memory")
@@ -412,6 +421,8 @@ static int chaos_mr_register(struct lmt_instance *i, void *addr, size_t len, uin
 	if (access & LMT_MR_REMOTE_WRITE) {
 		strike(i, CHAOS_AT_REGISTER, ++i->registrations);
 		int rc = hold_until(i, i->host->now_ns(i->ctx) + i->register_delay_ns, 0);
+		if (!rc)
+			rc = stalled(i, 0);
 		if (rc)
 			return rc;
 	}

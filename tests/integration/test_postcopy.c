@@ -609,6 +609,23 @@ static void test_postcopy_before_any_pass_sends_every_page_after_the_switch(void
 	dest_end(&d);
 }
 
+/* One failure, one code (docs/embedding.md, "Error codes"): the call's,
+ * the FAILED event's (exactly one) and lmt_session_error's. */
+static void assert_one_code(lmt_session *s, int rc, int want)
+{
+	const struct lmt_error *e = lmt_session_error(s);
+	if (rc != want || e->code != want)
+		fail_msg("expected %s, the call gave %s and the error %s: %s", lmt_err_name(want),
+		         lmt_err_name(rc), lmt_err_name(e->code), e->message);
+	int failed = 0;
+	struct lmt_event ev;
+	while (lmt_session_next_event(s, &ev) == 1)
+		if (ev.type == LMT_EVENT_FAILED && ++failed && ev.code != want)
+			fail_msg("the FAILED event has %s, the call %s", lmt_err_name(ev.code),
+			         lmt_err_name(want));
+	assert_int_equal(failed, 1);
+}
+
 /* A cancel in postcopy: both sides end postcopy-failed, and no vCPU of the
  * destination stays blocked on a page that will not come. */
 static void cancel_in_postcopy(bool on_source)
@@ -631,14 +648,13 @@ static void cancel_in_postcopy(bool on_source)
 		lmt_cancel(src.s);
 	}
 	int rc = lmt_save_finish(src.s);
-	assert_true(rc < 0);
-	if (on_source && rc != -LMT_ECANCELED)
-		fail_msg("source: %s", lmt_session_error(src.s)->message);
+	/* The side that cancelled says so; the other, that its peer did. */
+	assert_one_code(src.s, rc, on_source ? -LMT_ECANCELED : -LMT_EPEER);
 	lmt_session_stats(src.s, &src.stats);
 	assert_int_equal(src.stats.status, LMT_STATUS_POSTCOPY_FAILED);
 	dest_join(&d);
 	assert_int_equal(d.run_rc, 0);
-	assert_true(d.finish_rc < 0);
+	assert_one_code(d.s, d.finish_rc, on_source ? -LMT_EPEER : -LMT_ECANCELED);
 	assert_int_equal(d.stats.status, LMT_STATUS_POSTCOPY_FAILED);
 	bool segv = false;
 	for (int i = 0; i < VCPUS; i++)
@@ -720,7 +736,7 @@ static void test_source_killed_in_postcopy_fails_the_destination_at_once(void **
 	waitpid(child, NULL, 0);
 	dest_join(&d);
 	double ms = since_ms(t0);
-	assert_true(d.finish_rc < 0);
+	assert_one_code(d.s, d.finish_rc, -LMT_ECONN);
 	assert_int_equal(d.stats.status, LMT_STATUS_POSTCOPY_FAILED);
 	bool segv = false;
 	for (int i = 0; i < VCPUS; i++)
@@ -778,7 +794,7 @@ static void test_destination_killed_in_postcopy_fails_the_source_at_once(void **
 	int rc = lmt_save_finish(src.s);
 	double ms = since_ms(t0);
 	waitpid(child, NULL, 0);
-	assert_true(rc < 0);
+	assert_one_code(src.s, rc, -LMT_ECONN);
 	lmt_session_stats(src.s, &src.stats);
 	assert_int_equal(src.stats.status, LMT_STATUS_POSTCOPY_FAILED);
 	if (ms > 2000)
