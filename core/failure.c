@@ -62,10 +62,11 @@ static int record(struct lmt_session *s, enum origin from, int code, const char 
 }
 
 /* A failure the peer's own end may have caused: a connection that died, or
- * anything the transport saw go wrong once the peer tore its side down. */
+ * anything the transport saw go wrong once the peer tore its side down;
+ * never this side's own cancel. */
 static bool maybe_consequence(const struct lmt_session *s)
 {
-	return s->error.code && !s->error_is_usage &&
+	return s->error.code && !s->error_is_usage && s->error.code != -LMT_ECANCELED &&
 	       (s->error.code == -LMT_ECONN || s->error_is_transport);
 }
 
