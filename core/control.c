@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -683,14 +684,31 @@ bool lmt__ctrl_wait(struct lmt_session *s, uint64_t deadline_ns)
 	return pending;
 }
 
-void lmt__ctrl_settle(struct lmt_session *s, uint64_t deadline_ns)
+/* Bytes the service thread has not read yet: in the socket, or in TLS. */
+static bool unread(struct lmt_session *s)
+{
+	int n = 0;
+	if (s->ctrl_tls && lmt__tls_pending(s->ctrl_tls))
+		return true;
+	return ioctl(s->ctrl_fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+void lmt__ctrl_settle(struct lmt_session *s, uint64_t quiet_ns, uint64_t deadline_ns)
 {
 	struct lmt__ctrl *c = s->ctrl;
 	if (!c)
 		return;
+	/* The peer sends its ERROR before it tears its transport down, so by
+	 * the time a channel broke here the ERROR has come, or is about to:
+	 * wait for the thread to read what came, and a little for what is on
+	 * its way over a network (`quiet_ns`), no longer. */
+	uint64_t quiet = lmt__now() + quiet_ns;
 	pthread_mutex_lock(&c->lock);
-	while (!c->error && lmt__now() < deadline_ns)
-		lmt__cond_wait_slice(&c->cond, &c->lock, deadline_ns);
+	while (!c->error && lmt__now() < deadline_ns) {
+		if (lmt__now() >= quiet && !unread(s))
+			break;
+		lmt__cond_wait_slice(&c->cond, &c->lock, lmt__deadline(1000000));
+	}
 	if (c->told && c->error == -LMT_EPEER)
 		lmt__fail_peer(s, c->why);
 	pthread_mutex_unlock(&c->lock);

@@ -154,16 +154,16 @@ static enum lmt_status failed_status(struct lmt_session *s)
 /* A connection that died, or a transport that failed, may be the peer's
  * doing: it sends its ERROR, then tears its transport down, and a channel
  * can break here before the control connection's thread has read the
- * ERROR. Wait briefly for the control connection's last word, so that
- * the failure is reported as the peer said (LMT_EPEER) or as it was seen
- * here. */
+ * ERROR. Wait briefly for the control connection's last word (see
+ * LMT__SETTLE_NS), so that the failure is reported as the peer said
+ * (LMT_EPEER) or as it was seen here. */
 static void settle(struct lmt_session *s)
 {
 	pthread_mutex_lock(&s->lock);
 	bool wait = maybe_consequence(s);
 	pthread_mutex_unlock(&s->lock);
 	if (wait)
-		lmt__ctrl_settle(s, lmt__now() + LMT__SETTLE_NS);
+		lmt__ctrl_settle(s, LMT__SETTLE_QUIET_NS, lmt__now() + LMT__SETTLE_NS);
 }
 
 /* The FAILED event, once per session, with the code recorded. */

@@ -279,13 +279,16 @@ int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
 /* Whether a message (or the connection's failure) is waiting; the second
  * waits for one until `deadline_ns` (or a cancel), recording nothing. */
 bool lmt__ctrl_pending(struct lmt_session *s);
-/* How long a failure that is a connection that died waits for the
- * control connection's last word: the peer's ERROR, or its hang-up. */
+/* How long a failure that may be the peer's doing (a connection that
+ * died, the transport's) waits for the control connection's last word,
+ * the peer's ERROR: at most LMT__SETTLE_NS while bytes it has not read
+ * are there, LMT__SETTLE_QUIET_NS while none are. */
 #define LMT__SETTLE_NS (200 * 1000000ull)
-/* Wait until the control connection has failed, or `deadline_ns`; when it
- * failed with the peer's ERROR, that becomes the session's failure
- * (lmt__fail_peer). */
-void lmt__ctrl_settle(struct lmt_session *s, uint64_t deadline_ns);
+#define LMT__SETTLE_QUIET_NS (20 * 1000000ull)
+/* Wait until the control connection has failed, or `deadline_ns`, or
+ * `quiet_ns` with nothing unread; when it failed with the peer's ERROR,
+ * that becomes the session's failure (lmt__fail_peer). */
+void lmt__ctrl_settle(struct lmt_session *s, uint64_t quiet_ns, uint64_t deadline_ns);
 /* When the peer was last heard from on the control connection (any
  * message, keep-alives included); 0 without a connection. */
 uint64_t lmt__ctrl_last_heard(struct lmt_session *s);
