@@ -684,12 +684,12 @@ bool lmt__ctrl_wait(struct lmt_session *s, uint64_t deadline_ns)
 	return pending;
 }
 
-/* Bytes the service thread has not read yet: in the socket, or in TLS. */
+/* Bytes the service thread has not read yet, in the socket (encrypted
+ * ones with tls=on: what OpenSSL already holds, the thread takes at once,
+ * and only the thread may touch its SSL object). */
 static bool unread(struct lmt_session *s)
 {
 	int n = 0;
-	if (s->ctrl_tls && lmt__tls_pending(s->ctrl_tls))
-		return true;
 	return ioctl(s->ctrl_fd, FIONREAD, &n) == 0 && n > 0;
 }
 
