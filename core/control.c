@@ -11,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "bytes.h"
 #include "error.h"
+#include "peer.h"
 #include "session.h"
 #include "sync.h"
 
@@ -49,6 +51,8 @@ struct lmt__ctrl {
 	char why[LMT_PROTO_MAX_TEXT + 96];
 	bool closing; /* the peer may now close: no failure */
 	bool told;    /* the failure is the peer's own ERROR */
+	bool alone;   /* `why` says it all (the peer's ERROR, a stranger) */
+	bool heard;   /* a whole message came: the peer speaks lmt */
 	uint64_t last_rx_ns, last_tx_ns;
 };
 
@@ -63,12 +67,25 @@ static uint64_t ping_interval(const struct lmt_session *s)
 	return t < 1000000000ull ? t : 1000000000ull;
 }
 
+/* Whether the connection ended with the peer's own ERROR. */
+static bool ctrl_told(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	bool told = c->told;
+	pthread_mutex_unlock(&c->lock);
+	return told;
+}
+
 /* Gone, and every message it sent before was taken by the engine: a
- * message still queued may explain the departure better. */
+ * message still queued may explain the departure better, unless the peer
+ * said why itself (its ERROR). */
 bool lmt__peer_gone(struct lmt_session *s)
 {
 	if (atomic_load(&s->peer_gone))
-		return !lmt__ctrl_queued(s);
+		return !lmt__ctrl_queued(s) || ctrl_told(s);
 	/* While the service thread runs, only it says so (ctrl_failed), once it
 	 * has read up to the hang-up and queued every message before it. A
 	 * hang-up seen on the socket here may still have messages in front of
@@ -204,7 +221,8 @@ static int thread_stopping(void *ctx)
 	return atomic_load(&c->stop);
 }
 
-/* The peer's ERROR: its reason becomes the connection's failure. */
+/* The peer's ERROR: its reason becomes the connection's failure, by the
+ * rule of peer.c. */
 static void take_error(struct lmt__ctrl *c, const struct ctrl_msg *m)
 {
 	struct lmt_msg_status st;
@@ -213,11 +231,32 @@ static void take_error(struct lmt__ctrl *c, const struct ctrl_msg *m)
 		ctrl_failed(c, LMT_EPROTO, "%s", err.message);
 		return;
 	}
+	char why[sizeof(c->why)];
+	int code = lmt__peer_ended(c->s, &st, why, sizeof(why));
 	pthread_mutex_lock(&c->lock);
-	c->told = !c->error;
+	c->told = c->alone = !c->error;
 	pthread_mutex_unlock(&c->lock);
-	ctrl_failed(c, st.code ? st.code : LMT_EPROTO, "the %s failed: %s", peer_name(c->s),
-	            st.text);
+	ctrl_failed(c, code, "%s", why);
+}
+
+/* A header that does not decode: a peer that never sent a whole message
+ * may not speak lmt at all, and is named with what it sent. */
+static void bad_header(struct lmt__ctrl *c, const uint8_t *hdr, int code, const char *why)
+{
+	pthread_mutex_lock(&c->lock);
+	bool heard = c->heard;
+	pthread_mutex_unlock(&c->lock);
+	if (heard || c->s->role != LMT_ROLE_SOURCE) {
+		ctrl_failed(c, code, "%s", why);
+		return;
+	}
+	char stranger[sizeof(c->why)];
+	lmt__peer_not_lmt(c->s, c->s->ctrl_tls ? -1 : c->s->ctrl_fd, hdr, LMT_PROTO_HEADER_SIZE,
+	                  stranger, sizeof(stranger));
+	pthread_mutex_lock(&c->lock);
+	c->alone = !c->error;
+	pthread_mutex_unlock(&c->lock);
+	ctrl_failed(c, LMT_EPROTO, "%s", stranger);
 }
 
 /* Read one whole message; NULL after recording why not. */
@@ -236,7 +275,7 @@ static struct ctrl_msg *read_message(struct lmt__ctrl *c)
 	struct lmt_error err = {0};
 	if (!rc && (rc = lmt__dec_header(hdr, sizeof(hdr), &h, &err))) {
 		close_fds(fds, sink.count);
-		ctrl_failed(c, rc, "%s", err.message);
+		bad_header(c, hdr, rc, err.message);
 		return NULL;
 	}
 	struct ctrl_msg *m = rc ? NULL : calloc(1, sizeof(*m) + h.length);
@@ -275,6 +314,7 @@ static struct ctrl_msg *read_message(struct lmt__ctrl *c)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->last_rx_ns = lmt__now();
+	c->heard = true;
 	pthread_mutex_unlock(&c->lock);
 	return m;
 }
@@ -457,7 +497,9 @@ static int net_fail(struct lmt_session *s, int rc, const char *what, const struc
 static int connection_failed(struct lmt_session *s, const char *what)
 {
 	struct lmt__ctrl *c = s->ctrl;
-	if (c->told)
+	if (c->told && c->error == -LMT_EPEER)
+		return lmt__fail_peer(s, c->why);
+	if (c->alone)
 		return lmt__fail(s, c->error, "%s", c->why);
 	return lmt__fail(s, c->error, "%s: %s", what, c->why);
 }
@@ -557,30 +599,49 @@ static int take_fds(struct lmt_session *s, struct ctrl_msg *m)
 	return 0;
 }
 
-int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns)
+/* A wait for `what` that reached its deadline, `waited` ns after it
+ * began: said as it was, silence or keep-alives only. Called with c->lock
+ * held. */
+static int recv_expired(struct lmt_session *s, const char *what, uint64_t waited)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	uint64_t quiet = lmt__now() - c->last_rx_ns;
+	unsigned long long ms = (waited + 500000) / 1000000;
+	if (quiet >= waited)
+		return lmt__fail(s, LMT_ETIMEDOUT,
+		                 "waiting for %s: the %s said nothing for %llu ms", what,
+		                 peer_name(s), (unsigned long long)(quiet / 1000000));
+	return lmt__fail(s, LMT_ETIMEDOUT,
+	                 "waiting for %s: the %s sent nothing but keep-alives for %llu ms", what,
+	                 peer_name(s), ms);
+}
+
+static int recv_until(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns,
+                      const char *what)
 {
 	struct lmt__ctrl *c = s->ctrl;
 	if (!c)
-		return lmt__fail(s, LMT_ESTATE, "waiting for a control message: not connected");
+		return lmt__fail(s, LMT_ESTATE, "waiting for %s: not connected", what);
+	uint64_t began = lmt__now();
 	pthread_mutex_lock(&c->lock);
 	while (!c->head && !c->error) {
 		if (lmt__is_cancelled(s)) {
 			pthread_mutex_unlock(&c->lock);
-			return lmt__fail(s, LMT_ECANCELED,
-			                 "waiting for a control message: cancelled");
+			return lmt__fail(s, LMT_ECANCELED, "waiting for %s: cancelled", what);
 		}
 		if (lmt__now() >= deadline_ns) {
+			int rc = recv_expired(s, what,
+			                      deadline_ns > began ? deadline_ns - began : 0);
 			pthread_mutex_unlock(&c->lock);
-			return lmt__fail(s, LMT_ETIMEDOUT,
-			                 "waiting for a control message: the %s said nothing for "
-			                 "too long",
-			                 peer_name(s));
+			return rc;
 		}
 		lmt__cond_wait_slice(&c->cond, &c->lock, deadline_ns);
 	}
 	struct ctrl_msg *m = c->head;
 	if (!m) {
-		int rc = connection_failed(s, "waiting for a control message");
+		char where[64];
+		snprintf(where, sizeof(where), "waiting for %s", what);
+		int rc = connection_failed(s, where);
 		pthread_mutex_unlock(&c->lock);
 		return rc;
 	}
@@ -595,10 +656,15 @@ int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t dea
 	return take_fds(s, m);
 }
 
+int lmt__ctrl_recv(struct lmt_session *s, struct lmt_msg_header *h, uint64_t deadline_ns)
+{
+	return recv_until(s, h, deadline_ns, "a control message");
+}
+
 int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
                      struct lmt_msg_header *h)
 {
-	int rc = lmt__ctrl_recv(s, h, deadline_ns);
+	int rc = recv_until(s, h, deadline_ns, lmt__msg_name(want));
 	if (rc || h->type == want)
 		return rc;
 	return lmt__fail(s, LMT_EPROTO, "expected %s from the %s, got %s", lmt__msg_name(want),
@@ -616,6 +682,47 @@ bool lmt__ctrl_wait(struct lmt_session *s, uint64_t deadline_ns)
 	bool pending = c->head != NULL || c->error != 0;
 	pthread_mutex_unlock(&c->lock);
 	return pending;
+}
+
+/* Bytes the service thread has not read yet, in the socket (encrypted
+ * ones with tls=on: what OpenSSL already holds, the thread takes at once,
+ * and only the thread may touch its SSL object). */
+static bool unread(struct lmt_session *s)
+{
+	int n = 0;
+	return ioctl(s->ctrl_fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+void lmt__ctrl_settle(struct lmt_session *s, uint64_t quiet_ns, uint64_t deadline_ns)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return;
+	/* The peer sends its ERROR before it tears its transport down, so by
+	 * the time a channel broke here the ERROR has come, or is about to:
+	 * wait for the thread to read what came, and a little for what is on
+	 * its way over a network (`quiet_ns`), no longer. */
+	uint64_t quiet = lmt__now() + quiet_ns;
+	pthread_mutex_lock(&c->lock);
+	while (!c->error && lmt__now() < deadline_ns) {
+		if (lmt__now() >= quiet && !unread(s))
+			break;
+		lmt__cond_wait_slice(&c->cond, &c->lock, lmt__deadline(1000000));
+	}
+	if (c->told && c->error == -LMT_EPEER)
+		lmt__fail_peer(s, c->why);
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t lmt__ctrl_last_heard(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	uint64_t at = c->last_rx_ns;
+	pthread_mutex_unlock(&c->lock);
+	return at;
 }
 
 bool lmt__ctrl_queued(struct lmt_session *s)
@@ -638,6 +745,17 @@ bool lmt__ctrl_pending(struct lmt_session *s)
 	bool pending = c->head != NULL || c->error != 0;
 	pthread_mutex_unlock(&c->lock);
 	return pending;
+}
+
+int lmt__ctrl_failure(struct lmt_session *s)
+{
+	struct lmt__ctrl *c = s->ctrl;
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	int rc = c->error ? connection_failed(s, "control connection") : 0;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 int lmt__ctrl_check(struct lmt_session *s)

@@ -243,6 +243,15 @@ static const struct lmt_option_desc core_options[] = {
                        "lmt_save_postcopy",
         },
         {
+                .name = "userfaultfd",
+                .type = LMT_OPT_BOOL,
+                .default_value = "on",
+                .doc = "off: this side never opens a userfaultfd, and restore=lazy and a "
+                       "postcopy destination are refused before anything is touched, as on a "
+                       "host without it (a host's policy; lmt's tests check those refusals "
+                       "with it)",
+        },
+        {
                 .name = "direct-io",
                 .type = LMT_OPT_BOOL,
                 .default_value = "off",

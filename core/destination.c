@@ -952,16 +952,25 @@ static int handle_landed(struct lmt_session *s, size_t length)
 	return take_bytes(s, m);
 }
 
-/* A source that sent nothing but keep-alives for idle-timeout. */
+/* A source that made no progress for idle-timeout: it said nothing at all
+ * (stopped, frozen, cut off), or nothing but keep-alives (its VMM stopped
+ * calling); the message says which. */
 static int no_progress(struct lmt_session *s)
 {
 	pthread_mutex_lock(&s->lock);
 	uint64_t landed = s->stats.bytes_received;
 	pthread_mutex_unlock(&s->lock);
+	unsigned long long idle_ms = s->idle_timeout_ns / 1000000;
+	uint64_t heard = lmt__ctrl_last_heard(s), now = lmt__now();
+	if (heard <= s->destination->progress_ns)
+		return lmt__fail(s, LMT_ETIMEDOUT,
+		                 "the source said nothing for %llu ms (idle-timeout), %llu bytes "
+		                 "landed",
+		                 idle_ms, (unsigned long long)landed);
 	return lmt__fail(s, LMT_ETIMEDOUT,
 	                 "the source made no progress for %llu ms (idle-timeout): nothing but "
-	                 "keep-alives, %llu bytes landed",
-	                 (unsigned long long)(s->idle_timeout_ns / 1000000),
+	                 "keep-alives (the last %llu ms ago), %llu bytes landed",
+	                 idle_ms, (unsigned long long)((now - heard) / 1000000),
 	                 (unsigned long long)landed);
 }
 
@@ -1110,7 +1119,8 @@ static int load(struct lmt_session *s)
 	for (;;) {
 		if (lmt__is_cancelled(s))
 			return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
-		if (lmt__now() - d->progress_ns > s->idle_timeout_ns)
+		/* Messages waiting are progress not taken yet. */
+		if (lmt__now() - d->progress_ns > s->idle_timeout_ns && !lmt__ctrl_queued(s))
 			return no_progress(s);
 		int n = s->desc->ops.progress(s->inst, comps, 16, target ? TARGET_SLICE_NS : 0);
 		if (n < 0)
@@ -1229,11 +1239,12 @@ static int check_restore_mode(struct lmt_session *s)
 	pthread_mutex_lock(&s->opts_lock);
 	bool lazy = strcmp(lmt__opt_text(s->opts, "restore"), "lazy") == 0;
 	bool postcopy = lmt__opt_bool(s->opts, "postcopy");
+	bool allowed = lmt__opt_bool(s->opts, "userfaultfd");
 	pthread_mutex_unlock(&s->opts_lock);
 	/* Postcopy needs userfaultfd here: say so before any source comes. */
 	struct lmt__uffd *u = NULL;
 	struct lmt_error err = {0};
-	if (postcopy && !s->file_path && lmt__uffd_open(&u, 0, &err))
+	if (postcopy && !s->file_path && lmt__uffd_open(&u, 0, allowed, &err))
 		return lmt__usage(s, err.code, "load run: postcopy=on: %s", err.message);
 	lmt__uffd_close(u);
 	if (lazy && !s->file_path)

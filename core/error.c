@@ -31,6 +31,7 @@ static const struct {
         [LMT_EVERIFY] = {"LMT_EVERIFY", "verification failed"},
         [LMT_EAUTH] = {"LMT_EAUTH", "authentication failed"},
         [LMT_EOVERFLOW] = {"LMT_EOVERFLOW", "value too large"},
+        [LMT_EPEER] = {"LMT_EPEER", "the peer ended the migration"},
 };
 
 static int index_of(int code)

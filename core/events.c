@@ -1,7 +1,8 @@
 /* The session's events: a bounded queue a VMM takes them from, an eventfd
  * that is readable while the queue is not empty, and an optional callback
- * (see lmt.h). */
+ * that may be set or changed at any time (see lmt.h). */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -12,12 +13,17 @@
 #define EVENTS_MAX 256u
 
 struct lmt__events {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock; /* the queue, and the callback's fields */
+	/* Held while the callback runs, so that once a change of callback
+	 * returns, the one replaced neither runs nor is called again. */
+	pthread_mutex_t callback_lock;
 	int fd;
 	struct lmt_event ring[EVENTS_MAX];
 	uint32_t first, count;
 	lmt_event_fn fn;
 	void *opaque;
+	bool running; /* the callback runs, on `runner` */
+	pthread_t runner;
 };
 
 int lmt__events_new(struct lmt__events **out)
@@ -32,6 +38,12 @@ int lmt__events_new(struct lmt__events **out)
 		free(q);
 		return -LMT_ENOMEM;
 	}
+	if (pthread_mutex_init(&q->callback_lock, NULL)) {
+		pthread_mutex_destroy(&q->lock);
+		close(q->fd);
+		free(q);
+		return -LMT_ENOMEM;
+	}
 	*out = q;
 	return 0;
 }
@@ -41,6 +53,7 @@ void lmt__events_free(struct lmt__events *q)
 	if (!q)
 		return;
 	close(q->fd);
+	pthread_mutex_destroy(&q->callback_lock);
 	pthread_mutex_destroy(&q->lock);
 	free(q);
 }
@@ -74,11 +87,20 @@ void lmt__event_post(struct lmt_session *s, const struct lmt_event *ev)
 			lmt__session_log(s, LMT_LOG_WARN,
 			                 "event descriptor: cannot signal an event");
 	}
+	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_lock(&q->callback_lock);
+	pthread_mutex_lock(&q->lock);
 	lmt_event_fn fn = q->fn;
 	void *opaque = q->opaque;
+	q->running = fn != NULL;
+	q->runner = pthread_self();
 	pthread_mutex_unlock(&q->lock);
 	if (fn)
 		fn(opaque, &e);
+	pthread_mutex_lock(&q->lock);
+	q->running = false;
+	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_unlock(&q->callback_lock);
 }
 
 void lmt__event_simple(struct lmt_session *s, enum lmt_event_type type, int code)
@@ -93,8 +115,10 @@ int lmt_session_event_fd(lmt_session *s)
 
 int lmt_session_next_event(lmt_session *s, struct lmt_event *ev)
 {
-	if (!s || !ev)
+	if (!s)
 		return -LMT_EINVAL;
+	if (!ev)
+		return lmt__usage(s, LMT_EINVAL, "next event: no place for it (event is NULL)");
 	struct lmt__events *q = s->events;
 	pthread_mutex_lock(&q->lock);
 	int got = q->count > 0;
@@ -117,9 +141,19 @@ int lmt_session_set_event_callback(lmt_session *s, lmt_event_fn fn, void *opaque
 {
 	if (!s)
 		return -LMT_EINVAL;
-	pthread_mutex_lock(&s->events->lock);
-	s->events->fn = fn;
-	s->events->opaque = opaque;
-	pthread_mutex_unlock(&s->events->lock);
+	struct lmt__events *q = s->events;
+	/* From inside the callback: the change applies from the next event
+	 * (waiting for the callback to return would wait for ever). */
+	pthread_mutex_lock(&q->lock);
+	bool inside = q->running && pthread_equal(q->runner, pthread_self());
+	pthread_mutex_unlock(&q->lock);
+	if (!inside)
+		pthread_mutex_lock(&q->callback_lock);
+	pthread_mutex_lock(&q->lock);
+	q->fn = fn;
+	q->opaque = opaque;
+	pthread_mutex_unlock(&q->lock);
+	if (!inside)
+		pthread_mutex_unlock(&q->callback_lock);
 	return 0;
 }

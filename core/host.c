@@ -31,21 +31,15 @@ static int host_error(void *ctx, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if ((code < 0 ? -code : code) >= LMT_ERRC_COUNT || code == 0)
+	/* LMT_EPEER is the core's to say (the peer's ERROR), not a plugin's. */
+	int c = code < 0 ? -code : code;
+	if (c >= LMT_ERRC_COUNT || c == 0 || c == LMT_EPEER)
 		code = LMT_EIO;
 	lmt__session_log(s, LMT_LOG_DEBUG, "%s: %s", s->desc->name, msg);
 	/* A blocking call that stopped because the peer left or went silent
-	 * (see host_cancelled) failed for that, not for a cancel: the control
-	 * connection's own failure says which. */
-	if ((code == LMT_ECANCELED || code == -LMT_ECANCELED) && !lmt__is_cancelled(s) &&
-	    lmt__peer_gone(s)) {
-		int rc = lmt__ctrl_check(s);
-		if (rc)
-			return rc;
-		return lmt__fail(s, LMT_ECONN, "%s: the %s closed the control connection", msg,
-		                 s->role == LMT_ROLE_SOURCE ? "destination" : "source");
-	}
-	return lmt__fail(s, code, "%s", msg);
+	 * (see host_cancelled) failed for that, not for a cancel: lmt__fail
+	 * records the control connection's own failure then. */
+	return lmt__fail_transport(s, code, "%s", msg);
 }
 
 static uint64_t host_now(void *ctx)

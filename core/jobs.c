@@ -152,18 +152,22 @@ int lmt_save_switchover(lmt_session *s, const void *device_state, size_t length)
 		                  length);
 	if (length)
 		memcpy(copy, device_state, length);
+	/* Before READY too: the job stops its passes at once and completes
+	 * with what is left (the guest is paused either way). */
 	pthread_mutex_lock(&j->lock);
-	bool again = j->switchover;
-	if (!again) {
+	bool again = j->switchover, ended = j->done;
+	if (!again && !ended) {
 		j->state = copy;
 		j->state_len = length;
 		j->switchover = true;
 		pthread_cond_broadcast(&j->cond);
 	}
 	pthread_mutex_unlock(&j->lock);
-	if (again) {
+	if (again || ended) {
 		free(copy);
-		return lmt__usage(s, LMT_ESTATE, "save switchover: called twice");
+		return lmt__usage(s, LMT_ESTATE, "save switchover: %s",
+		                  ended ? "the job has ended (lmt_session_wait gives its result)"
+		                        : "called twice");
 	}
 	return 0;
 }
@@ -174,7 +178,9 @@ int lmt_session_wait(lmt_session *s, int timeout_ms)
 		return -LMT_EINVAL;
 	struct lmt__job *j = s->job;
 	if (!j)
-		return -LMT_ESTATE;
+		return lmt__usage(s, LMT_ESTATE,
+		                  "session wait: no job runs this session (lmt_save_start or "
+		                  "lmt_load_start starts one)");
 	uint64_t deadline =
 	        timeout_ms < 0 ? UINT64_MAX : lmt__deadline((uint64_t)timeout_ms * 1000000ull);
 	/* Once the migration ended (its COMPLETED or FAILED event is posted)

@@ -59,7 +59,6 @@ struct lmt__lazy {
 	uint64_t bg_page;
 	struct slot slots[FAULT_SLOTS + LMT_MAX_CHANNELS];
 	uint64_t run_bytes; /* each slot's buffer */
-	uint64_t pause_ns;  /* LMT_TEST_LAZY_PAUSE_MS, for tests */
 	_Atomic uint64_t file_pages;
 };
 
@@ -264,22 +263,10 @@ static int fault_failure(struct lmt__lazy *z)
 	                : 0;
 }
 
-/* Tests hold the loader back before its first read
- * (LMT_TEST_LAZY_PAUSE_MS, docs/testing.md) to have a fault wait, or the
- * file change, meanwhile. */
-static void test_pause(struct lmt__lazy *z)
-{
-	uint64_t until = lmt__deadline(z->pause_ns);
-	while (z->pause_ns && lmt__now_ns() < until && !lmt__is_cancelled(z->s))
-		usleep(1000);
-	z->pause_ns = 0;
-}
-
 /* One batch: 1 when every page is in place. */
 static int batch(struct lmt__lazy *z)
 {
 	struct lmt_session *s = z->s;
-	test_pause(z);
 	if (lmt__is_cancelled(s))
 		return lmt__fail(s, LMT_ECANCELED, "restore cancelled");
 	int rc = fault_failure(z);
@@ -424,8 +411,6 @@ int lmt__lazy_start(struct lmt_session *s, struct lmt__uffd *u, struct lmt__move
 		return lmt__fail(s, LMT_ENOMEM, "out of memory");
 	}
 	*z = (struct lmt__lazy){.s = s, .u = u, .m = *m, .bitmaps = bitmaps, .digests = digests};
-	const char *pause = getenv("LMT_TEST_LAZY_PAUSE_MS");
-	z->pause_ns = pause ? strtoull(pause, NULL, 10) * 1000000ull : 0;
 	pthread_mutex_init(&z->lock, NULL);
 	int rc = lmt__cond_init(&z->cond) ? lmt__fail(s, LMT_ENOMEM, "out of memory") : 0;
 	if (!rc && !(rc = alloc_slots(z)) && !(rc = register_blocks(z)) &&

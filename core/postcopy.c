@@ -1201,7 +1201,7 @@ static int watch_blocks(struct lmt__postcopy *pc, uint64_t announced)
 		return lmt__fail(s, LMT_EPROTO,
 		                 "POSTCOPY: %llu pages announced, POSTCOPY_PAGES named %llu",
 		                 (unsigned long long)announced, (unsigned long long)counted);
-	int rc = lmt__uffd_open(&pc->u, s->nblocks, &err);
+	int rc = lmt__uffd_open(&pc->u, s->nblocks, s->userfaultfd, &err);
 	for (uint32_t i = 0; i < s->nblocks && !rc; i++) {
 		struct lmt_block *b = &s->blocks[i];
 		if (!lmt__block_copied(b))

@@ -289,7 +289,7 @@ static void restore_free(struct restore *r)
 static int open_uffd(struct restore *r)
 {
 	struct lmt_error err = {0};
-	if (lmt__uffd_open(&r->uffd, r->s->nblocks, &err))
+	if (lmt__uffd_open(&r->uffd, r->s->nblocks, r->s->userfaultfd, &err))
 		return lmt__fail(r->s, err.code, "restore=lazy: %s", err.message);
 	return 0;
 }

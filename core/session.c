@@ -1,10 +1,10 @@
 /* The session's lifecycle: creation with its plugin and options, RAM
- * blocks, the shared part of setup, failure and teardown. */
+ * blocks, the shared part of setup, and teardown. How it fails is
+ * failure.c's. */
 #define _GNU_SOURCE
 #include "postcopy.h"
 #include "session.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,66 +23,6 @@ uint64_t lmt__now(void)
 bool lmt__is_cancelled(const struct lmt_session *s)
 {
 	return atomic_load(&s->cancelled) != 0;
-}
-
-/* The first failure stays: later ones are usually its consequences. A
- * refused call is reported until the next error, and never hides a
- * failure; after a completion, only refused calls are reported. */
-static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
-        LMT_PRINTF(4, 0);
-
-static int record(struct lmt_session *s, bool usage, int code, const char *fmt, va_list ap)
-{
-	code = code > 0 ? -code : code;
-	pthread_mutex_lock(&s->lock);
-	bool failed = s->error.code != 0 && !s->error_is_usage;
-	if (!failed && (usage || atomic_load(&s->state) != LMT_STATE_DONE)) {
-		lmt__verror(&s->error, code, fmt, ap);
-		s->error_is_usage = usage;
-	}
-	pthread_mutex_unlock(&s->lock);
-	return code;
-}
-
-int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	code = record(s, false, code, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...)
-{
-	char msg[sizeof(s->error.message)];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	code = code > 0 ? -code : code;
-	pthread_mutex_lock(&s->lock);
-	if (atomic_load(&s->state) != LMT_STATE_DONE) {
-		if (s->error.code && !s->error_is_usage) {
-			char cause[sizeof(s->error.message)];
-			memcpy(cause, s->error.message, sizeof(cause));
-			lmt__error(&s->error, code, "%s (%s)", msg, cause);
-		} else {
-			lmt__error(&s->error, code, "%s", msg);
-		}
-		s->error_is_usage = false;
-	}
-	pthread_mutex_unlock(&s->lock);
-	return code;
-}
-
-int lmt__usage(struct lmt_session *s, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	code = record(s, true, code, fmt, ap);
-	va_end(ap);
-	return code;
 }
 
 /* ---- creation ---- */
@@ -221,56 +161,6 @@ void lmt_cancel(lmt_session *s)
 		atomic_store(&s->cancelled, 1);
 }
 
-/* Tell the peer (best effort, briefly), release the transport. */
-/* The FAILED event, once per session. */
-static void post_failure(struct lmt_session *s, int code)
-{
-	if (s->source)
-		lmt__source_release_throttle(s);
-	if (!atomic_exchange(&s->failure_posted, 1))
-		lmt__event_simple(s, LMT_EVENT_FAILED, code);
-}
-
-int lmt__abort(struct lmt_session *s, int code)
-{
-	pthread_mutex_lock(&s->lock);
-	if (s->error.code == 0 || s->error_is_usage) {
-		lmt__error(&s->error, code ? code : LMT_EIO, "%s", lmt_strerror(code));
-		s->error_is_usage = false;
-	}
-	code = s->error.code;
-	struct lmt_msg_status st = {.code = code};
-	lmt__copy(st.text, sizeof(st.text), s->error.message);
-	/* Cancelled means lmt_cancel was called, whatever code a plugin chose;
-	 * in postcopy either is postcopy's failure. */
-	lmt__stats_end(s, atomic_load(&s->in_postcopy) ? LMT_STATUS_POSTCOPY_FAILED
-	                  : lmt__is_cancelled(s)       ? LMT_STATUS_CANCELLED
-	                                               : LMT_STATUS_FAILED);
-	pthread_mutex_unlock(&s->lock);
-	atomic_store(&s->state, LMT_STATE_FAILED);
-	lmt__ctrl_send_error(s, &st);
-	/* From here a plugin's waits in teardown end soon (host cancelled). */
-	atomic_store(&s->aborting, 1);
-	lmt__file_free(s);
-	lmt__transport_close(s);
-	lmt__ctrl_close(s);
-	lmt__session_log(s, LMT_LOG_INFO, "migration failed: %s", s->error.message);
-	post_failure(s, code);
-	return code;
-}
-
-void lmt__postcopy_failed(struct lmt_session *s, int code)
-{
-	pthread_mutex_lock(&s->lock);
-	lmt__stats_end(s, LMT_STATUS_POSTCOPY_FAILED);
-	struct lmt_msg_status st = {.code = s->error.code ? s->error.code : code};
-	lmt__copy(st.text, sizeof(st.text), s->error.message);
-	pthread_mutex_unlock(&s->lock);
-	/* The peer hears of it now, not when the VMM calls to finish. */
-	lmt__ctrl_send_error(s, &st);
-	post_failure(s, code);
-}
-
 void lmt__call_enter(struct lmt_session *s)
 {
 	atomic_fetch_add(&s->in_call, 1);
@@ -279,35 +169,6 @@ void lmt__call_enter(struct lmt_session *s)
 void lmt__call_leave(struct lmt_session *s)
 {
 	atomic_fetch_sub(&s->in_call, 1);
-}
-
-void lmt__session_async_failure(struct lmt_session *s, int code, const char *why)
-{
-	/* Inside a call, or with messages still queued before the failure,
-	 * the engine reports it, in order. */
-	int state = atomic_load(&s->state);
-	if ((state != LMT_STATE_SETUP && state != LMT_STATE_ACTIVE) || atomic_load(&s->in_call) ||
-	    atomic_load(&s->in_postcopy) || lmt__ctrl_queued(s))
-		return;
-	lmt__fail(s, code, "%s", why);
-	pthread_mutex_lock(&s->lock);
-	if (s->stats.status != LMT_STATUS_COMPLETED)
-		lmt__stats_end(s, lmt__is_cancelled(s) ? LMT_STATUS_CANCELLED : LMT_STATUS_FAILED);
-	code = s->error.code;
-	pthread_mutex_unlock(&s->lock);
-	post_failure(s, code);
-}
-
-/* What lmt_session_error gives for no session, so that
- * lmt_session_error(s)->message is safe after a failed lmt_session_new. */
-static const struct lmt_error no_session = {
-        .code = -LMT_EINVAL,
-        .message = "no session (lmt_session_error was given NULL)",
-};
-
-const struct lmt_error *lmt_session_error(const lmt_session *s)
-{
-	return s ? &s->error : &no_session;
 }
 
 uint64_t lmt_session_id(const lmt_session *s)
@@ -477,6 +338,7 @@ static int read_options(struct lmt_session *s)
 	s->pin_all = lmt__opt_bool(o, "pin-all");
 	s->verify = lmt__opt_bool(o, "verify");
 	s->postcopy_on = lmt__opt_bool(o, "postcopy");
+	s->userfaultfd = lmt__opt_bool(o, "userfaultfd");
 	s->postcopy_channel = s->postcopy_on && s->channels < LMT_MAX_CHANNELS &&
 	                      (s->caps & LMT_CAP_MULTI_CHANNEL);
 	if (s->postcopy_channel)

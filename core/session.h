@@ -151,7 +151,8 @@ struct lmt_session {
 	_Atomic int state;    /* enum lmt_state */
 	pthread_mutex_t lock; /* guards error, stats and passes */
 	struct lmt_error error;
-	bool error_is_usage;    /* `error` is a refused call's, not a failure */
+	bool error_is_usage;     /* `error` is a refused call's, not a failure */
+	bool error_is_transport; /* `error` is the plugin's (host->error) */
 	struct lmt__logger log; /* the session's id and its own log handler */
 	struct lmt_stats stats;
 	struct lmt_pass_stats *passes;
@@ -167,6 +168,7 @@ struct lmt_session {
 	bool pin_all;
 	bool verify;
 	bool postcopy_on;
+	bool userfaultfd; /* the option: lmt__uffd_open is allowed */
 	/* postcopy=on and room for one more channel than `channels` asked:
 	 * the last channel carries faulted pages (s->channels counts it) */
 	bool postcopy_channel;
@@ -194,6 +196,14 @@ int lmt__fail(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(
  * parentheses as its cause: "switchover-timeout ... (chaos: stalled flush
  * timed out)". */
 int lmt__fail_over(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* The same for a failure the plugin reports (host->error). */
+int lmt__fail_transport(struct lmt_session *s, int code, const char *fmt, ...) LMT_PRINTF(3, 4);
+/* Record the peer's own end of the migration (its ERROR; `why` quotes it):
+ * LMT_EPEER. It takes the place of a connection that died here (LMT_ECONN)
+ * or a failure of the transport, as long as that was not reported yet:
+ * the peer tears its transport down after its ERROR. Returns the code
+ * recorded. */
+int lmt__fail_peer(struct lmt_session *s, const char *why);
 /* Record why a call was refused and return -code: a bad argument, the
  * wrong state, anything that leaves the session as it was. It never
  * replaces a failure, and any later error replaces it. */
@@ -229,9 +239,11 @@ extern const struct lmt_host lmt__host_services;
 /* ---- control.c: the control connection ---- */
 
 /* Whether the peer has hung up the control connection: a peer that died
- * or gave up. Cheap enough for plugins' blocking calls to poll (through
- * the host's cancelled service), so that a destination waiting on a data
- * channel notices a source that is gone. Any thread. */
+ * or gave up, once the engine took every message it sent before, or at
+ * once when it said why (its ERROR). Cheap enough for plugins' blocking
+ * calls to poll (through the host's cancelled service), so that a
+ * destination waiting on a data channel notices a source that is gone.
+ * Any thread. */
 bool lmt__peer_gone(struct lmt_session *s);
 /* A wait for the net helpers: until deadline_ns (absolute), or a cancel. */
 struct lmt__wait lmt__wait_until(struct lmt_session *s, uint64_t deadline_ns);
@@ -269,12 +281,28 @@ int lmt__ctrl_expect(struct lmt_session *s, uint16_t want, uint64_t deadline_ns,
 /* Whether a message (or the connection's failure) is waiting; the second
  * waits for one until `deadline_ns` (or a cancel), recording nothing. */
 bool lmt__ctrl_pending(struct lmt_session *s);
+/* How long a failure that may be the peer's doing (a connection that
+ * died, the transport's) waits for the control connection's last word,
+ * the peer's ERROR: at most LMT__SETTLE_NS while bytes it has not read
+ * are there, LMT__SETTLE_QUIET_NS while none are. */
+#define LMT__SETTLE_NS (200 * 1000000ull)
+#define LMT__SETTLE_QUIET_NS (20 * 1000000ull)
+/* Wait until the control connection has failed, or `deadline_ns`, or
+ * `quiet_ns` with nothing unread; when it failed with the peer's ERROR,
+ * that becomes the session's failure (lmt__fail_peer). */
+void lmt__ctrl_settle(struct lmt_session *s, uint64_t quiet_ns, uint64_t deadline_ns);
+/* When the peer was last heard from on the control connection (any
+ * message, keep-alives included); 0 without a connection. */
+uint64_t lmt__ctrl_last_heard(struct lmt_session *s);
 /* Whether a message is queued (not counting a failure). */
 bool lmt__ctrl_queued(struct lmt_session *s);
 bool lmt__ctrl_wait(struct lmt_session *s, uint64_t deadline_ns);
 /* The connection's failure as the session's, once nothing is queued; 0
  * while it is well. */
 int lmt__ctrl_check(struct lmt_session *s);
+/* The same whatever is still queued: for a wait that ended because the
+ * peer is gone, where the messages before its end will not be taken. */
+int lmt__ctrl_failure(struct lmt_session *s);
 
 /* ---- transport.c: the plugin instance and endpoints, shared by both roles ---- */
 

@@ -43,8 +43,10 @@ void lmt__stats_end(struct lmt_session *s, enum lmt_status status)
 
 int lmt_session_stats(lmt_session *s, struct lmt_stats *out)
 {
-	if (!s || !out)
+	if (!s)
 		return -LMT_EINVAL;
+	if (!out)
+		return lmt__usage(s, LMT_EINVAL, "stats: no place for them (out is NULL)");
 	pthread_mutex_lock(&s->lock);
 	*out = s->stats;
 	lmt__lazy_stats(s, out);
@@ -77,8 +79,11 @@ void lmt__pass_record(struct lmt_session *s, const struct lmt_pass_stats *pass)
 
 int lmt_session_passes(lmt_session *s, struct lmt_pass_stats *out, uint32_t max)
 {
-	if (!s || (!out && max))
+	if (!s)
 		return -LMT_EINVAL;
+	if (!out && max)
+		return lmt__usage(s, LMT_EINVAL, "passes: no place for %u of them (out is NULL)",
+		                  max);
 	pthread_mutex_lock(&s->lock);
 	uint32_t n = s->npasses;
 	for (uint32_t i = 0; i < n && i < max; i++)

@@ -103,22 +103,19 @@ static int open_device(void)
 
 static int open_fd(struct lmt_error *err)
 {
-	const char *hook = getenv("LMT_TEST_NO_USERFAULTFD");
-	bool simulated = hook && strcmp(hook, "1") == 0;
-	int dev = simulated ? -EACCES : open_device();
+	int dev = open_device();
 	if (dev >= 0)
 		return dev;
-	int fd = simulated ? -1 : (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-	int sys = simulated ? EPERM : errno;
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	int sys = errno;
 	if (fd >= 0)
 		return fd;
 	return lmt__error(err, LMT_ENOTSUP,
-	                  "userfaultfd is not available%s: /dev/userfaultfd: %s; userfaultfd(2): "
+	                  "userfaultfd is not available: /dev/userfaultfd: %s; userfaultfd(2): "
 	                  "%s (allow it with read-write access to /dev/userfaultfd, "
 	                  "vm.unprivileged_userfaultfd=1 or CAP_SYS_PTRACE, on a kernel built "
 	                  "with CONFIG_USERFAULTFD)",
-	                  simulated ? " (LMT_TEST_NO_USERFAULTFD=1)" : "", strerror(-dev),
-	                  strerror(sys));
+	                  strerror(-dev), strerror(sys));
 }
 
 #ifndef UFFD_FEATURE_MINOR_HUGETLBFS
@@ -145,9 +142,14 @@ static int handshake(int fd, uint64_t features, struct lmt_error *err)
 	return 0;
 }
 
-int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *err)
+int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, bool allowed, struct lmt_error *err)
 {
 	*out = NULL;
+	if (!allowed)
+		return lmt__error(
+		        err, LMT_ENOTSUP,
+		        "userfaultfd is not available: userfaultfd=off (this side may not "
+		        "use it)");
 	struct lmt__uffd *u = calloc(1, sizeof(*u));
 	if (!u || !(u->ranges = calloc(nranges ? nranges : 1, sizeof(*u->ranges)))) {
 		free(u);

@@ -46,9 +46,9 @@ struct lmt__uffd_stats {
 /* Open a userfaultfd for `nranges` ranges: /dev/userfaultfd first, then
  * the system call, then the API handshake. -LMT_ENOTSUP with err saying
  * why and what would allow it when neither is permitted or the kernel
- * lacks it. LMT_TEST_NO_USERFAULTFD=1 in the environment makes it fail
- * that way (for tests, docs/testing.md). */
-int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, struct lmt_error *err);
+ * lacks it, and without trying when not `allowed` (the session's option
+ * userfaultfd=off: lmt__uffd_allowed). */
+int lmt__uffd_open(struct lmt__uffd **out, uint32_t nranges, bool allowed, struct lmt_error *err);
 /* Ranges may be of huge pages (hugetlbfs, private or shared): page_shift
  * is then the huge page's, and pages are zeroed by copying a zero page
  * (the kernel has no UFFDIO_ZEROPAGE there).

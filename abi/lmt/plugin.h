@@ -33,7 +33,7 @@ enum lmt_errc {
 	LMT_ENOMEM = 2,     /* out of memory */
 	LMT_EAGAIN = 3,     /* queue full or nothing ready yet: try again */
 	LMT_ETIMEDOUT = 4,  /* a deadline passed */
-	LMT_ECANCELED = 5,  /* lmt_cancel() was called */
+	LMT_ECANCELED = 5,  /* lmt_cancel() was called on this side */
 	LMT_ECONN = 6,      /* the peer went away or a connection failed */
 	LMT_EPROTO = 7,     /* a malformed or unexpected message */
 	LMT_ENOTFOUND = 8,  /* no such plugin, device, option or block */
@@ -45,6 +45,10 @@ enum lmt_errc {
 	LMT_EVERIFY = 14,   /* digests differ after migration */
 	LMT_EAUTH = 15,     /* authentication failed */
 	LMT_EOVERFLOW = 16, /* a value or a message is too large */
+	/* Added within v1: the peer ended the migration and said why (its
+	 * cancel, or a failure of its own). The core's alone: a plugin never
+	 * returns it, and it is never sent on the wire. */
+	LMT_EPEER = 17,
 	LMT_ERRC_COUNT
 };
 
@@ -123,8 +127,10 @@ struct lmt_host {
 	/* Look up an option by qualified name ("tcp.nodelay", "chunk-size").
 	 * Returns 0, or -LMT_ENOTFOUND for a name no schema declares. */
 	int (*option)(void *host_ctx, const char *name, struct lmt_option_value *out);
-	/* Non-zero once the session was cancelled; blocking plugin calls poll
-	 * it at least every 100 ms and return -LMT_ECANCELED. */
+	/* Non-zero once the session was cancelled, is failing, or its peer has
+	 * left; blocking plugin calls poll it at least every 100 ms and return
+	 * -LMT_ECANCELED (which the core reports as the connection's failure
+	 * unless this side was cancelled). */
 	int (*cancelled)(void *host_ctx);
 	/* For decorators (LMT_CAP_DECORATOR): the plugin this one wraps, as in
 	 * "chaos:tcp", or NULL. The decorator drives it through its ops with
@@ -330,7 +336,8 @@ struct lmt_plugin {
 	const char *write_access;
 	/* Added within v1, read only when struct_size covers it: the read
 	 * operation of a storage plugin (LMT_CAP_STORAGE), which the core
-	 * requires of one; NULL for every other plugin. */
+	 * requires of one, or of a decorator, which hands it to the plugin it
+	 * wraps; NULL for every other plugin. */
 	lmt_plugin_read_fn read;
 };
 

@@ -1,7 +1,8 @@
-/* chaos: a decorator that wraps any plugin ("chaos:tcp") through the ABI
- * alone and injects faults from seeded options: delayed and reordered
- * completions, a failed write, a stalled transport, a dropped channel or
- * control connection, or the death or stop of its own process. */
+/* chaos: a decorator that wraps any plugin ("chaos:tcp", "chaos:file")
+ * through the ABI alone and injects faults from seeded options: delayed
+ * and reordered completions, a failed write, a stalled transport (on the
+ * destination: an engine that stops making progress), a dropped channel
+ * or control connection, or the death or stop of its own process. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdbool.h>
@@ -39,6 +40,7 @@ enum chaos_point {
 	CHAOS_AT_FLUSH,    /* complete, source: the flush */
 	CHAOS_AT_REGISTER, /* destination: the Nth registration */
 	CHAOS_AT_TIME,     /* either side: N ms after the instance opened */
+	CHAOS_AT_READ,     /* a storage plugin's restore: the Nth read */
 };
 
 static const struct lmt_option_desc chaos_options[] = {
@@ -50,7 +52,7 @@ static const struct lmt_option_desc chaos_options[] = {
         {.name = "at",
          .type = LMT_OPT_STRING,
          .default_value = "write:1",
-         .doc = "when: connect, write:N, progress:N, register:N, after-ms:N or flush"},
+         .doc = "when: connect, write:N, progress:N, register:N, read:N, after-ms:N or flush"},
         {.name = "channel",
          .type = LMT_OPT_INT,
          .default_value = "0",
@@ -62,7 +64,8 @@ static const struct lmt_option_desc chaos_options[] = {
          .default_value = "60m",
          .min = 1000000,
          .max = 86400000000000ll,
-         .doc = "how long stall holds progress and writes still"},
+         .doc = "how long stall holds progress and writes still; on the destination "
+                "(or a restore) every call its engine makes into the plugin waits it out"},
         {.name = "delay",
          .type = LMT_OPT_DURATION,
          .default_value = "0",
@@ -127,6 +130,7 @@ struct lmt_instance {
 	struct lmt_instance *in; /* the wrapped plugin's instance */
 	uint32_t channels;
 	struct lmt_endpoint **eps;
+	enum lmt_role role;
 
 	enum chaos_fault fault;
 	enum chaos_point point;
@@ -142,6 +146,7 @@ struct lmt_instance {
 
 	uint64_t opened_ns;
 	uint64_t writes;
+	uint64_t reads;
 	uint64_t progresses;
 	uint64_t registrations;
 	bool struck;
@@ -183,6 +188,7 @@ static int parse_point(struct lmt_instance *i, const char *at)
 	        {"connect", CHAOS_AT_CONNECT, false},   {"flush", CHAOS_AT_FLUSH, false},
 	        {"write:", CHAOS_AT_WRITE, true},       {"progress:", CHAOS_AT_PROGRESS, true},
 	        {"register:", CHAOS_AT_REGISTER, true}, {"after-ms:", CHAOS_AT_TIME, true},
+	        {"read:", CHAOS_AT_READ, true},
 	};
 	for (size_t k = 0; k < sizeof(points) / sizeof(points[0]); k++) {
 		size_t n = strlen(points[k].name);
@@ -198,7 +204,7 @@ static int parse_point(struct lmt_instance *i, const char *at)
 	}
 	return i->host->error(i->ctx, LMT_EINVAL,
 	                      "chaos.at: expected connect, write:N, progress:N, register:N, "
-	                      "after-ms:N or flush, got '%s'",
+	                      "read:N, after-ms:N or flush, got '%s'",
 	                      at);
 }
 
@@ -291,10 +297,15 @@ static int hold_until(struct lmt_instance *i, uint64_t until, uint64_t deadline)
 	return 0;
 }
 
-/* Hold still while a stall lasts, as a hung transport would. */
+/* Hold still while a stall lasts, as a hung transport would. A source's
+ * calls keep their deadline, so that it sees its writes go unanswered; a
+ * destination's engine is held for the whole stall whatever the deadline
+ * it gave: it stops making progress (registrations, the device state,
+ * the completion's acknowledgement all wait), until the stall ends or the
+ * session does (the host's cancelled service). */
 static int stalled(struct lmt_instance *i, uint64_t deadline)
 {
-	return hold_until(i, i->stall_until, deadline);
+	return hold_until(i, i->stall_until, i->role == LMT_ROLE_DESTINATION ? 0 : deadline);
 }
 
 /* ---- instance ---- */
@@ -314,6 +325,7 @@ static int chaos_instance_open(const struct lmt_host *host, void *ctx,
 	i->inner = host->inner(ctx);
 	i->opened_ns = host->now_ns(ctx);
 	i->channels = params->channels;
+	i->role = params->role;
 	i->eps = calloc(params->channels, sizeof(*i->eps));
 	i->held = calloc(CHAOS_HELD_MAX, sizeof(*i->held));
 	int rc = !i->eps || !i->held ? host->error(ctx, LMT_ENOMEM, "chaos: out of memory")
@@ -419,6 +431,8 @@ static int chaos_mr_register(struct lmt_instance *i, void *addr, size_t len, uin
 	if (access & LMT_MR_REMOTE_WRITE) {
 		strike(i, CHAOS_AT_REGISTER, ++i->registrations);
 		int rc = hold_until(i, i->host->now_ns(i->ctx) + i->register_delay_ns, 0);
+		if (!rc)
+			rc = stalled(i, 0);
 		if (rc)
 			return rc;
 	}
@@ -536,6 +550,28 @@ static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, l
 		i->writes = n;
 		strike(i, CHAOS_AT_WRITE, n);
 	}
+	return rc;
+}
+
+/* A storage plugin's read (a restore): the Nth may strike; while a stall
+ * lasts nothing is read, and the engine's wait for it (progress) holds. */
+static int chaos_read(struct lmt_endpoint *ep, void *local, size_t len, lmt_rkey *rkey,
+                      uint64_t offset, uint64_t cookie)
+{
+	struct lmt_instance *i = ep->inst;
+	lmt_plugin_read_fn read = LMT_PLUGIN_READ(i->inner);
+	if (!read)
+		return i->host->error(i->ctx, LMT_ENOTSUP, "chaos: plugin %s does not read",
+		                      i->inner->name);
+	strike(i, CHAOS_AT_READ, i->reads + 1);
+	if (i->host->now_ns(i->ctx) < i->stall_until)
+		return -LMT_EAGAIN;
+	if (ep->dropped)
+		return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
+		                      ep->channel);
+	int rc = read(ep->in, local, len, rkey, offset, cookie);
+	if (rc == 0)
+		i->reads++;
 	return rc;
 }
 
@@ -680,6 +716,7 @@ static const struct lmt_plugin chaos_plugin = {
                         .progress = chaos_progress,
                         .flush = chaos_flush,
                 },
+        .read = chaos_read,
 };
 
 LMT_DECLARE_PLUGIN(chaos_plugin)

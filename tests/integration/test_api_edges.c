@@ -188,9 +188,19 @@ static void test_null_arguments_are_refused_with_a_reason(void **state)
 	assert_int_equal(lmt_session_set_dirty_sync(s, NULL, NULL), -LMT_EINVAL);
 	assert_error(s, -LMT_EINVAL, "dirty sync: the callback is NULL");
 	assert_int_equal(lmt_session_stats(s, NULL), -LMT_EINVAL);
+	assert_error(s, -LMT_EINVAL, "stats: no place for them (out is NULL)");
 	assert_int_equal(lmt_session_passes(s, NULL, 1), -LMT_EINVAL);
+	assert_error(s, -LMT_EINVAL, "passes: no place for 1 of them (out is NULL)");
 	assert_int_equal(lmt_session_passes(s, NULL, 0), 0);
 	assert_int_equal(lmt_session_next_event(s, NULL), -LMT_EINVAL);
+	assert_error(s, -LMT_EINVAL, "next event: no place for it (event is NULL)");
+	/* Without a job: every failing call says what was wrong. */
+	assert_int_equal(lmt_session_wait(s, 0), -LMT_ESTATE);
+	assert_error(s, -LMT_ESTATE,
+	             "session wait: no job runs this session (lmt_save_start or lmt_load_start "
+	             "starts one)");
+	assert_int_equal(lmt_save_switchover(s, NULL, 0), -LMT_ESTATE);
+	assert_error(s, -LMT_ESTATE, "save switchover: no lmt_save_start job runs");
 
 	assert_int_equal(lmt_session_add_block(s, "ram0", page_mem, PAGE, PAGE), 0);
 	assert_int_equal(lmt_session_set_dirty_sync(s, guest_dirty_sync, NULL), 0);

@@ -1,9 +1,10 @@
 /* What a VMM embedding lmt may count on between and around its calls: the
  * session keeps the peer's keep-alives going while the VMM is away; it
  * reports setup, passes, readiness, completion and failure as events on a
- * descriptor an event loop can poll, or through a callback; and no call
- * outlasts its bound when a channel stalls (idle-timeout) or the
- * switchover drags on with the guest paused (switchover-timeout). */
+ * descriptor an event loop can poll, or through a callback that may be set,
+ * changed or removed while a job runs; a switchover asked before READY;
+ * and no call outlasts its bound when a channel stalls (idle-timeout) or
+ * the switchover drags on with the guest paused (switchover-timeout). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -186,6 +187,7 @@ static void test_a_peer_dying_between_calls_is_an_event_without_any_call(void **
 	assert_int_equal(lmt_session_next_event(s, &ev), 1);
 	assert_int_equal(ev.type, LMT_EVENT_FAILED);
 	assert_int_equal(ev.code, -LMT_ECONN);
+	assert_int_equal(lmt_session_error(s)->code, -LMT_ECONN);
 	assert_true(guest_now_ns() - t0 < 3000 * MS);
 	struct lmt_stats st;
 	assert_int_equal(lmt_session_stats(s, &st), 0);
@@ -376,11 +378,147 @@ static void test_a_cancelled_job_ends_with_a_failure_event(void **state)
 	munmap(dst.base, RAM_BYTES);
 }
 
+/* A source and a destination job in this process, over `src` into `dst`. */
+static void jobs_start(lmt_session **s, lmt_session **d, struct guest_ram *src,
+                       struct guest_ram *dst)
+{
+	*d = session_with_blocks(LMT_ROLE_DESTINATION, dst, "");
+	uint16_t port = 0;
+	assert_int_equal(lmt_load_listen(*d, "127.0.0.1:0", &port), 0);
+	assert_int_equal(lmt_load_start(*d), 0);
+	*s = session_with_blocks(LMT_ROLE_SOURCE, src, "");
+	assert_int_equal(lmt_session_set_dirty_sync(*s, guest_dirty_sync, src), 0);
+	char uri[64];
+	snprintf(uri, sizeof(uri), "127.0.0.1:%u", port);
+	assert_int_equal(lmt_save_start(*s, uri), 0);
+}
+
+/* The events queued on `s`, counted by type; whether READY came before
+ * COMPLETED. */
+static void drain_events(lmt_session *s, int count[LMT_EVENT_POSTCOPY + 1])
+{
+	struct lmt_event ev;
+	while (lmt_session_next_event(s, &ev) == 1)
+		if (ev.type >= LMT_EVENT_SETUP_DONE && ev.type <= LMT_EVENT_POSTCOPY)
+			count[ev.type]++;
+}
+
+/* The guest "paused" from the start: the switchover is asked before the
+ * migration could be ready, and the job completes at once with all that
+ * is left, without iterating (no READY). Once the job ended, a switchover
+ * is refused, saying so. */
+static void test_a_switchover_asked_before_ready_completes_at_once(void **state)
+{
+	struct guest_ram src, dst;
+	ram_fill(&src, RAM_BYTES, 19);
+	guest_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
+	lmt_session *s, *d;
+	jobs_start(&s, &d, &src, &dst);
+	assert_int_equal(lmt_save_switchover(s, "early", 5), 0);
+	assert_int_equal(lmt_session_wait(s, 20000), 0);
+	assert_int_equal(lmt_session_wait(d, 20000), 0);
+	int count[LMT_EVENT_POSTCOPY + 1] = {0};
+	drain_events(s, count);
+	assert_int_equal(count[LMT_EVENT_READY], 0);
+	assert_int_equal(count[LMT_EVENT_COMPLETED], 1);
+	assert_memory_equal(src.base, dst.base, RAM_BYTES);
+	const void *got;
+	size_t len;
+	assert_int_equal(lmt_load_device_state(d, &got, &len), 0);
+	assert_int_equal(len, 5);
+	assert_int_equal(lmt_save_switchover(s, "late", 4), -LMT_ESTATE);
+	assert_string_equal(lmt_session_error(s)->message,
+	                    "save switchover: the job has ended (lmt_session_wait gives its "
+	                    "result)");
+	lmt_session_free(s);
+	lmt_session_free(d);
+	ram_release(&src);
+	munmap(dst.base, RAM_BYTES);
+}
+
+struct counted {
+	pthread_mutex_t lock;
+	int count[LMT_EVENT_POSTCOPY + 1];
+	lmt_session *s;
+	struct counted *next; /* set as the callback from inside, at a pass end */
+};
+
+static void count_into(void *opaque, const struct lmt_event *ev)
+{
+	struct counted *c = opaque;
+	pthread_mutex_lock(&c->lock);
+	if (ev->type >= LMT_EVENT_SETUP_DONE && ev->type <= LMT_EVENT_POSTCOPY)
+		c->count[ev->type]++;
+	pthread_mutex_unlock(&c->lock);
+	/* Replaced from inside: applies from the next event, no deadlock. */
+	if (c->next && ev->type == LMT_EVENT_PASS_END)
+		assert_int_equal(lmt_session_set_event_callback(c->s, count_into, c->next), 0);
+}
+
+static int counted_total(struct counted *c)
+{
+	pthread_mutex_lock(&c->lock);
+	int n = 0;
+	for (int i = 0; i <= LMT_EVENT_POSTCOPY; i++)
+		n += c->count[i];
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+/* The callback is set while the jobs run: on the source it replaces
+ * itself from inside at its first pass end, and the second one sees the
+ * end; on the destination it is removed once setup is done, and from the
+ * moment that call returns it is called no more. */
+static void test_the_event_callback_may_change_while_a_job_runs(void **state)
+{
+	struct guest_ram src, dst;
+	ram_fill(&src, RAM_BYTES, 20);
+	guest_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
+	lmt_session *s, *d;
+	struct counted second = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	struct counted first = {.lock = PTHREAD_MUTEX_INITIALIZER, .next = &second};
+	struct counted dest = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	jobs_start(&s, &d, &src, &dst);
+	first.s = s;
+	assert_int_equal(lmt_session_set_event_callback(s, count_into, &first), 0);
+	assert_int_equal(lmt_session_set_event_callback(d, count_into, &dest), 0);
+	int dq[LMT_EVENT_POSTCOPY + 1] = {0}, sq[LMT_EVENT_POSTCOPY + 1] = {0};
+	int removed_at = -1;
+	uint64_t t0 = guest_now_ns();
+	while (!sq[LMT_EVENT_COMPLETED] && !sq[LMT_EVENT_FAILED] &&
+	       guest_now_ns() - t0 < 30000 * MS) {
+		if (removed_at < 0) {
+			drain_events(d, dq);
+			if (dq[LMT_EVENT_SETUP_DONE]) {
+				assert_int_equal(lmt_session_set_event_callback(d, NULL, NULL), 0);
+				removed_at = counted_total(&dest);
+			}
+		}
+		int before = sq[LMT_EVENT_READY];
+		drain_events(s, sq);
+		if (!before && sq[LMT_EVENT_READY])
+			assert_int_equal(lmt_save_switchover(s, "cpu", 3), 0);
+		usleep(1000);
+	}
+	assert_int_equal(lmt_session_wait(s, 20000), 0);
+	assert_int_equal(lmt_session_wait(d, 20000), 0);
+	assert_true(removed_at >= 0);
+	assert_int_equal(counted_total(&dest), removed_at);
+	assert_int_equal(dest.count[LMT_EVENT_COMPLETED], 0);
+	assert_true(first.count[LMT_EVENT_PASS_END] >= 1);
+	assert_int_equal(first.count[LMT_EVENT_COMPLETED], 0);
+	assert_int_equal(second.count[LMT_EVENT_COMPLETED], 1);
+	assert_memory_equal(src.base, dst.base, RAM_BYTES);
+	lmt_session_free(s);
+	lmt_session_free(d);
+	ram_release(&src);
+	munmap(dst.base, RAM_BYTES);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(
-	                test_a_vmm_away_between_calls_within_idle_timeout_loses_nothing),
+	        cmocka_unit_test(test_a_vmm_away_between_calls_within_idle_timeout_loses_nothing),
 	        cmocka_unit_test(
 	                test_source_events_come_in_order_and_the_descriptor_follows_the_queue),
 	        cmocka_unit_test(
@@ -391,6 +529,8 @@ int main(void)
 	        cmocka_unit_test(test_a_stalled_flush_fails_complete_at_the_switchover_timeout),
 	        cmocka_unit_test(test_jobs_migrate_while_the_vmm_only_polls_descriptors),
 	        cmocka_unit_test(test_a_cancelled_job_ends_with_a_failure_event),
+	        cmocka_unit_test(test_a_switchover_asked_before_ready_completes_at_once),
+	        cmocka_unit_test(test_the_event_callback_may_change_while_a_job_runs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

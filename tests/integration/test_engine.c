@@ -234,7 +234,7 @@ static void test_block_size_mismatch_is_named_on_the_source(void **state)
 	uint64_t none = 0;
 	struct source_run r = source_migrate(&ram, "", port, NULL, 0, 0, 0, &none);
 	assert_int_equal(r.rc, -LMT_EMISMATCH);
-	assert_non_null(strstr(r.error, "the destination failed: RAM block 'ram0': 25165824 "
+	assert_non_null(strstr(r.error, "the destination refused: RAM block 'ram0': 25165824 "
 	                                "bytes on the source, 50331648 on the destination"));
 	assert_int_equal(dest_wait(pid), 1);
 	ram_release(&ram);

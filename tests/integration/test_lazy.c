@@ -5,8 +5,9 @@
  * file cut short or damaged under a running restore, and a cancel, fail
  * the load and wake the thread waiting on a missing page with SIGSEGV,
  * never hang it or hand it wrong data. Exits 77 where userfaultfd cannot
- * be opened. LMT_TEST_LAZY_PAUSE_MS holds the loader back where a test
- * needs a fault to wait (docs/testing.md). */
+ * be opened. Where a test needs a fault to wait, the loader is held back
+ * by the chaos decorator around the file plugin: its first read stalls
+ * (chaos:file, chaos.fault=stall, chaos.at=read:1; docs/testing.md). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -138,24 +139,55 @@ struct lazy_load {
 };
 
 /* A destination on fresh RAM of `bytes`, listening on the file `path`. */
-static lmt_session *listen_on_file(struct guest_ram *ram, uint64_t bytes, const char *path,
-                                   const char *opts)
+static lmt_session *listen_on_file_over(struct guest_ram *ram, uint64_t bytes, const char *path,
+                                        const char *plugin, const char *opts)
 {
 	char uri[PATH_MAX + 8];
 	guest_ram_layout(ram, ram_map(bytes), bytes);
-	lmt_session *d = session_on(LMT_ROLE_DESTINATION, ram, "file", opts);
+	lmt_session *d = session_on(LMT_ROLE_DESTINATION, ram, plugin, opts);
 	snprintf(uri, sizeof(uri), "file:%s", path);
 	assert_int_equal(lmt_load_listen(d, uri, NULL), 0);
 	return d;
 }
 
-static void lazy_begin(struct lazy_load *l, uint64_t bytes, const char *path, const char *opts)
+static lmt_session *listen_on_file(struct guest_ram *ram, uint64_t bytes, const char *path,
+                                   const char *opts)
+{
+	return listen_on_file_over(ram, bytes, path, "file", opts);
+}
+
+/* What lmt_load_run reads of a file of save_guest's (two blocks, verify
+ * off) before the loader's first read: the header with the commit record,
+ * the block table, the two page bitmaps and the device state. */
+#define RUN_READS 5
+
+/* A lazy restore; with `hold_ms` its loader's first read stalls that
+ * long (chaos:file), so that faults wait, or the file changes, before it
+ * reads. lmt_load_run itself is not held. */
+static void lazy_begin_held(struct lazy_load *l, uint64_t bytes, const char *path, const char *opts,
+                            unsigned hold_ms)
 {
 	char all[512];
 	snprintf(all, sizeof(all), "restore=lazy%s%s", opts && *opts ? "," : "", opts ? opts : "");
-	l->d = listen_on_file(&l->ram, bytes, path, all);
+	if (hold_ms) {
+		size_t n = strlen(all);
+		snprintf(all + n, sizeof(all) - n,
+		         ",chaos.fault=stall,chaos.at=read:%u,chaos.stall=%ums", RUN_READS + 1,
+		         hold_ms);
+	}
+	l->d = listen_on_file_over(&l->ram, bytes, path, hold_ms ? "chaos:file" : "file", all);
+	uint64_t t0 = guest_now_ns();
 	l->run_rc = lmt_load_run(l->d);
 	snprintf(l->error, sizeof(l->error), "%s", lmt_session_error(l->d)->message);
+	if (hold_ms && guest_now_ns() - t0 >= hold_ms * 1000000ull / 2)
+		fail_msg("lmt_load_run took %llu ms: the stall meant for the loader held it "
+		         "(does it read more than %d times now?)",
+		         (unsigned long long)((guest_now_ns() - t0) / 1000000), RUN_READS);
+}
+
+static void lazy_begin(struct lazy_load *l, uint64_t bytes, const char *path, const char *opts)
+{
+	lazy_begin_held(l, bytes, path, opts, 0);
 }
 
 static void lazy_end(struct lazy_load *l)
@@ -363,9 +395,7 @@ static void test_holes_fault_in_as_zero_pages(void **unused)
 	char path[PATH_MAX];
 	static uint8_t zero[PAGE];
 	save_guest(&ram, RAM_BYTES, path, sizeof(path), "holes.lmt", "channels=2");
-	setenv("LMT_TEST_LAZY_PAUSE_MS", "2000", 1);
-	lazy_begin(&l, RAM_BYTES, path, "channels=2");
-	unsetenv("LMT_TEST_LAZY_PAUSE_MS");
+	lazy_begin_held(&l, RAM_BYTES, path, "channels=2", 2000);
 	assert_int_equal(l.run_rc, 0);
 	/* The loader is held back: these are served by the fault thread. */
 	for (uint64_t off = 2 << 20; off < (3 << 20); off += 16 * PAGE)
@@ -419,9 +449,7 @@ static void test_truncated_file_fails_the_load_and_wakes_the_waiter(void **unuse
 	struct lazy_load l;
 	char path[PATH_MAX];
 	save_guest(&ram, RAM_BYTES, path, sizeof(path), "cut.lmt", "channels=2");
-	setenv("LMT_TEST_LAZY_PAUSE_MS", "2000", 1);
-	lazy_begin(&l, RAM_BYTES, path, "channels=2");
-	unsetenv("LMT_TEST_LAZY_PAUSE_MS");
+	lazy_begin_held(&l, RAM_BYTES, path, "channels=2", 2000);
 	assert_int_equal(l.run_rc, 0);
 	assert_int_equal(truncate(path, 1 << 20), 0);
 	struct waiter w;
@@ -481,9 +509,7 @@ static void cancel_with_waiter(bool free_only)
 	struct lazy_load l;
 	char path[PATH_MAX];
 	save_guest(&ram, BIG_RAM_BYTES, path, sizeof(path), "cancel.lmt", "channels=2");
-	setenv("LMT_TEST_LAZY_PAUSE_MS", "60000", 1);
-	lazy_begin(&l, BIG_RAM_BYTES, path, "channels=2");
-	unsetenv("LMT_TEST_LAZY_PAUSE_MS");
+	lazy_begin_held(&l, BIG_RAM_BYTES, path, "channels=2", 60000);
 	assert_int_equal(l.run_rc, 0);
 	struct waiter w;
 	waiter_start(&w, l.ram.base + data_page(&ram, 7 << 20));
@@ -528,11 +554,9 @@ static void test_lazy_is_refused_without_userfaultfd_before_touching_memory(void
 	struct lazy_load l;
 	char path[PATH_MAX];
 	save_guest(&ram, RAM_BYTES, path, sizeof(path), "no-uffd.lmt", "");
-	setenv("LMT_TEST_NO_USERFAULTFD", "1", 1);
-	l.d = listen_on_file(&l.ram, RAM_BYTES, path, "restore=lazy");
+	l.d = listen_on_file(&l.ram, RAM_BYTES, path, "restore=lazy,userfaultfd=off");
 	memset(l.ram.base, 0xab, RAM_BYTES);
 	int rc = lmt_load_run(l.d);
-	unsetenv("LMT_TEST_NO_USERFAULTFD");
 	const char *msg = lmt_session_error(l.d)->message;
 	if (rc != -LMT_ENOTSUP || !strstr(msg, "userfaultfd is not available"))
 		fail_msg("expected LMT_ENOTSUP, got %s: %s", lmt_err_name(rc), msg);

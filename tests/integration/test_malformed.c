@@ -793,15 +793,9 @@ static void test_registration_of_a_block_handed_over_is_refused(void **state)
 #define PC_COUNT 16u
 #define STAGED 0x5au /* what the fake source writes into staging slots */
 
-/* What the destination's lmt_load_run checks first with postcopy=on (and
- * LMT_TEST_NO_USERFAULTFD=1 makes fail, as it makes lmt's). */
+/* What the destination's lmt_load_run checks first with postcopy=on. */
 static bool userfaultfd_available(char *why, size_t size)
 {
-	const char *no = getenv("LMT_TEST_NO_USERFAULTFD");
-	if (no && strcmp(no, "1") == 0) {
-		snprintf(why, size, "LMT_TEST_NO_USERFAULTFD=1: postcopy needs userfaultfd");
-		return false;
-	}
 	int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);

@@ -716,6 +716,10 @@ static void test_core_schema_is_complete(void **state)
 	assert_int_equal(core_desc("tls")->flags, 0);
 	assert_string_equal(core_desc("tls")->default_value, "off");
 	assert_int_equal(core_desc("tls-ca")->type, LMT_OPT_STRING);
+	/* Each side's own: a destination without it refuses postcopy. */
+	assert_int_equal(core_desc("userfaultfd")->type, LMT_OPT_BOOL);
+	assert_int_equal(core_desc("userfaultfd")->flags, 0);
+	assert_string_equal(core_desc("userfaultfd")->default_value, "on");
 }
 
 static void test_env_overrides_default(void **state)

@@ -2,7 +2,7 @@
  * sessions: placement once per page and its counts, a fault handed to
  * fetch once and answered from it, failure that keeps placed pages and
  * makes the rest inaccessible, the refusal where userfaultfd cannot be
- * opened, a memfd written in place with holes in its file, and huge
+ * opened (an unprivileged child) or may not be (userfaultfd=off), a memfd written in place with holes in its file, and huge
  * pages (hugetlbfs, shared and private), which have no UFFDIO_ZEROPAGE.
  * Exits 77 where it cannot be opened at all. */
 #define _GNU_SOURCE
@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "hugepages.h"
@@ -61,7 +62,8 @@ static struct lmt__uffd *open_on(uint8_t *host, struct fetcher *f)
 {
 	struct lmt_error err = {0};
 	struct lmt__uffd *u = NULL;
-	if (lmt__uffd_open(&u, 1, &err) || lmt__uffd_register(u, 0, host, PAGES * PAGE, 12, &err))
+	if (lmt__uffd_open(&u, 1, true, &err) ||
+	    lmt__uffd_register(u, 0, host, PAGES * PAGE, 12, &err))
 		fail_msg("userfaultfd: %s", err.message);
 	f->u = u;
 	assert_int_equal(lmt__uffd_start(u, fetch_and_place, f, &err), 0);
@@ -177,16 +179,61 @@ static void test_failure_keeps_placed_pages_and_makes_the_rest_inaccessible(void
 	munmap(host, PAGES * PAGE);
 }
 
-static void test_open_is_refused_with_the_reason_where_not_permitted(void **unused)
+/* userfaultfd=off: refused without trying, saying so. */
+static void test_open_is_refused_without_trying_where_the_session_forbids_it(void **unused)
 {
 	struct lmt_error err = {0};
 	struct lmt__uffd *u = (struct lmt__uffd *)1;
-	setenv("LMT_TEST_NO_USERFAULTFD", "1", 1);
-	assert_int_equal(lmt__uffd_open(&u, 1, &err), -LMT_ENOTSUP);
-	unsetenv("LMT_TEST_NO_USERFAULTFD");
+	assert_int_equal(lmt__uffd_open(&u, 1, false, &err), -LMT_ENOTSUP);
 	assert_null(u);
-	assert_non_null(strstr(err.message, "userfaultfd is not available"));
-	assert_non_null(strstr(err.message, "vm.unprivileged_userfaultfd"));
+	assert_string_equal(err.message,
+	                    "userfaultfd is not available: userfaultfd=off (this side may not use "
+	                    "it)");
+}
+
+/* The refusal of a process that may not open one: a child of this one
+ * (root) that became the unprivileged user nobody. */
+static void test_open_is_refused_with_the_reason_where_not_permitted(void **unused)
+{
+	if (geteuid() != 0) {
+		print_message("skipped: only root can run a child as another user here\n");
+		skip();
+	}
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	char message[sizeof(((struct lmt_error *)0)->message)] = "";
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		if (setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+			_exit(2);
+		struct lmt_error err = {0};
+		struct lmt__uffd *u = (struct lmt__uffd *)1;
+		int rc = lmt__uffd_open(&u, 1, true, &err);
+		if (rc == 0)
+			_exit(3);
+		ssize_t n = write(p[1], err.message, strlen(err.message) + 1);
+		_exit(rc == -LMT_ENOTSUP && u == NULL && n > 0 ? 0 : 1);
+	}
+	close(p[1]);
+	ssize_t n = read(p[0], message, sizeof(message) - 1);
+	message[n > 0 ? n : 0] = '\0';
+	close(p[0]);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	if (code == 3) {
+		print_message("skipped: every user may open a userfaultfd here "
+		              "(vm.unprivileged_userfaultfd=1, or /dev/userfaultfd open to all)\n");
+		skip();
+	}
+	if (code != 0)
+		fail_msg("the unprivileged child ended with %d: %s", code, message);
+	assert_non_null(strstr(message, "userfaultfd is not available"));
+	assert_non_null(strstr(message, "vm.unprivileged_userfaultfd"));
+	print_message("    refused: %s\n", message);
 }
 
 static void test_shared_memory_is_refused(void **unused)
@@ -197,7 +244,7 @@ static void test_shared_memory_is_refused(void **unused)
 	        mmap(NULL, PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(p != MAP_FAILED);
 	memset(p, 1, PAGES * PAGE);
-	assert_int_equal(lmt__uffd_open(&u, 1, &err), 0);
+	assert_int_equal(lmt__uffd_open(&u, 1, true, &err), 0);
 	assert_int_equal(lmt__uffd_register(u, 0, p, PAGES * PAGE, 12, &err), -LMT_EINVAL);
 	assert_non_null(strstr(err.message, "private anonymous"));
 	lmt__uffd_close(u);
@@ -258,7 +305,7 @@ static void check_in_place(bool aligned)
 	coming[0] = 1ull << COMING_HOLE | 1ull << COMING_DATA;
 
 	struct lmt_error err = {0};
-	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
+	assert_int_equal(lmt__uffd_open(&f.u, 1, true, &err), 0);
 	if (!lmt__uffd_can_place_in_place(f.u, false)) {
 		lmt__uffd_close(f.u);
 		printf("no minor faults on shared memory in this kernel: in-place not checked\n");
@@ -374,7 +421,7 @@ static void test_a_hugetlbfs_file_written_in_place_with_holes(void **unused)
 	assert_true(f.alias != MAP_FAILED);
 	uint64_t coming[1] = {1ull << 2 | 1ull << 3};
 	struct lmt_error err = {0};
-	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
+	assert_int_equal(lmt__uffd_open(&f.u, 1, true, &err), 0);
 	if (!lmt__uffd_can_place_in_place(f.u, true)) {
 		lmt__uffd_close(f.u);
 		munmap(f.alias, len);
@@ -425,7 +472,7 @@ static void test_private_huge_pages_are_copied_and_zeroed(void **unused)
 	uint8_t *other = mmap(NULL, HUGE, PROT_READ | PROT_WRITE,
 	                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB, -1, 0);
 	assert_true(other != MAP_FAILED);
-	assert_int_equal(lmt__uffd_open(&lazy, 1, &err), 0);
+	assert_int_equal(lmt__uffd_open(&lazy, 1, true, &err), 0);
 	assert_int_equal(lmt__uffd_register(lazy, 0, other, HUGE, HUGE_SHIFT, &err), -LMT_EINVAL);
 	assert_non_null(strstr(err.message, "range 0 is of huge pages (hugetlbfs)"));
 	lmt__uffd_close(lazy);
@@ -435,7 +482,7 @@ static void test_private_huge_pages_are_copied_and_zeroed(void **unused)
 	struct huge_fetcher f = {.buf = malloc(HUGE)};
 	assert_non_null(f.buf);
 	uint64_t coming[1] = {1ull << 2 | 1ull << 3};
-	assert_int_equal(lmt__uffd_open(&f.u, 1, &err), 0);
+	assert_int_equal(lmt__uffd_open(&f.u, 1, true, &err), 0);
 	if (lmt__uffd_register_moved(f.u, 0, host, len, HUGE_SHIFT, coming, false, &err))
 		fail_msg("userfaultfd: %s", err.message);
 	assert_int_equal(lmt__uffd_start(f.u, fetch_huge, &f, &err), 0);
@@ -475,6 +522,7 @@ int main(void)
 	        cmocka_unit_test(test_each_page_is_placed_once_and_counted_once),
 	        cmocka_unit_test(test_a_fault_is_fetched_once_and_its_waiter_gets_the_page),
 	        cmocka_unit_test(test_failure_keeps_placed_pages_and_makes_the_rest_inaccessible),
+	        cmocka_unit_test(test_open_is_refused_without_trying_where_the_session_forbids_it),
 	        cmocka_unit_test(test_open_is_refused_with_the_reason_where_not_permitted),
 	        cmocka_unit_test(test_shared_memory_is_refused),
 	        cmocka_unit_test(test_a_memfd_written_in_place_with_holes_moved_aside),

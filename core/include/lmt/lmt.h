@@ -43,10 +43,24 @@ const char *lmt_version(void);
 
 /* ---- Errors ------------------------------------------------------------ */
 
-/* Every function that can fail returns 0 or a negative LMT_E* code. A
- * session keeps the detail in its own error object, read with
+/* Every function that can fail returns 0 or a negative LMT_E* code, and
+ * says what was wrong: a session in its own error object, read with
  * lmt_session_error() (which says what it keeps); functions without a
- * session fill the lmt_error they are given, when it is not NULL. */
+ * session in the lmt_error they are given, when it is not NULL.
+ *
+ * The codes of a failure follow one rule (docs/embedding.md, "Error
+ * codes"): LMT_ECANCELED only for this side's own lmt_cancel (or
+ * lmt_session_free); LMT_EPEER when the peer ended the migration and said
+ * why (its cancel, or a failure of its own), its words quoted in the
+ * message; the peer's own code when it refused what this side sent
+ * (LMT_EMISMATCH, LMT_EAUTH, LMT_EVERIFY, LMT_EPROTO); LMT_ECONN for a
+ * connection that died; LMT_ETIMEDOUT for a bound that expired, the
+ * message telling silence from keep-alives only; LMT_EPROTO for a peer
+ * that breaks the protocol or does not speak lmt ("the peer at
+ * 10.0.0.2:4444 is not an lmt destination (it sent 'HTTP/1.1 ...')").
+ * A failure has the same code everywhere: the failing call's return, the
+ * FAILED event, lmt_session_error() and the status (cancelled exactly for
+ * LMT_ECANCELED). */
 struct lmt_error {
 	int code;          /* negative LMT_E* code, or 0 */
 	char message[512]; /* "chunk-size: expected a power of two ..." */
@@ -160,16 +174,19 @@ void lmt_session_free(lmt_session *session);
  *   FAILED event): the FIRST failure is kept for good, because what fails
  *   after it is usually its consequence. Only a failure that explains it
  *   takes its place, keeping its text in parentheses ("switchover-timeout
- *   ... (chaos: stalled flush timed out)"). After a completion no failure
- *   is recorded (a peer that hangs up then is none).
+ *   ... (chaos: stalled flush timed out)", the peer's ERROR over a channel
+ *   that broke here), and only before the FAILED event carried the code.
+ *   After a completion no failure is recorded (a peer that hangs up then
+ *   is none).
  * - a refused call: a bad argument or the wrong state, which leaves the
  *   session as it was (a source that cannot connect has failed; a
  *   destination that cannot bind its address has not). Its code and
  *   message stay until the next refused call or failure replaces them,
  *   but never replace a failure.
  * A successful call clears nothing, so read the error when a call returns
- * a negative code. Never NULL: for a NULL session, a static error with
- * -LMT_EINVAL and "no session (...)". Valid as long as the session;
+ * a negative code; every call on a session that fails leaves a message
+ * naming what was wrong. Never NULL: for a NULL session, a static error
+ * with -LMT_EINVAL and "no session (...)". Valid as long as the session;
  * thread-safe. */
 const struct lmt_error *lmt_session_error(const lmt_session *session);
 
@@ -244,7 +261,8 @@ int lmt_session_set_throttle(lmt_session *session, lmt_throttle_fn fn, void *opa
 
 /* Cancel whatever the session is doing, from any thread (also from a
  * signal-free context of another thread). The blocked call returns
- * -LMT_ECANCELED promptly. NULL: nothing. */
+ * -LMT_ECANCELED promptly; the peer's session fails with -LMT_EPEER
+ * ("the source cancelled the migration: ..."). NULL: nothing. */
 void lmt_cancel(lmt_session *session);
 
 /* ---- Source ------------------------------------------------------------ */
@@ -538,13 +556,16 @@ enum lmt_event_type {
 	LMT_EVENT_PASS_END = 2,   /* a pass ended: `pass` */
 	LMT_EVENT_READY = 3,      /* source: the rest fits in downtime-limit */
 	LMT_EVENT_COMPLETED = 4,  /* the destination owns the guest */
-	LMT_EVENT_FAILED = 5,     /* `code`; lmt_session_error() says why */
+	LMT_EVENT_FAILED = 5,     /* `code`; lmt_session_error() says why; once */
 	LMT_EVENT_POSTCOPY = 6,   /* switched to postcopy: the destination runs */
 };
 
 struct lmt_event {
 	enum lmt_event_type type;
-	int code;                   /* FAILED: negative LMT_E* (LMT_ECANCELED after lmt_cancel) */
+	/* FAILED: the failure's negative LMT_E* code, the one the failing
+	 * call returns and lmt_session_error() keeps (LMT_ECANCELED after
+	 * this side's lmt_cancel, LMT_EPEER when the peer ended it) */
+	int code;
 	uint64_t time_ns;           /* since the session's setup began */
 	struct lmt_pass_stats pass; /* PASS_END */
 };
@@ -555,15 +576,21 @@ struct lmt_event {
 int lmt_session_event_fd(lmt_session *session);
 
 /* Take the oldest queued event: 1 with *event filled, 0 when none is
- * queued. The queue keeps the last 256 events; older pass ends are
- * dropped first. Thread-safe. */
+ * queued (-LMT_EINVAL, said in the session's error, for a NULL event).
+ * The queue keeps the last 256 events; older pass ends are dropped first.
+ * Thread-safe. */
 int lmt_session_next_event(lmt_session *session, struct lmt_event *event);
 
 /* Or be called for each event as it happens, from whichever lmt thread
- * posts it (the caller's, or one of lmt's own). The callback must return
- * promptly and must not free the session; it may call lmt_cancel and
- * lmt_session_stats. Events still go to the queue as well. Set it before
- * setup or listen; NULL removes it. */
+ * posts it (the caller's, or one of lmt's own), one event at a time. The
+ * callback must return promptly and must not free the session; it may
+ * call lmt_cancel, lmt_session_stats, lmt_session_passes,
+ * lmt_session_error, lmt_session_next_event and this function. Events
+ * still go to the queue as well. It may be set, replaced or removed
+ * (NULL) at any time from any thread, also while a job runs: once this
+ * returns, the callback replaced is neither running nor called again
+ * (called from inside the callback, the change applies from the next
+ * event). */
 typedef void (*lmt_event_fn)(void *opaque, const struct lmt_event *event);
 int lmt_session_set_event_callback(lmt_session *session, lmt_event_fn fn, void *opaque);
 
@@ -587,12 +614,17 @@ int lmt_save_start(lmt_session *session, const char *uri);
 
 /* Source, the guest paused: the job finishes the migration with this
  * device state (copied; the caller may free it at once). Ends with
- * COMPLETED, or FAILED after which the source guest may resume. */
+ * COMPLETED, or FAILED after which the source guest may resume. Usually
+ * called on READY; called before it (even before SETUP_DONE) the job
+ * stops its passes at once and completes with whatever is left, a pause
+ * longer than downtime-limit. -LMT_ESTATE without a job, a second time,
+ * or once the job has ended. */
 int lmt_save_switchover(lmt_session *session, const void *device_state, size_t length);
 
 /* Wait up to timeout_ms (-1: for good) for the job to end: 0 when it
- * completed, its negative LMT_E* when it failed, -LMT_EAGAIN while it
- * still runs, -LMT_ESTATE without a job. Once COMPLETED or FAILED was
+ * completed, its negative LMT_E* when it failed (the FAILED event's
+ * code), -LMT_EAGAIN while it still runs, -LMT_ESTATE without a job
+ * (said in the session's error). Once COMPLETED or FAILED was
  * posted it returns the job's result whatever timeout_ms, after waiting
  * for the job's thread to return (no longer than the teardown). */
 int lmt_session_wait(lmt_session *session, int timeout_ms);
