@@ -697,7 +697,7 @@ static void test_core_schema_is_complete(void **state)
 	const struct lmt_option_desc *core = lmt_core_options(&count);
 
 	assert_null(lmt_core_options(NULL));
-	assert_int_equal(count, 28);
+	assert_int_equal(count, 29);
 	for (uint32_t i = 0; i < count; i++) {
 		assert_non_null(core[i].doc);
 		assert_true(strlen(core[i].doc) > 10);
