@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -325,6 +326,11 @@ static _Noreturn void child_main(const struct cell *c, int out, uint16_t port)
 		r.side = SOURCE;
 		r.guest = &g;
 		r.session = source_session(c, &g);
+		/* Ready to connect: the test's destination starts its wait for a
+		 * source (idle-timeout) only now, however long this process took
+		 * to start (seconds under emulation). */
+		if (write(out, "s", 1) != 1)
+			_exit(2);
 		run_source(&r);
 		rc = r.rc;
 		snprintf(child_error, sizeof(child_error), "%s",
@@ -365,8 +371,18 @@ static pid_t spawn(const struct cell *c, uint16_t *port)
 		_exit(127);
 	}
 	close(fds[1]);
-	if (c->child == DESTINATION)
+	/* A destination child reports its port; a source child says when it is
+	 * about to connect. Either within a bound, so that a child that hangs
+	 * fails the cell rather than the whole run. */
+	struct pollfd p = {.fd = fds[0], .events = POLLIN};
+	if (poll(&p, 1, 120 * 1000) != 1)
+		fail_msg("the child did not start within 120 s");
+	if (c->child == DESTINATION) {
 		assert_int_equal(read(fds[0], port, sizeof(*port)), sizeof(*port));
+	} else {
+		char ready;
+		assert_int_equal(read(fds[0], &ready, 1), 1);
+	}
 	close(fds[0]);
 	return pid;
 }
