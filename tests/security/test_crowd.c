@@ -50,11 +50,11 @@
 #define WARM_RATE 50u      /* connections a second of the warm-up before it */
 
 /* What the destination may hold for strangers (docs/security.md): nothing
- * that grows with them but their OpenSSL connections, at most 16 TLS
- * handshakes under way of at most 320 KiB each (5 MiB); 1 MiB where none
- * gets one. KiB. */
+ * that grows with them but their OpenSSL connections, at most 17 at once
+ * (16 handshakes under way and a newcomer) of at most 320 KiB each; 1 MiB
+ * where none gets one. KiB. */
 #define BOUND_PLAIN_KIB 1024
-#define BOUND_TLS_KIB 5120
+#define BOUND_TLS_KIB (17 * 320)
 /* Afterwards: back to within this of where it started. KiB. */
 #define AFTER_SLACK_KIB 1024
 
