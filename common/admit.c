@@ -18,7 +18,8 @@
 #define LISTENER UINT64_MAX
 #define LOG_BURST 4 /* drops logged on their own line each second */
 #define LOG_WINDOW_NS 1000000000ull
-#define TLS_RECORD_MAX 16384u /* a TLSPlaintext fragment, 2^14 */
+#define TLS_RECORD_MAX 16384u       /* a TLSPlaintext fragment, 2^14 */
+#define ACCEPT_PAUSE_NS 10000000ull /* accept failing with nothing to close */
 
 struct slot {
 	int fd; /* -1: free */
@@ -38,7 +39,8 @@ struct lmt__admit {
 	struct lmt__admit_limits lim;
 	unsigned cap, count, free_head;
 	struct list at[LMT_ADMIT_LEVELS];
-	uint64_t next_due; /* the earliest deadline, or later (UINT64_MAX: none) */
+	uint64_t next_due;     /* the earliest deadline, or later (UINT64_MAX: none) */
+	uint64_t paused_until; /* the listener is out of the epoll set until then */
 	struct lmt__admit_counts counts;
 	uint64_t log_since;
 	unsigned logged;
@@ -267,6 +269,13 @@ int lmt__admit_wait(struct lmt__admit *a, int timeout_ms, unsigned *ready, unsig
 {
 	*listener = false;
 	uint64_t now = lmt__now_ns(), due = a->next_due;
+	if (a->paused_until && now >= a->paused_until && a->listen_fd >= 0) {
+		struct epoll_event lev = {.events = EPOLLIN, .data.u64 = LISTENER};
+		epoll_ctl(a->ep, EPOLL_CTL_ADD, a->listen_fd, &lev);
+		a->paused_until = 0;
+	}
+	if (a->paused_until && a->paused_until < due)
+		due = a->paused_until;
 	if (due != UINT64_MAX) {
 		uint64_t left_ms = due > now ? (due - now) / 1000000 + 1 : 0;
 		if (left_ms < (uint64_t)timeout_ms)
@@ -302,9 +311,18 @@ int lmt__admit_accept(struct lmt__admit *a, unsigned *ids, unsigned max, struct 
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
 			snprintf(e->msg, sizeof(e->msg), "accept: %s", strerror(errno));
-			/* Out of descriptors, say: make room rather than spin. */
-			if (!make_room(a) && a->at[LMT_ADMIT_OPENED].head != NONE)
+			/* Out of descriptors, say: make room rather than spin, and
+			 * when there is none to make, leave the listener alone a
+			 * while. */
+			bool made = make_room(a);
+			if (!made && a->at[LMT_ADMIT_OPENED].head != NONE) {
 				evict(a, a->at[LMT_ADMIT_OPENED].head, LMT_ADMIT_CROWDED);
+				made = true;
+			}
+			if (!made && !a->paused_until) {
+				epoll_ctl(a->ep, EPOLL_CTL_DEL, a->listen_fd, NULL);
+				a->paused_until = lmt__now_ns() + ACCEPT_PAUSE_NS;
+			}
 			return -LMT_EIO;
 		}
 		if (admit_fd(a, fd, &ids[k]) == 0)
@@ -315,9 +333,10 @@ int lmt__admit_accept(struct lmt__admit *a, unsigned *ids, unsigned max, struct 
 
 void lmt__admit_unlisten(struct lmt__admit *a)
 {
-	if (a->listen_fd >= 0)
+	if (a->listen_fd >= 0 && !a->paused_until)
 		epoll_ctl(a->ep, EPOLL_CTL_DEL, a->listen_fd, NULL);
 	a->listen_fd = -1;
+	a->paused_until = 0;
 }
 
 void lmt__admit_expire(struct lmt__admit *a, uint64_t now_ns)
