@@ -171,8 +171,10 @@ static void *watch_heap(void *arg)
 	return NULL;
 }
 
-static struct flood *running_flood; /* stopped by the same teardown */
-static struct guest_ram test_ram;   /* the source's guest, released by it */
+static struct flood *running_flood;       /* stopped by the same teardown */
+static struct hostile_source data_source; /* the data port test's, closed by it */
+static bool data_source_open;
+static struct guest_ram test_ram; /* the source's guest, released by it */
 static bool ram_held;
 
 static struct guest_ram *source_ram(uint64_t seed)
@@ -211,6 +213,9 @@ static int clean_up(void **state)
 		flood_stop(running_flood);
 	running_flood = NULL;
 	sample_stop();
+	if (data_source_open)
+		hostile_source_close(&data_source);
+	data_source_open = false;
 	release_ram();
 	if (running_child > 0) {
 		kill(running_child, SIGKILL);
@@ -781,8 +786,9 @@ static void test_memory_on_the_data_port(void **state)
 	snprintf(d, sizeof(d), "auth-key-file=%s,connect-timeout=120s,idle-timeout=600s", key_file);
 	struct guest_ram *ram = source_ram(99);
 	struct child c = child_start(d);
-	struct hostile_source h;
-	hostile_source_open(&h, c.port, KEY, ram);
+	struct hostile_source *h = &data_source;
+	hostile_source_open(h, c.port, KEY, ram);
+	data_source_open = true;
 	uint8_t hello[24] = {'L', 'M', 'T', 'H', 1, 0};
 	uint8_t garbage[24];
 	for (unsigned i = 0; i < sizeof(garbage); i++)
@@ -796,24 +802,25 @@ static void test_memory_on_the_data_port(void **state)
 	        {"garbage", FLOOD_PART, garbage, sizeof(garbage), sizeof(garbage), true},
 	};
 	int n = sizeof(waves) / sizeof(waves[0]);
-	flood_waves(c.pid, h.data_port, waves, n, 60, false);
+	flood_waves(c.pid, h->data_port, waves, n, 60, false);
 	usleep(100 * 1000);
 	long before = rss_kib(c.pid);
 	uint64_t heap_before = atomic_load(&watch->in_use);
-	long most = flood_waves(c.pid, h.data_port, waves, n, WAVE_MS, true);
+	long most = flood_waves(c.pid, h->data_port, waves, n, WAVE_MS, true);
 	usleep(100 * 1000);
 	long after = rss_kib(c.pid);
 	uint64_t heap_after = atomic_load(&watch->in_use);
 	uint64_t t0 = lmt__now_ns();
-	assert_int_equal(hostile_source_connect(&h), 0);
+	assert_int_equal(hostile_source_connect(h), 0);
 	uint64_t took = lmt__now_ns() - t0;
-	assert_int_equal(hostile_source_write_all(&h, ram), 0);
+	assert_int_equal(hostile_source_write_all(h, ram), 0);
 	struct lmt_msg_complete *m = calloc(1, sizeof(*m));
-	assert_int_equal(lmt__enc_complete(&h.out, m), 0);
+	assert_int_equal(lmt__enc_complete(&h->out, m), 0);
 	free(m);
-	hostile_send_buf(h.fd, &h.out);
-	assert_int_equal(hostile_recv(h.fd, h.in, &h.in_len, 5000), LMT_MSG_COMPLETE_ACK);
-	hostile_source_close(&h);
+	hostile_send_buf(h->fd, &h->out);
+	assert_int_equal(hostile_recv(h->fd, h->in, &h->in_len, 5000), LMT_MSG_COMPLETE_ACK);
+	hostile_source_close(h);
+	data_source_open = false;
 	struct child_result cr = child_wait(&c);
 	print_message("    data port: destination RSS %ld KiB before, at most %ld during (+%ld, "
 	              "bound %d), %ld after; the source connected in %llu ms\n",
