@@ -161,6 +161,9 @@ static void quiet_log(void *opaque, enum lmt_log_level level, const char *msg)
 
 static pid_t running_child; /* killed by the teardown of a test that failed */
 
+/* LeakSanitizer's, when the test is built with it. */
+int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
 static void *watch_heap(void *arg)
 {
 	while (!atomic_load(&watch->stop)) {
@@ -264,6 +267,11 @@ static struct child child_start(const char *opts)
 		lmt_session_free(s);
 		atomic_store(&watch->stop, true);
 		pthread_join(watcher, NULL);
+		/* Under LeakSanitizer (which _exit skips), what the crowd left. */
+		if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) {
+			r.rc = r.rc ? r.rc : -LMT_ENOMEM;
+			snprintf(r.error, sizeof(r.error), "LeakSanitizer found leaks (above)");
+		}
 		_exit(write(result_pipe[1], &r, sizeof(r)) == sizeof(r) ? 0 : 3);
 	}
 	close(port_pipe[1]);
