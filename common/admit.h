@@ -12,7 +12,9 @@
  * The owner keeps its own state per connection, in an array indexed by the
  * connection's id (0 .. lmt__admit_capacity() - 1), and is told through
  * `drop` when the table closes one of them. Not thread-safe: one thread
- * owns an admission. Internal; not installed. */
+ * owns an admission (a thread of its own closes the connections it pushes
+ * out, which costs more than anything else a stranger does; up to half
+ * the table's size wait for it). Internal; not installed. */
 #ifndef LMT_COMMON_ADMIT_H
 #define LMT_COMMON_ADMIT_H
 
