@@ -121,8 +121,8 @@ static void made(struct worker *w, struct conn *c)
 		c->next_ns = now_ns() + (uint64_t)sp->dribble_ms * 1000000ull;
 }
 
-/* A silent connection waits for nothing: it is counted when the port
- * closes it. Others send at once, which on loopback the connection is
+/* A silent connection sends nothing: it is counted made when it is
+ * writable. Others send at once, which on loopback the connection is
  * usually made for when connect() returns, or wait to be writable. */
 static void open_one(struct worker *w)
 {
@@ -150,7 +150,11 @@ static void open_one(struct worker *w)
 	struct conn *c = &w->ring[slot];
 	*c = (struct conn){.fd = fd, .gen = ++w->gen, .started_ns = now_ns()};
 	uint32_t events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-	if (sp->kind != FLOOD_SILENT) {
+	if (sp->kind == FLOOD_SILENT) {
+		c->waiting = true; /* for EPOLLOUT, only to count it made */
+		w->in_flight++;
+		events |= EPOLLOUT;
+	} else {
 		int r = sp->kind == FLOOD_OPEN_CLOSE
 		                ? 0
 		                : say(w, c, sp->kind == FLOOD_PART ? sp->part : 1);
@@ -181,7 +185,7 @@ static void on_event(struct worker *w, const struct epoll_event *ev)
 	if (c->fd < 0 || c->gen != (uint32_t)(ev->data.u64 >> 32))
 		return; /* closed meanwhile */
 	if (c->waiting && (ev->events & EPOLLOUT) && !(ev->events & (EPOLLERR | EPOLLHUP))) {
-		if (sp->kind != FLOOD_OPEN_CLOSE &&
+		if (sp->kind != FLOOD_OPEN_CLOSE && sp->kind != FLOOD_SILENT &&
 		    say(w, c, sp->kind == FLOOD_PART ? sp->part : 1) < 0) {
 			atomic_fetch_add(&w->failed, 1);
 			conn_gone(w, c);
@@ -207,8 +211,10 @@ static void on_event(struct worker *w, const struct epoll_event *ev)
 		if (n < 0 && errno == ECONNREFUSED) {
 			atomic_fetch_add(&w->failed, 1);
 		} else {
-			if (!c->established) /* silent: made, as its end shows */
+			if (!c->established) { /* made and closed before this thread looked */
+				c->established = true;
 				atomic_fetch_add(&w->established, 1);
+			}
 			atomic_fetch_add(&w->dropped, 1);
 		}
 		conn_gone(w, c);
@@ -331,10 +337,8 @@ struct flood_count flood_stop(struct flood *f)
 	return c;
 }
 
-double flood_rate(const struct flood_count *from, const struct flood_count *to,
-                  enum flood_kind kind)
+double flood_rate(const struct flood_count *from, const struct flood_count *to)
 {
-	uint64_t n = kind == FLOOD_OPEN_CLOSE ? to->established - from->established
-	                                      : to->dropped - from->dropped;
+	uint64_t n = to->established - from->established;
 	return to->ns > from->ns ? (double)n * 1e9 / (double)(to->ns - from->ns) : 0;
 }

@@ -30,7 +30,7 @@ struct flood_spec {
 
 struct flood_count {
 	uint64_t attempts;    /* connect() called */
-	uint64_t established; /* made (a silent one is counted when it ends) */
+	uint64_t established; /* made: the port's kernel completed the handshake */
 	uint64_t failed;      /* refused, or never made */
 	uint64_t dropped;     /* closed by the port's side after being established */
 	uint64_t ns;          /* since the flood started */
@@ -45,12 +45,10 @@ struct flood *flood_start(const struct flood_spec *spec);
 struct flood_count flood_count(struct flood *f);
 /* Stop every thread, reset every connection still open; the final counts. */
 struct flood_count flood_stop(struct flood *f);
-/* Connections the port took per second between two counts of one flood:
- * for a crowd that waits for the port to close them (SILENT, DRIBBLE,
- * PART), those it closed, which it can only do to connections it
- * accepted; for OPEN_CLOSE, those made. Between two counts taken while the
- * flood runs steadily, what the port holds at either end cancels out. */
-double flood_rate(const struct flood_count *from, const struct flood_count *to,
-                  enum flood_kind kind);
+/* Connections made per second between two counts of one flood: TCP
+ * connections the port's kernel completed, which it does only while its
+ * accept queue has room, so over a steady flood no faster than the
+ * listening process accepts them (plus what that queue holds). */
+double flood_rate(const struct flood_count *from, const struct flood_count *to);
 
 #endif
