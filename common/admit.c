@@ -494,13 +494,16 @@ void lmt__admit_want_write(struct lmt__admit *a, unsigned id, bool on)
 	watch(a, id, EPOLL_CTL_MOD);
 }
 
-void lmt__admit_close(struct lmt__admit *a, unsigned id)
+void lmt__admit_close(struct lmt__admit *a, unsigned id, bool in_order)
 {
 	int fd = a->slot[id].fd;
 	if (fd < 0)
 		return;
 	forget(a, id);
-	close_in_order(fd);
+	if (in_order)
+		close_in_order(fd);
+	else
+		close_later(&a->closer, fd);
 }
 
 int lmt__admit_release(struct lmt__admit *a, unsigned id)

@@ -109,8 +109,10 @@ void lmt__admit_promote(struct lmt__admit *a, unsigned id, enum lmt__admit_level
 /* Also watch for the socket becoming writable (a TLS handshake that
  * waits to send), or stop. */
 void lmt__admit_want_write(struct lmt__admit *a, unsigned id, bool on);
-/* The owner is done with connection id: close it (without `drop`). */
-void lmt__admit_close(struct lmt__admit *a, unsigned id);
+/* The owner is done with connection id: close it (without `drop`), in
+ * order when the owner told it something (that goes before the FIN),
+ * else with a reset, on the admission's thread. */
+void lmt__admit_close(struct lmt__admit *a, unsigned id, bool in_order);
 /* The owner keeps connection id's descriptor: out of the table, open. */
 int lmt__admit_release(struct lmt__admit *a, unsigned id);
 

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "admit.h"
@@ -76,13 +77,17 @@ static void peer_name(int fd, char *buf, size_t size)
 	socklen_t len = sizeof(ss);
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
-	snprintf(buf, size, "?");
-	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
-	    (ss.ss_family == AF_INET || ss.ss_family == AF_INET6))
+	snprintf(buf, size, "?"); /* a peer that reset the connection has no name */
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+		return;
+	if (ss.ss_family == AF_UNIX) {
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0)
+			snprintf(buf, size, "pid %d (uid %u)", (int)cred.pid, (unsigned)cred.uid);
+		return;
+	}
+	len = sizeof(ss);
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
 		lmt__net_format((struct sockaddr *)&ss, buf, size);
-	else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0)
-		snprintf(buf, size, "pid %d (uid %u)", (int)cred.pid,
-		         (unsigned)cred.uid); /* a unix: socket's peer */
 }
 
 static void candidate_free(struct candidate *c)
@@ -127,6 +132,15 @@ static void log_unlogged(struct lobby *l, uint64_t now)
 static void lobby_drop(struct lobby *l, unsigned id, int code, const char *fmt, ...)
         LMT_PRINTF(4, 5);
 
+/* ... closed in order when it was told why (its reason goes first), else
+ * with a reset. */
+static void drop_told(struct lobby *l, unsigned id, bool told, int code, const char *why)
+{
+	note_drop(l, id, code, "%s", why);
+	candidate_free(&l->c[id]);
+	lmt__admit_close(l->admit, id, told);
+}
+
 static void lobby_drop(struct lobby *l, unsigned id, int code, const char *fmt, ...)
 {
 	char why[sizeof(l->last_why)];
@@ -134,9 +148,7 @@ static void lobby_drop(struct lobby *l, unsigned id, int code, const char *fmt, 
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	note_drop(l, id, code, "%s", why);
-	candidate_free(&l->c[id]);
-	lmt__admit_close(l->admit, id);
+	drop_told(l, id, false, code, why);
 }
 
 /* Send what l->out holds without waiting: a candidate that does not read
@@ -174,8 +186,7 @@ static bool lobby_tell(struct lobby *l, unsigned id, int code, const char *why)
 
 static void lobby_refuse(struct lobby *l, unsigned id, int code, const char *why)
 {
-	lobby_tell(l, id, code, why);
-	lobby_drop(l, id, code, "%s", why);
+	drop_told(l, id, lobby_tell(l, id, code, why), code, why);
 }
 
 /* The admission closes candidate id: its time is up, or a newcomer (or one
@@ -613,13 +624,17 @@ static void lobby_end(struct lobby *l, bool accepted)
 			                   "another source was accepted: a destination takes one");
 			candidate_free(&l->c[i]);
 			if (told)
-				lmt__admit_close(l->admit, i);
+				lmt__admit_close(l->admit, i, true);
 			left++;
 		}
-	if (left)
+	if (left && accepted)
 		lmt__session_log(l->s, LMT_LOG_INFO,
 		                 "destination: closed %u other connection%s in their handshake: "
 		                 "another source was accepted",
+		                 left, left == 1 ? "" : "s");
+	else if (left)
+		lmt__session_log(l->s, LMT_LOG_INFO,
+		                 "destination: closed %u connection%s still in their handshake",
 		                 left, left == 1 ? "" : "s");
 	lmt__admit_free(l->admit);
 	lmt__buf_free(&l->out);

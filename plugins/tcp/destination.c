@@ -366,7 +366,7 @@ static void drop_pending(struct waiting *wt, unsigned id, const char *why)
 {
 	note_drop(wt, id, why);
 	pending_free(&wt->p[id]);
-	lmt__admit_close(wt->admit, id);
+	lmt__admit_close(wt->admit, id, false);
 }
 
 /* The admission closes connection id: its time is up, or room was needed.
