@@ -319,7 +319,8 @@ static uint64_t cpu_us(pid_t pid)
 	return (utime + stime) * 1000000ull / (uint64_t)sysconf(_SC_CLK_TCK);
 }
 
-static long rss_kib(pid_t pid)
+/* VmRSS of pid in KiB, or -1 once it is gone. */
+static long rss_of(pid_t pid)
 {
 	char path[64], line[256];
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
@@ -330,6 +331,12 @@ static long rss_kib(pid_t pid)
 			break;
 	if (f)
 		fclose(f);
+	return kib;
+}
+
+static long rss_kib(pid_t pid)
+{
+	long kib = rss_of(pid);
 	assert_true(kib > 0);
 	return kib;
 }
@@ -454,7 +461,7 @@ static void *sample(void *arg)
 {
 	struct sampler *sm = arg;
 	while (!atomic_load(&sm->stop)) {
-		long kib = rss_kib(sm->pid);
+		long kib = rss_of(sm->pid); /* -1 once the destination ended */
 		if (kib > sm->max && !atomic_load(&sm->rss_done))
 			sm->max = kib;
 		if (sm->flood && sm->n < SAMPLES)
