@@ -140,7 +140,8 @@ struct child_watch {
 };
 static struct child_watch *watch;
 
-/* The first few lines a session logs go to stderr; the rest are counted. */
+/* The first two lines a session logs (and every retry of the source's) go
+ * to stderr; the rest are counted. */
 struct quiet_log {
 	const char *who;
 	unsigned lines, shown, retries;
@@ -156,7 +157,7 @@ static void quiet_log(void *opaque, enum lmt_log_level level, const char *msg)
 	q->lines++;
 	if (strstr(msg, "connecting again"))
 		q->retries++;
-	if (q->shown < 6 || strstr(msg, "connecting again")) {
+	if (q->shown < 2 || strstr(msg, "connecting again")) {
 		q->shown++;
 		fprintf(stderr, "    %s: %s\n", q->who, msg);
 	}
