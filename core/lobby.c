@@ -605,7 +605,11 @@ static int lobby_run(struct lobby *l, int listen_fd, uint64_t wait_ns, int *fd, 
 				return 0;
 			}
 		}
-		if (listening && incoming)
+		/* Every turn, whether or not epoll said so: a listener reported
+		 * behind a crowd's stream of events (each dribbled byte is one)
+		 * would wait its turn while its queue fills, and the real source's
+		 * SYN be dropped. accept4 says EAGAIN at once when none waits. */
+		if (listening)
 			lobby_accept(l);
 	}
 }

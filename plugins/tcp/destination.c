@@ -541,8 +541,9 @@ static int wait_for_hello(struct waiting *wt, int *out)
 				lmt__net_set_nonblock(*out, 0); /* TLS stays non-blocking */
 			return 0;
 		}
-		if (incoming)
-			accept_pending(wt);
+		/* Every turn: see the core's lobby (a listener's readiness can
+		 * come behind a crowd's stream of events). */
+		accept_pending(wt);
 	}
 }
 

@@ -44,7 +44,7 @@
 #define RAM_BYTES (8ull << 20)
 #define KEY "crowd-shared-secret"
 #define MS 1000000ull
-#define FLOOD_RATE 15000u  /* connections a second asked of the crowd */
+#define FLOOD_RATE 12500u  /* connections a second asked of the crowd */
 #define FLOOD_FLOOR 10000u /* and what must really be made to the port */
 /* Connections the destination may hold unclosed: its table (256) and its
  * accept queue (512). */
@@ -173,7 +173,7 @@ static void *watch_heap(void *arg)
 	while (!atomic_load(&watch->stop)) {
 		struct mallinfo2 mi = mallinfo2();
 		atomic_store(&watch->in_use, mi.uordblks + mi.hblkhd);
-		usleep(2000);
+		usleep(20000);
 	}
 	return NULL;
 }
