@@ -284,8 +284,11 @@ int lmt__net_connect(const struct sockaddr *addr, socklen_t len, const struct lm
 		if (addr->sa_family == AF_UNIX && (err == ENOENT || err == EAGAIN))
 			err = ECONNREFUSED;
 		refused |= err == ECONNREFUSED;
+		/* A reset: the peer took the connection and closed it before
+		 * this side saw it made (a crowded listener can). */
 		if (err != ECONNREFUSED || !w || !w->deadline_ns || lmt__now_ns() >= w->deadline_ns)
-			return fail(e, err == ECONNREFUSED ? LMT_ECONN : LMT_EIO,
+			return fail(e,
+			            err == ECONNREFUSED || err == ECONNRESET ? LMT_ECONN : LMT_EIO,
 			            "connect to %s: %s", name, strerror(err));
 		if (w->cancelled && w->cancelled(w->ctx))
 			return fail(e, LMT_ECANCELED, "cancelled");

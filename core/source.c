@@ -1,5 +1,6 @@
-/* The source engine: handshake and channel setup, the dirty-page walk,
- * writes spread over the channels, convergence, and the stop-and-copy. */
+/* The source engine: after dial.c's way in, the block list and channel
+ * setup, the dirty-page walk, writes spread over the channels,
+ * convergence, and the stop-and-copy. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "bitmap.h"
 #include "converge.h"
+#include "dial.h"
 #include "error.h"
 #include "file.h"
 #include "net.h"
@@ -281,51 +283,6 @@ static uint64_t reply_deadline(const struct lmt_session *s)
 
 /* ---- setup ---- */
 
-static int add_match_option(void *opaque, const char *name, const struct lmt_option_desc *d,
-                            const struct lmt_option_value *v, const char *text,
-                            enum lmt_opt_source src)
-{
-	struct lmt_msg_hello *m = opaque;
-	if (!(d->flags & LMT_OPTF_MATCH) || (d->flags & LMT_OPTF_SECRET))
-		return 0;
-	if (m->option_count == LMT_PROTO_MAX_OPTIONS)
-		return -LMT_EOVERFLOW;
-	struct lmt_msg_option *o = &m->options[m->option_count++];
-	snprintf(o->name, sizeof(o->name), "%s", name);
-	snprintf(o->value, sizeof(o->value), "%s", text);
-	return 0;
-}
-
-/* Check the destination's proof of the key and send ours. */
-static int authenticate(struct lmt_session *s, const struct lmt_msg_hello *hello,
-                        const struct lmt_msg_status *st)
-{
-	if (st->auth && !s->auth.bytes)
-		return lmt__fail(s, LMT_EAUTH,
-		                 "the destination requires authentication: set auth-key or "
-		                 "auth-key-file");
-	if (!st->auth && s->auth.bytes)
-		return lmt__fail(s, LMT_EAUTH,
-		                 "the destination does not authenticate (it has no auth-key): "
-		                 "refusing to send it guest memory");
-	if (!st->auth)
-		return 0;
-	uint8_t want[LMT_AUTH_PROOF], mine[LMT_AUTH_PROOF];
-	int rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_DESTINATION, hello->nonce, st->nonce,
-	                         want);
-	bool equal = !rc && lmt__auth_equal(want, st->proof);
-	explicit_bzero(want, sizeof(want)); /* the right answer to an impostor */
-	if (!rc && !equal)
-		return lmt__fail(s, LMT_EAUTH,
-		                 "authentication failed: the destination does not hold this key");
-	if (!rc)
-		rc = lmt__auth_proof(&s->auth, LMT_AUTH_LABEL_SOURCE, st->nonce, hello->nonce,
-		                     mine);
-	if (!rc)
-		rc = lmt__enc_auth(&s->out, mine);
-	return rc ? lmt__fail(s, rc, "computing the authentication proof") : lmt__ctrl_send(s);
-}
-
 static int send_blocks(struct lmt_session *s)
 {
 	struct lmt_msg_blocks *bl = calloc(1, sizeof(*bl));
@@ -342,41 +299,11 @@ static int send_blocks(struct lmt_session *s)
 	return rc ? lmt__fail(s, rc, "encoding BLOCKS") : lmt__ctrl_send(s);
 }
 
+/* After authentication: the block list, and over unix: which blocks are
+ * handed over. */
 static int handshake(struct lmt_session *s, uint64_t deadline)
 {
-	struct lmt_msg_hello *hello = calloc(1, sizeof(*hello));
-	if (!hello)
-		return lmt__fail(s, LMT_ENOMEM, "out of memory");
-	hello->magic = LMT_PROTO_MAGIC;
-	hello->version = LMT_PROTO_VERSION;
-	hello->auth = s->auth.bytes != NULL;
-	snprintf(hello->plugin, sizeof(hello->plugin), "%s", s->wire_name);
-	int rc = lmt__auth_nonce(hello->nonce);
-	if (!rc) {
-		pthread_mutex_lock(&s->opts_lock);
-		rc = lmt__optset_foreach(s->opts, add_match_option, hello);
-		pthread_mutex_unlock(&s->opts_lock);
-	}
-	if (!rc)
-		rc = lmt__enc_hello(&s->out, hello);
-	if (rc)
-		rc = lmt__fail(s, rc, "encoding HELLO");
-	else
-		rc = lmt__ctrl_send(s);
-	struct lmt_msg_header h;
-	struct lmt_msg_status st;
-	struct lmt_error err = {0};
-	if (!rc)
-		rc = lmt__ctrl_expect(s, LMT_MSG_HELLO_REPLY, deadline, &h);
-	if (!rc && (rc = lmt__dec_status(s->in, h.length, LMT_MSG_HELLO_REPLY, &st, &err)))
-		lmt__fail(s, rc, "%s", err.message);
-	if (!rc && st.code)
-		rc = lmt__fail(s, st.code, "the destination refused: %s", st.text);
-	if (!rc)
-		rc = authenticate(s, hello, &st);
-	free(hello);
-	if (!rc)
-		rc = send_blocks(s);
+	int rc = send_blocks(s);
 	if (!rc && s->ctrl_unix)
 		rc = lmt__handover_negotiate_source(s, deadline);
 	return rc;
@@ -554,34 +481,6 @@ static int prepare(struct lmt_session *s)
 	return alloc_bitmaps(s);
 }
 
-static int connect_control(struct lmt_session *s, const char *uri, uint64_t deadline)
-{
-	struct sockaddr_storage addr;
-	socklen_t alen;
-	struct lmt__net_error ne;
-	int rc = lmt__net_parse(uri, &addr, &alen, &ne);
-	if (rc)
-		return lmt__fail(s, rc, "%s", ne.msg);
-	struct lmt__wait w = lmt__wait_until(s, deadline);
-	rc = lmt__net_connect((struct sockaddr *)&addr, alen, &w, &s->ctrl_fd, &ne);
-	if (rc)
-		return lmt__fail(s, rc, "control connection: %s", ne.msg);
-	lmt__net_tune(s->ctrl_fd, 1, 0);
-	s->ctrl_unix = addr.ss_family == AF_UNIX;
-	if (s->ctrl_unix && (rc = lmt__handover_check_peer(s)))
-		return rc;
-	rc = lmt__tls_session_connect(s, deadline);
-	return rc ? rc : lmt__ctrl_start(s);
-}
-
-/* Take over a control socket already connected to the destination. */
-static int adopt_control(struct lmt_session *s, int fd)
-{
-	s->ctrl_fd = fd;
-	lmt__net_tune(s->ctrl_fd, 1, 0);
-	return lmt__ctrl_start(s);
-}
-
 /* Connect to `uri`, or with fd >= 0 use that socket (the session owns it
  * from here, whatever happens). */
 static int setup(struct lmt_session *s, const char *uri, int fd)
@@ -593,7 +492,7 @@ static int setup(struct lmt_session *s, const char *uri, int fd)
 	if (rc && fd >= 0)
 		close(fd);
 	if (!rc)
-		rc = fd >= 0 ? adopt_control(s, fd) : connect_control(s, uri, deadline);
+		rc = lmt__source_dial(s, uri, fd, deadline);
 	if (rc || (rc = handshake(s, deadline)) || (rc = open_channels(s, deadline)))
 		return rc;
 	if (s->pin_all && (s->caps & LMT_CAP_LOCAL_MR))

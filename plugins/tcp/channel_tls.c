@@ -37,18 +37,13 @@ int tcp_tls_open(lmt_endpoint *ep)
 	return 0;
 }
 
-int tcp_tls_connect(lmt_endpoint *ep, const struct lmt__wait *w)
+int tcp_tls_connect(lmt_endpoint *ep, const struct lmt__wait *w, struct lmt__net_error *e)
 {
-	struct lmt__net_error e = {{0}};
-	int rc = lmt__tls_new(ep->tls_ctx, ep->fd, &ep->tls, &e);
+	int rc = lmt__tls_new(ep->tls_ctx, ep->fd, &ep->tls, e);
 	if (!rc)
-		rc = lmt__tls_handshake(ep->tls, w, &e);
-	if (rc == -LMT_EAUTH) /* "the destination did not prove the pre-shared key ..." */
-		return putil_error(&ep->inst->base, LMT_EAUTH, "tcp channel %u: tls: %s",
-		                   ep->channel, e.msg);
+		rc = lmt__tls_handshake(ep->tls, w, e);
 	if (rc)
-		return putil_error(&ep->inst->base, -rc, "tcp channel %u: TLS handshake: %s",
-		                   ep->channel, e.msg);
+		return rc;
 	char how[160];
 	lmt__tls_describe(ep->tls, how, sizeof(how));
 	putil_log(&ep->inst->base, LMT_LOG_INFO, "tcp channel %u: %s", ep->channel, how);

@@ -14,8 +14,10 @@ void tcp_tls_init(struct lmt_instance *inst, const struct lmt_instance_params *p
 /* The channel's context (client on the source, server on the destination)
  * in ep->tls_ctx; nothing without a secret. */
 int tcp_tls_open(lmt_endpoint *ep);
-/* The source's handshake on ep->fd within `w`; the connection in ep->tls. */
-int tcp_tls_connect(lmt_endpoint *ep, const struct lmt__wait *w);
+/* The source's handshake on ep->fd within `w`; the connection in ep->tls.
+ * An error comes back with OpenSSL's reason in e, not reported: the
+ * caller may try again. */
+int tcp_tls_connect(lmt_endpoint *ep, const struct lmt__wait *w, struct lmt__net_error *e);
 /* Free the channel's connection and context. */
 void tcp_tls_close(lmt_endpoint *ep);
 

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "destination.h"
 
+#include "admit.h"
 #include "channel_tls.h"
 #include "region.h"
 
@@ -12,15 +13,22 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #define HELLO_TIMEOUT_NS 2000000000ull /* a connection that says nothing is dropped */
-#define PENDING_MAX 16                 /* connections waited on for a hello at once */
-#define ACK_EVERY 16                   /* placed writes per acknowledgement, at most */
-#define ACK_BYTES (256u << 10)         /* placed bytes per acknowledgement, at most */
-#define RECV_CHUNK (256u << 10)        /* bytes per recv call, as SEND_SLICE */
+#define PENDING_MAX 256                /* connections waited on for a hello at once */
+#define PENDING_MIN 16                 /* ... whatever RLIMIT_NOFILE says */
+#define PENDING_OPENED_MAX 16          /* tls=on: handshakes under way at once */
+#define PENDING_ACCEPTS_PER_TURN 32    /* then the connections already in are read */
+#define PENDING_READY_PER_TURN 64
+#define IDLE_BACKLOG 8          /* the kernel's queue of a port not yet served */
+#define DATA_BACKLOG 512        /* ... and of the port being served */
+#define ACK_EVERY 16            /* placed writes per acknowledgement, at most */
+#define ACK_BYTES (256u << 10)  /* placed bytes per acknowledgement, at most */
+#define RECV_CHUNK (256u << 10) /* bytes per recv call, as SEND_SLICE */
 
 /* Fill in the family, IP and port the source should connect to. */
 static int advertise(lmt_endpoint *ep, struct tcp_dst_addr *a)
@@ -69,7 +77,7 @@ int tcp_dest_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 	int rc = lmt__net_parse(uri, &ss, &len, &e);
 	if (rc)
 		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
-	rc = lmt__net_listen((struct sockaddr *)&ss, len, 8, &ep->listen_fd, &e);
+	rc = lmt__net_listen((struct sockaddr *)&ss, len, IDLE_BACKLOG, &ep->listen_fd, &e);
 	if (rc)
 		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
 	/* Accepted connections inherit the buffers, before the handshake
@@ -298,211 +306,288 @@ static void *dest_receiver(void *arg)
 
 /* ---- Connection ---------------------------------------------------------- */
 
-static void drop_connection(lmt_endpoint *ep, int fd, const char *why)
+/* The data port takes anyone's connections until one says hello with this
+ * channel and token. Their admission (common/admit.c) keeps a bounded
+ * number at once and pushes out the one of least progress for a newcomer,
+ * so that squatters and strangers who dribble bytes, send half a hello or
+ * close at once only ever displace one another. Each connection has
+ * HELLO_TIMEOUT_NS from its accept. A plaintext hello is read once it is
+ * whole in the socket; with tls=on a connection gets its OpenSSL object
+ * once a whole ClientHello is waiting, which a stranger without the
+ * channel's key cannot get past. */
+
+struct pending {
+	lmt__tls *tls; /* tls=on: the hello comes after the handshake */
+	bool tls_done;
+	size_t got;
+	uint8_t hello[TCP_HELLO_LEN]; /* through TLS, as it comes */
+};
+
+struct waiting {
+	lmt_endpoint *ep;
+	struct lmt__admit *admit;
+	struct pending *p; /* by admission id */
+	char last_why[300];
+};
+
+/* Log a dropped connection: the first few each second, the rest summed up. */
+static void note_drop(struct waiting *wt, unsigned id, const char *why)
 {
+	lmt_endpoint *ep = wt->ep;
+	snprintf(wt->last_why, sizeof(wt->last_why), "%s", why);
+	if (!lmt__admit_log_this(wt->admit, lmt__now_ns()))
+		return;
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	char name[80] = "?";
-	if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0)
+	if (getpeername(lmt__admit_fd(wt->admit, id), (struct sockaddr *)&ss, &len) == 0)
 		lmt__net_format((struct sockaddr *)&ss, name, sizeof(name));
 	putil_log(&ep->inst->base, LMT_LOG_WARN, "tcp channel %u: dropped a connection from %s: %s",
 	          ep->channel, name, why);
-	close(fd);
 }
 
-/* A connection accepted on the data port that has not yet said hello. */
-struct pending {
-	int fd;
-	uint64_t deadline_ns;
-	size_t got;
-	uint8_t hello[TCP_HELLO_LEN];
-	lmt__tls *tls; /* tls=on: the hello comes after the handshake */
-	bool tls_done;
-	short events;
-};
-
-static void drop_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i,
-                         const char *why)
+static void log_unlogged(struct waiting *wt, uint64_t now)
 {
-	lmt__tls_free(p[i].tls);
-	drop_connection(ep, p[i].fd, why);
-	p[i] = p[--*n];
+	uint64_t n = lmt__admit_unlogged(wt->admit, now);
+	if (n)
+		putil_log(&wt->ep->inst->base, LMT_LOG_WARN,
+		          "tcp channel %u: dropped %llu more connections without a hello (the "
+		          "last: %s)",
+		          wt->ep->channel, (unsigned long long)n, wt->last_why);
 }
 
-/* tls=on: drive pending connection i's handshake. 1 once done, 0 to wait
- * (or when it was dropped). */
-static int handshake_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i)
+static void pending_free(struct pending *p)
 {
+	lmt__tls_free(p->tls);
+	*p = (struct pending){0};
+}
+
+static void drop_pending(struct waiting *wt, unsigned id, const char *why)
+{
+	note_drop(wt, id, why);
+	pending_free(&wt->p[id]);
+	lmt__admit_close(wt->admit, id, false);
+}
+
+/* The admission closes connection id: its time is up, or room was needed.
+ * Nothing is said to it. */
+static bool pending_evicted(void *ctx, unsigned id, enum lmt__admit_why why)
+{
+	struct waiting *wt = ctx;
+	char text[160];
+	if (why == LMT_ADMIT_TIMED_OUT)
+		snprintf(text, sizeof(text), "no hello within %llu s",
+		         (unsigned long long)(HELLO_TIMEOUT_NS / 1000000000ull));
+	else
+		snprintf(text, sizeof(text),
+		         "too many connections without a hello (%u at once), and this one had "
+		         "made the least progress",
+		         lmt__admit_capacity(wt->admit));
+	note_drop(wt, id, text);
+	pending_free(&wt->p[id]);
+	return false;
+}
+
+/* Nothing whole is waiting from connection id (a peek found `got`). 0. */
+static int wait_for_more(struct waiting *wt, unsigned id, ssize_t got)
+{
+	if (lmt__admit_pending(wt->admit, id, got) == 0)
+		return 0;
+	drop_pending(wt, id, errno ? strerror(errno) : "closed before its hello");
+	return 0;
+}
+
+/* tls=on: drive connection id's handshake once a whole ClientHello came.
+ * 1 once done, 0 to wait (or when it was dropped). */
+static int handshake_pending(struct waiting *wt, unsigned id)
+{
+	struct pending *p = &wt->p[id];
+	int fd = lmt__admit_fd(wt->admit, id);
 	char why[300];
 	struct lmt__net_error e = {{0}};
-	if (!p[i].tls) {
-		uint8_t first;
-		ssize_t r;
-		do
-			r = recv(p[i].fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
-		while (r < 0 && errno == EINTR);
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (r <= 0) {
-			drop_pending(ep, p, n, i,
-			             r == 0 ? "closed before its hello" : strerror(errno));
+	if (!p->tls) {
+		uint8_t head[LMT_ADMIT_TLS_HEAD];
+		ssize_t n = lmt__admit_peek(fd, head, sizeof(head));
+		if (n > 0 && head[0] != LMT_TLS_RECORD_HANDSHAKE) {
+			drop_pending(wt, id, "it does not speak TLS, and this session has tls=on");
 			return 0;
 		}
-		if (first != LMT_TLS_RECORD_HANDSHAKE) {
-			drop_pending(ep, p, n, i,
-			             "it does not speak TLS, and this session has tls=on");
+		if (n < (ssize_t)sizeof(head))
+			return wait_for_more(wt, id, n);
+		size_t whole = lmt__admit_client_hello(head);
+		if (!whole) {
+			drop_pending(wt, id, "tls: its first bytes are not a ClientHello");
 			return 0;
 		}
-		int rc = lmt__tls_new(ep->tls_ctx, p[i].fd, &p[i].tls, &e);
+		size_t inq = lmt__admit_inq(fd);
+		if (inq < whole)
+			return wait_for_more(wt, id, (ssize_t)inq);
+		int rc = lmt__tls_new(wt->ep->tls_ctx, fd, &p->tls, &e);
 		if (rc) {
 			snprintf(why, sizeof(why), "tls: %s", e.msg);
-			drop_pending(ep, p, n, i, why);
+			drop_pending(wt, id, why);
 			return 0;
 		}
 	}
-	int rc = lmt__tls_handshake_step(p[i].tls, &p[i].events, &e);
-	if (rc == -LMT_EAGAIN)
-		return 0;
-	if (rc) {
-		snprintf(why, sizeof(why), "TLS handshake: %s", e.msg);
-		drop_pending(ep, p, n, i, why);
+	short events = 0;
+	int rc = lmt__tls_handshake_step(p->tls, &events, &e);
+	if (rc == -LMT_EAGAIN) {
+		lmt__admit_promote(wt->admit, id, LMT_ADMIT_OPENED);
+		lmt__admit_want_write(wt->admit, id, events & POLLOUT);
 		return 0;
 	}
-	p[i].tls_done = true;
-	p[i].events = POLLIN;
+	if (rc) {
+		snprintf(why, sizeof(why), "TLS handshake: %s", e.msg);
+		drop_pending(wt, id, why);
+		return 0;
+	}
+	p->tls_done = true;
+	lmt__admit_want_write(wt->admit, id, false);
+	lmt__admit_promote(wt->admit, id, LMT_ADMIT_PROVEN);
 	return 1;
 }
 
-/* Read what pending connection i sent: 1 when its hello is right, 0 to
- * wait for more (or when it was dropped). */
-static int read_pending(lmt_endpoint *ep, struct pending *p, unsigned *n, unsigned i)
+/* Read what connection id sent: 1 when its hello is right, 0 to wait for
+ * more (or when it was dropped). */
+static int read_pending(struct waiting *wt, unsigned id)
 {
-	if (ep->tls_ctx && !p[i].tls_done && !handshake_pending(ep, p, n, i))
+	lmt_endpoint *ep = wt->ep;
+	struct pending *p = &wt->p[id];
+	int fd = lmt__admit_fd(wt->admit, id);
+	if (ep->tls_ctx && !p->tls_done && !handshake_pending(wt, id))
 		return 0;
-	for (;;) {
+	if (!p->tls) {
+		ssize_t n = lmt__admit_peek(fd, p->hello, sizeof(p->hello));
+		if (n < (ssize_t)sizeof(p->hello))
+			return wait_for_more(wt, id, n);
 		ssize_t r;
-		if (p[i].tls) {
-			struct lmt__net_error e = {{0}};
-			r = lmt__tls_recv_some(p[i].tls, p[i].hello + p[i].got,
-			                       sizeof(p[i].hello) - p[i].got, &e);
-			if (r == -LMT_EAGAIN)
-				return 0;
-			if (r < 0) {
-				char why[300];
-				snprintf(why, sizeof(why), "tls: %s", e.msg);
-				drop_pending(ep, p, n, i, why);
-				return 0;
-			}
-		} else {
-			r = recv(p[i].fd, p[i].hello + p[i].got, sizeof(p[i].hello) - p[i].got,
-			         MSG_DONTWAIT);
-		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (r <= 0) {
-			drop_pending(ep, p, n, i,
-			             r == 0 ? "closed before its hello" : strerror(errno));
+		do
+			r = recv(fd, p->hello, sizeof(p->hello), MSG_DONTWAIT);
+		while (r < 0 && errno == EINTR);
+		if (r != (ssize_t)sizeof(p->hello)) {
+			drop_pending(wt, id, r < 0 ? strerror(errno) : "short read of its hello");
 			return 0;
 		}
-		p[i].got += (size_t)r;
-		if (p[i].got < sizeof(p[i].hello))
-			continue;
-		const char *why = tcp_hello_check(p[i].hello, ep->channel, ep->token);
-		if (!why)
-			return 1;
-		drop_pending(ep, p, n, i, why);
-		return 0;
+		p->got = sizeof(p->hello);
 	}
+	while (p->got < sizeof(p->hello)) {
+		struct lmt__net_error e = {{0}};
+		ssize_t r = lmt__tls_recv_some(p->tls, p->hello + p->got, sizeof(p->hello) - p->got,
+		                               &e);
+		if (r == -LMT_EAGAIN)
+			return 0;
+		if (r < 0) {
+			char why[300];
+			snprintf(why, sizeof(why), "tls: %s", e.msg);
+			drop_pending(wt, id, why);
+			return 0;
+		}
+		p->got += (size_t)r;
+	}
+	const char *why = tcp_hello_check(p->hello, ep->channel, ep->token);
+	if (!why)
+		return 1;
+	drop_pending(wt, id, why);
+	return 0;
 }
 
-/* Accept connections until one says hello with this channel and token.
- * Connections that have not said it yet are read side by side, each for
- * at most HELLO_TIMEOUT_NS: a silent or slow one cannot hold up the
- * source's, and past PENDING_MAX at once the oldest is dropped. */
-static int accept_source(lmt_endpoint *ep, int *out)
+static void accept_pending(struct waiting *wt)
 {
+	unsigned ids[PENDING_ACCEPTS_PER_TURN];
+	struct lmt__net_error e;
+	int n = lmt__admit_accept(wt->admit, ids, PENDING_ACCEPTS_PER_TURN, &e);
+	if (n < 0 && lmt__admit_log_this(wt->admit, lmt__now_ns()))
+		putil_log(&wt->ep->inst->base, LMT_LOG_WARN, "tcp channel %u: %s", wt->ep->channel,
+		          e.msg);
+	for (int i = 0; i < n; i++)
+		wt->p[ids[i]] = (struct pending){0};
+}
+
+/* Turn by turn until a connection says hello, the call's deadline passes
+ * or the instance is cancelled: its descriptor (and TLS) in *out. */
+static int wait_for_hello(struct waiting *wt, int *out)
+{
+	lmt_endpoint *ep = wt->ep;
 	struct lmt_instance *inst = ep->inst;
 	uint64_t deadline = putil_call_deadline(&inst->base);
 	struct lmt__wait w = putil_wait(&inst->base, deadline);
-	struct pending p[PENDING_MAX];
-	unsigned n = 0;
-	int rc = 0;
 	for (;;) {
 		uint64_t now = lmt__now_ns();
-		for (unsigned i = n; i-- > 0;)
-			if (now >= p[i].deadline_ns)
-				drop_pending(ep, p, &n, i, "no hello within 2 s");
-		if (w.cancelled && w.cancelled(w.ctx)) {
-			rc = putil_error(&inst->base, LMT_ECANCELED, "tcp channel %u: cancelled",
-			                 ep->channel);
-			break;
-		}
-		if (now >= deadline) {
-			rc = putil_error(&inst->base, LMT_ETIMEDOUT,
-			                 "tcp channel %u: waiting for the source: timed out",
-			                 ep->channel);
-			break;
-		}
-		struct pollfd fds[PENDING_MAX + 1];
-		uint64_t next = deadline;
-		for (unsigned i = 0; i < n; i++) {
-			fds[i] = (struct pollfd){.fd = p[i].fd,
-			                         .events = p[i].events ? p[i].events : POLLIN};
-			if (p[i].deadline_ns < next)
-				next = p[i].deadline_ns;
-		}
-		fds[n] = (struct pollfd){.fd = ep->listen_fd, .events = POLLIN};
-		uint64_t ms = next > now ? (next - now) / 1000000 + 1 : 0;
-		int ready = poll(fds, n + 1, ms > 100 ? 100 : (int)ms);
-		if (ready < 0 && errno != EINTR) {
-			rc = putil_error(&inst->base, LMT_EIO, "tcp channel %u: poll: %s",
-			                 ep->channel, strerror(errno));
-			break;
-		}
-		if (ready <= 0)
-			continue;
-		/* From the last, so that a dropped one's place is already seen. */
-		unsigned polled = n;
-		for (unsigned i = polled; i-- > 0;) {
-			if (!fds[i].revents || read_pending(ep, p, &n, i) == 0)
+		lmt__admit_expire(wt->admit, now);
+		log_unlogged(wt, now);
+		if (w.cancelled && w.cancelled(w.ctx))
+			return putil_error(&inst->base, LMT_ECANCELED, "tcp channel %u: cancelled",
+			                   ep->channel);
+		if (now >= deadline)
+			return putil_error(&inst->base, LMT_ETIMEDOUT,
+			                   "tcp channel %u: waiting for the source: timed out",
+			                   ep->channel);
+		uint64_t ms = (deadline - now) / 1000000 + 1;
+		unsigned ready[PENDING_READY_PER_TURN];
+		bool incoming = false;
+		int n = lmt__admit_wait(wt->admit, ms > 100 ? 100 : (int)ms, ready,
+		                        PENDING_READY_PER_TURN, &incoming);
+		if (n < 0)
+			return putil_error(&inst->base, LMT_EIO, "tcp channel %u: epoll: %s",
+			                   ep->channel, strerror(errno));
+		for (int k = 0; k < n; k++) {
+			unsigned id = ready[k];
+			if (lmt__admit_fd(wt->admit, id) < 0 || !read_pending(wt, id))
 				continue;
-			*out = p[i].fd;
-			ep->tls = p[i].tls;
+			ep->tls = wt->p[id].tls;
+			wt->p[id].tls = NULL;
+			*out = lmt__admit_release(wt->admit, id);
 			if (!ep->tls)
 				lmt__net_set_nonblock(*out, 0); /* TLS stays non-blocking */
-			p[i] = p[--n];
-			goto found;
+			return 0;
 		}
-		if (!fds[polled].revents)
-			continue;
-		int fd = accept4(ep->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-			    errno != ECONNABORTED) {
-				putil_log(&inst->base, LMT_LOG_WARN, "tcp channel %u: accept: %s",
-				          ep->channel, strerror(errno));
-				if (n) /* out of descriptors, say: make room rather than spin */
-					drop_pending(ep, p, &n, 0, "room for another connection");
-			}
-			continue;
-		}
-		if (n == PENDING_MAX) {
-			unsigned oldest = 0;
-			for (unsigned i = 1; i < n; i++)
-				if (p[i].deadline_ns < p[oldest].deadline_ns)
-					oldest = i;
-			drop_pending(ep, p, &n, oldest, "too many connections without a hello");
-		}
-		p[n++] = (struct pending){.fd = fd, .deadline_ns = now + HELLO_TIMEOUT_NS};
+		/* Every turn: see the core's lobby (a listener's readiness can
+		 * come behind a crowd's stream of events). */
+		accept_pending(wt);
 	}
+}
+
+/* Accept connections until one says hello with this channel and token. */
+static int accept_source(lmt_endpoint *ep, int *out)
+{
+	struct lmt_instance *inst = ep->inst;
+	struct waiting wt = {.ep = ep};
+	struct lmt__admit_limits lim = {
+	        .max = lmt__admit_fit(PENDING_MAX, PENDING_MIN),
+	        .opened_max = PENDING_OPENED_MAX,
+	        .proven_max = PENDING_OPENED_MAX,
+	        .timeout_ns = HELLO_TIMEOUT_NS,
+	        .drop = pending_evicted,
+	        .ctx = &wt,
+	};
+	struct lmt__net_error e = {{0}};
 	*out = -1;
-found:
-	for (unsigned i = 0; i < n; i++) {
-		lmt__tls_free(p[i].tls);
-		drop_connection(ep, p[i].fd, "another connection said hello first");
-	}
+	lmt__net_set_nonblock(ep->listen_fd, 1);
+	/* Deep enough now that a crowd does not fill it between two turns
+	 * (which would drop the source's SYN for a second); shallow while the
+	 * port waited its turn, since every queued connection is the
+	 * kernel's memory. */
+	listen(ep->listen_fd, DATA_BACKLOG);
+	int rc = lmt__admit_new(&wt.admit, ep->listen_fd, &lim, &e);
+	if (rc)
+		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
+	wt.p = calloc(lmt__admit_capacity(wt.admit), sizeof(*wt.p));
+	rc = wt.p ? wait_for_hello(&wt, out)
+	          : putil_error(&inst->base, LMT_ENOMEM, "tcp channel %u: out of memory",
+	                        ep->channel);
+	log_unlogged(&wt, UINT64_MAX);
+	unsigned left = 0;
+	for (unsigned i = 0; wt.p && i < lmt__admit_capacity(wt.admit); i++)
+		if (lmt__admit_fd(wt.admit, i) >= 0) {
+			pending_free(&wt.p[i]);
+			left++;
+		}
+	if (left)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "tcp channel %u: closed %u other connection%s without a hello",
+		          ep->channel, left, left == 1 ? "" : "s");
+	lmt__admit_free(wt.admit);
+	free(wt.p);
 	return rc;
 }
 

@@ -23,6 +23,10 @@
  * milliseconds (docs/tcp.md). */
 #define SEND_SLICE (256u << 10)
 #define ACK_BUFFER 64 /* acknowledgements read per recv */
+/* A connection the destination dropped before its hello is made again,
+ * this long after, doubling, within the call's deadline. */
+#define DIAL_BACKOFF_FIRST_NS 20000000ull
+#define DIAL_BACKOFF_MAX_NS 500000000ull
 
 int tcp_source_ep_open(lmt_endpoint *ep, struct lmt_blob *addr)
 {
@@ -346,6 +350,45 @@ static int start_threads(lmt_endpoint *ep)
 	return -LMT_ENOMEM;
 }
 
+/* Connect, TLS with tls=on, and the hello: 0 with ep->fd (and ep->tls)
+ * set, or an error with the reason in why (nothing reported yet).
+ * -LMT_ECONN: the destination closed the connection before the hello went
+ * out (a crowded data port can), which may be tried again. */
+static int dial(lmt_endpoint *ep, const struct tcp_dst_addr *a, const struct sockaddr *to,
+                socklen_t len, const struct lmt__wait *w, char *why, size_t size)
+{
+	struct lmt_instance *inst = ep->inst;
+	struct lmt__net_error e = {{0}};
+	int fd;
+	int rc = lmt__net_connect(to, len, w, &fd, &e);
+	if (rc) {
+		snprintf(why, size, "%s", e.msg);
+		return rc;
+	}
+	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
+	ep->fd = fd;
+	const char *step = "TLS handshake";
+	if (ep->tls_ctx)
+		rc = tcp_tls_connect(ep, w, &e);
+	if (rc == -LMT_EAUTH) /* "the destination did not prove the pre-shared key ..." */
+		step = "tls";
+	if (!rc) {
+		uint8_t hello[TCP_HELLO_LEN];
+		tcp_hello_encode(ep->channel, a->token, hello);
+		step = "sending hello";
+		rc = ep->tls ? lmt__tls_send_all(ep->tls, hello, sizeof(hello), w, &e)
+		             : lmt__net_send_all(fd, hello, sizeof(hello), w, &e);
+	}
+	if (rc) {
+		snprintf(why, size, "%s: %s", step, e.msg);
+		lmt__tls_free(ep->tls); /* the channel's context stays, for another try */
+		ep->tls = NULL;
+		close(fd);
+		ep->fd = -1;
+	}
+	return rc;
+}
+
 int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 {
 	struct lmt_instance *inst = ep->inst;
@@ -363,31 +406,27 @@ int tcp_source_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 
 	struct sockaddr_storage ss;
 	socklen_t len = to_sockaddr(&a, &ss);
-	struct lmt__wait w = putil_wait(&inst->base, putil_call_deadline(&inst->base));
-	struct lmt__net_error e;
-	int fd;
-	int rc = lmt__net_connect((struct sockaddr *)&ss, len, &w, &fd, &e);
+	uint64_t deadline = putil_call_deadline(&inst->base);
+	struct lmt__wait w = putil_wait(&inst->base, deadline);
+	uint64_t backoff = DIAL_BACKOFF_FIRST_NS;
+	char why_not[320];
+	int rc;
+	for (unsigned attempt = 1;; attempt++) {
+		rc = dial(ep, &a, (struct sockaddr *)&ss, len, &w, why_not, sizeof(why_not));
+		if (rc != -LMT_ECONN || lmt__now_ns() + backoff >= deadline ||
+		    (w.cancelled && w.cancelled(w.ctx)))
+			break;
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "tcp channel %u: the destination dropped the connection before its "
+		          "hello (%s); connecting again in %llu ms (attempt %u)",
+		          ep->channel, why_not, (unsigned long long)(backoff / 1000000),
+		          attempt + 1);
+		putil_nap(backoff);
+		backoff = backoff * 2 < DIAL_BACKOFF_MAX_NS ? backoff * 2 : DIAL_BACKOFF_MAX_NS;
+	}
 	if (rc)
-		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, e.msg);
-	lmt__net_tune(fd, inst->nodelay, inst->buffer_size);
-	ep->fd = fd;
-	if (ep->tls_ctx && (rc = tcp_tls_connect(ep, &w))) {
-		tcp_tls_close(ep);
-		close(fd);
-		ep->fd = -1;
-		return rc;
-	}
-	uint8_t hello[TCP_HELLO_LEN];
-	tcp_hello_encode(ep->channel, a.token, hello);
-	rc = ep->tls ? lmt__tls_send_all(ep->tls, hello, sizeof(hello), &w, &e)
-	             : lmt__net_send_all(fd, hello, sizeof(hello), &w, &e);
-	if (rc) {
-		tcp_tls_close(ep);
-		close(fd);
-		ep->fd = -1;
-		return putil_error(&inst->base, -rc, "tcp channel %u: sending hello: %s",
-		                   ep->channel, e.msg);
-	}
+		return putil_error(&inst->base, -rc, "tcp channel %u: %s", ep->channel, why_not);
+	int fd = ep->fd;
 	ep->connected = true;
 	if (start_threads(ep)) {
 		ep->connected = false;

@@ -47,8 +47,9 @@ const char *guard_key_file(const char *key);
 int hostile_connect(uint16_t port);
 void hostile_send(int fd, const void *data, size_t len);
 void hostile_send_buf(int fd, const struct lmt_buf *b);
-/* The next message (0 on end of stream or after timeout_ms); its payload
- * in `payload` (LMT_PROTO_MAX_PAYLOAD bytes), its length in *len. */
+/* The next message but keep-alives (0 on end of stream or after
+ * timeout_ms); its payload in `payload` (LMT_PROTO_MAX_PAYLOAD bytes), its
+ * length in *len. */
 uint16_t hostile_recv(int fd, uint8_t *payload, uint32_t *len, int timeout_ms);
 /* Whether the destination closed the connection within timeout_ms. */
 bool hostile_closed_by_peer(int fd, int timeout_ms);

@@ -160,8 +160,10 @@ static void test_probers_before_an_unkeyed_source(void **state)
 
 /* ---- slowloris ---- */
 
+/* The connection is made by the test's thread, before the destination
+ * can stop listening: a thread may wait that long for a core. */
 struct slow {
-	uint16_t port;
+	int fd;
 	int delay_ms;
 	atomic_bool stop;
 	size_t sent;
@@ -174,7 +176,7 @@ static void *slowloris(void *arg)
 	struct lmt_msg_hello *m = hostile_hello(true);
 	struct lmt_buf b = {0};
 	assert_int_equal(lmt__enc_hello(&b, m), 0);
-	int fd = hostile_connect(sl->port);
+	int fd = sl->fd;
 	for (size_t i = 0; i < b.len && !atomic_load(&sl->stop); i++) {
 		if (send(fd, b.data + i, 1, MSG_NOSIGNAL) != 1)
 			break;
@@ -194,7 +196,7 @@ static void test_slowloris_does_not_delay_the_real_source(void **state)
 	struct slow sl[3];
 	pthread_t t[3];
 	for (int i = 0; i < 3; i++) {
-		sl[i] = (struct slow){.port = d->port, .delay_ms = 50};
+		sl[i] = (struct slow){.fd = hostile_connect(d->port), .delay_ms = 50};
 		assert_int_equal(pthread_create(&t[i], NULL, slowloris, &sl[i]), 0);
 	}
 	usleep(100 * 1000);
@@ -217,7 +219,7 @@ static void test_slowloris_alone_ends_at_connect_timeout(void **state)
 {
 	keyed("connect-timeout=1s,idle-timeout=300ms");
 	struct guard_dest *d = guard_dest_start(RAM_BYTES, dest_opts);
-	struct slow sl = {.port = d->port, .delay_ms = 100};
+	struct slow sl = {.fd = hostile_connect(d->port), .delay_ms = 100};
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, slowloris, &sl), 0);
 	guard_dest_join(d);

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -970,6 +972,41 @@ static void test_queue_pairs_connect_with_the_peer_qpn_psn_and_gid(void **state)
 	pair_close(p);
 }
 
+/* Sockets this process holds: readlink of each /proc/self/fd entry. */
+static int count_sockets(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	assert_non_null(d);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char path[300], target[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t len = readlink(path, target, sizeof(target) - 1);
+		if (len > 0) {
+			target[len] = 0;
+			n += strncmp(target, "socket:", 7) == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* What a stranger could reach: the plugin opens no socket of its own on
+ * either side (a destination listens nowhere: its queue pairs take packets
+ * only from the peer QP whose number and PSN came over the control
+ * connection) and uses no connection manager (docs/security.md, "What a
+ * stranger can make lmt hold"). */
+static void test_a_destination_opens_no_socket_and_no_connection_manager(void **state)
+{
+	(void)state;
+	int before = count_sockets();
+	struct pair *p = pair_open(4);
+	assert_int_equal(count_sockets(), before);
+	pair_close(p);
+	assert_null(dlopen("librdmacm.so.1", RTLD_NOW | RTLD_NOLOAD));
+}
+
 static void test_path_mtu_is_the_smaller_of_both_sides(void **state)
 {
 	(void)state;
@@ -1537,6 +1574,7 @@ int main(void)
 	        T(test_teardown_after_reg_mr_fails),
 	        T(test_close_releases_what_the_core_left_behind),
 	        T(test_queue_pairs_connect_with_the_peer_qpn_psn_and_gid),
+	        T(test_a_destination_opens_no_socket_and_no_connection_manager),
 	        T(test_path_mtu_is_the_smaller_of_both_sides),
 	        T(test_peer_address_with_a_bad_field_is_refused),
 	        T(test_destination_key_lets_the_peer_write_the_whole_range),
