@@ -172,6 +172,12 @@ void ucx_worker_close(lmt_endpoint *ep)
 	ep->efd = ep->reply_efd = -1;
 }
 
+/* Every endpoint asks UCX to watch its peer (UCP_ERR_HANDLING_MODE_PEER):
+ * only then can it be closed by force, which is how UCX 1.13 lets go of
+ * the writes a stopped or dead peer never answers; without that,
+ * ucp_worker_destroy aborts the process on them (docs/ucx.md, "Peers that
+ * stop or die"). A peer reachable only over transports that cannot watch
+ * it is refused. */
 static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
                            ucp_err_handler_cb_t failed)
 {
@@ -181,23 +187,25 @@ static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
 	        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 	                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
 	        .address = (const ucp_address_t *)peer->worker,
-	        .err_mode = inst->peer_failure ? UCP_ERR_HANDLING_MODE_PEER
-	                                       : UCP_ERR_HANDLING_MODE_NONE,
+	        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
 	        .err_handler = {.cb = failed, .arg = ep},
 	};
 	ucs_status_t st = ucp_ep_create(worker, &params, &ep->ep);
-	ep->peer_watched = params.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-	/* UCX 1.13's shared-memory transports cannot report a failed peer,
-	 * and a peer reachable only through them is unreachable in that
-	 * mode. The control connection still notices a peer that dies. */
-	if (st == UCS_ERR_UNREACHABLE && inst->peer_failure) {
-		params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-		ep->peer_watched = false;
-		st = ucp_ep_create(worker, &params, &ep->ep);
+	if (st == UCS_ERR_UNREACHABLE) {
+		ep->ep = NULL;
+		return putil_error(
+		        &inst->base, LMT_ENOTSUP,
+		        "ucx channel %u: no transport in ucx.tls '%s' reaches the peer and "
+		        "can report its failure, which UCX needs to let go of the writes "
+		        "of a peer that stops or dies (else it aborts this process): use "
+		        "tcp, sm, posix, sysv or an InfiniBand transport",
+		        ep->channel, putil_option_text(&inst->base, "ucx.tls", ""));
 	}
 	if (st != UCS_OK) {
 		ep->ep = NULL;
-		return putil_error(&inst->base, ucx_status_code(st),
+		/* Over shared memory, the segment of a peer that died is gone. */
+		int code = st == UCS_ERR_SHMEM_SEGMENT ? LMT_ECONN : ucx_status_code(st);
+		return putil_error(&inst->base, code,
 		                   "ucx channel %u: cannot reach the peer's worker (%s)",
 		                   ep->channel, ucs_status_string(st));
 	}
@@ -386,6 +394,7 @@ static void note_sent(void *request, ucs_status_t status, void *user_data)
 {
 	struct note_buffer *buf = user_data;
 	buf->ep->notes_in_flight--;
+	buf->ep->requests--;
 	free(buf);
 	ucp_request_free(request);
 	(void)status; /* a lost notice shows up as a failed endpoint */
@@ -438,6 +447,7 @@ ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const ui
 		return UCS_PTR_STATUS(req);
 	}
 	ep->notes_in_flight++;
+	ep->requests++;
 	return UCS_OK;
 }
 
@@ -464,9 +474,10 @@ static void goodbye(lmt_endpoint *ep)
 			ucx_wait_events(ep, 1);
 }
 
-/* Close `uep`, bounded. UCX 1.13 asserts when a worker is destroyed
- * with requests still tracked on one of its endpoints, and when the peer
- * does not answer only a forced close purges them. */
+/* Close `uep`, by force or flushing, and (when `drive`) drive the worker
+ * until the close is done and UCX has let go of every request of this
+ * channel, at most UCX_FORCE_NS: a forced close cancels them, but
+ * completes them only in later progress calls. */
 static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool drive)
 {
 	ucp_request_param_t params = {
@@ -475,33 +486,39 @@ static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool driv
 	};
 	void *req = ucp_ep_close_nbx(uep, &params);
 	if (!UCS_PTR_IS_PTR(req))
-		return;
+		req = NULL;
 	uint64_t deadline = lmt__deadline(UCX_FORCE_NS);
-	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS && lmt__now_ns() < deadline)
+	while (drive &&
+	       ((req && ucp_request_check_status(req) == UCS_INPROGRESS) || ep->requests) &&
+	       lmt__now_ns() < deadline)
 		if (!ucx_drive(ep))
 			ucx_wait_events(ep, 1);
 	/* Still running: UCX frees it when it ends. */
-	ucp_request_free(req);
+	if (req)
+		ucp_request_free(req);
+	if (drive && ep->requests)
+		putil_log(&ep->inst->base, LMT_LOG_WARN,
+		          "ucx channel %u: UCX still holds %u requests %llu ms after closing the "
+		          "endpoint; destroying the worker ends them",
+		          ep->channel, ep->requests, UCX_FORCE_NS / 1000000);
 }
 
 void ucx_ep_close_now(lmt_endpoint *ep, bool drive)
 {
 	if (!ep->ep || ep->closed)
 		return;
-	/* UCX 1.13 over tcp can crash in its progress when a connection
-	 * whose peer still runs is closed by force: it releases the forced
-	 * close's requests while its zero-copy sends still point at them.
-	 * A goodbye not answered in time is no proof that the peer is gone
-	 * (its thread may just not have had a core for 500 ms), so force
-	 * only a peer UCX saw fail, or one it cannot watch that did not
-	 * answer; flush the others. */
 	if (drive && !ep->transport_failed)
 		goodbye(ep);
 	ucp_ep_h uep = ep->ep;
 	ep->closed = true;
 	ep->ep = NULL;
-	close_endpoint(ep, uep, ep->transport_failed || (!ep->peer_bye && !ep->peer_watched),
-	               drive);
+	/* A flush waits for the peer to answer every request, and one that
+	 * stopped or died never does: UCX 1.13 then keeps the requests (and
+	 * reads the memory they name) until ucp_worker_destroy, which aborts
+	 * the process on them. So flush only when the peer answered the
+	 * goodbye and nothing of this channel is outstanding; otherwise
+	 * force, which cancels and completes every request. */
+	close_endpoint(ep, uep, ep->transport_failed || !ep->peer_bye || ep->requests, drive);
 }
 
 void ucx_ep_close_peer(lmt_endpoint *ep, ucp_ep_h uep)
