@@ -144,6 +144,37 @@ static int worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 	return 0;
 }
 
+/* A message with an id this side does not use: from outside the session. */
+static ucs_status_t unused_id(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+	(void)header;
+	(void)data;
+	ucx_foreign(arg, "a message of a kind this side does not take", header_length, length);
+	return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_REJECTED : UCS_OK;
+}
+
+/* UCX 1.13 grows a worker's table of handlers for a new id without
+ * setting the new slots but the id's own (ucp_worker_set_am_handler_common
+ * sets that one over and over), and calls whatever a slot holds for a
+ * message naming its id: anyone who reaches the worker could make it jump
+ * to garbage with id 0 or 3. So every slot gets a handler, the last first,
+ * which sizes the table to UCX_AM_IDS (the growth rounds up to an even
+ * count); ids the side does not use drop what they get. */
+static int set_handlers(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
+                        ucp_am_recv_callback_t on_note)
+{
+	int rc = 0;
+	for (unsigned i = 0; !rc && i < UCX_AM_IDS; i++) {
+		unsigned id = i ? i - 1 : UCX_AM_IDS - 1;
+		ucp_am_recv_callback_t cb = id == UCX_AM_WRITE && on_write ? on_write
+		                            : id == UCX_AM_NOTE            ? on_note
+		                                                           : unused_id;
+		rc = set_handler(ep, id, cb);
+	}
+	return rc;
+}
+
 int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
                      ucp_am_recv_callback_t on_note, struct lmt_blob *addr)
 {
@@ -153,10 +184,8 @@ int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
 	int rc = putil_random_id(&ep->inst->base, UINT64_MAX, &ep->token);
 	if (!rc)
 		rc = open_workers(ep, !source);
-	if (!rc && on_write)
-		rc = set_handler(ep, UCX_AM_WRITE, on_write);
 	if (!rc)
-		rc = set_handler(ep, UCX_AM_NOTE, on_note);
+		rc = set_handlers(ep, on_write, on_note);
 	if (!rc)
 		rc = worker_blob(ep, source ? UCX_MAGIC_SRC_ADDR : UCX_MAGIC_DST_ADDR, addr);
 	return rc;
@@ -192,14 +221,17 @@ static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
 	};
 	ucs_status_t st = ucp_ep_create(worker, &params, &ep->ep);
 	if (st == UCS_ERR_UNREACHABLE) {
+		/* A peer that died, or transports in ucx.tls that cannot watch it. */
 		ep->ep = NULL;
 		return putil_error(
-		        &inst->base, LMT_ENOTSUP,
-		        "ucx channel %u: no transport in ucx.tls '%s' reaches the peer and "
-		        "can report its failure, which UCX needs to let go of the writes "
-		        "of a peer that stops or dies (else it aborts this process): use "
-		        "tcp, sm, posix, sysv or an InfiniBand transport",
-		        ep->channel, putil_option_text(&inst->base, "ucx.tls", ""));
+		        &inst->base, LMT_ECONN,
+		        "ucx channel %u: cannot reach the peer's worker over a transport that "
+		        "reports a failed peer (%s): the peer is gone, or ucx.tls '%s' names "
+		        "only transports that cannot watch it, and UCX needs that to let go of "
+		        "the writes of a peer that stops or dies (use tcp, sm, posix, sysv or "
+		        "InfiniBand)",
+		        ep->channel, ucs_status_string(st),
+		        putil_option_text(&inst->base, "ucx.tls", ""));
 	}
 	if (st != UCS_OK) {
 		ep->ep = NULL;

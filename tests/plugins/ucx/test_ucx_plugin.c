@@ -508,6 +508,35 @@ static void test_write_without_the_token_is_dropped(void **state)
 	forged_close(&s);
 }
 
+/* Messages with an id the destination does not use (0, and 3, the other
+ * slot of UCX's handler table), even carrying the token and a valid
+ * write: dropped, nothing placed, the load goes on. UCX 1.13 left those
+ * slots unset and called whatever they held. */
+static void test_messages_of_unused_ids_are_dropped(void **state)
+{
+	(void)state;
+	struct forged s;
+	forged_open(&s);
+	uint8_t header[UCX_WRITE_HEADER_LEN];
+	ucx_write_encode(&(struct ucx_write){.token = s.f.dst_token,
+	                                     .region = s.key.region,
+	                                     .len = 64},
+	                 header);
+	uint8_t data[64];
+	memset(data, 0x5a, sizeof(data));
+	unsigned ids[] = {0, UCX_AM_IDS - 1};
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(forger_send(&s.f, ids[i], header, sizeof(header), data, 64),
+		                 UCS_OK);
+	struct lmt_completion c[1];
+	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
+	assert_int_equal(ph_host_errors(&s.pair.dst.host), 0);
+	assert_int_equal(logged_count(&s.pair.dst.host, DROPPED), 2);
+	PH_REQUIRE(&s.run, ph_all_zero(&s.run, "the region", s.region.mem, s.region.len, 0) &&
+	                           ph_region_guards_intact(&s.run, &s.region));
+	forged_close(&s);
+}
+
 /* A goodbye without the token does not close the channel. */
 static void test_notice_without_the_token_is_ignored(void **state)
 {
@@ -737,6 +766,7 @@ int main(int argc, char **argv)
 	        cmocka_unit_test(test_forged_write_longer_than_its_header_says_is_refused),
 	        cmocka_unit_test(test_write_without_the_token_is_dropped),
 	        cmocka_unit_test(test_notice_without_the_token_is_ignored),
+	        cmocka_unit_test(test_messages_of_unused_ids_are_dropped),
 	        cmocka_unit_test(test_region_ids_are_random),
 	        cmocka_unit_test(test_forged_acknowledgement_to_destination_is_refused),
 	        cmocka_unit_test(test_write_to_a_deregistered_region_fails_both_sides),
