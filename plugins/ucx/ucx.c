@@ -363,7 +363,10 @@ static const struct lmt_plugin ucx_plugin = {
         .name = "ucx",
         .version = LMT_VERSION,
         .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",
-        .caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
+        /* No LMT_CAP_TARGET_PROGRESS: the destination's channel threads
+         * drive UCX themselves, and a core waiting in progress would not
+         * read its control connection meanwhile (docs/ucx.md). */
+        .caps = LMT_CAP_MULTI_CHANNEL,
         .options = ucx_options,
         .option_count = sizeof(ucx_options) / sizeof(ucx_options[0]),
         .ops =

@@ -282,12 +282,16 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 
 /* ---- Tests: what ucx claims, and its option lists ------------------------- */
 
-static void test_descriptor_claims_channels_and_target_progress_not_one_sided(void **state)
+/* Active messages over tcp and shared memory: not one-sided. The
+ * destination's own channel threads drive UCX, so the core need not call
+ * progress in a tight loop (LMT_CAP_TARGET_PROGRESS): a core that did
+ * would sleep in it instead of reading its control connection, which is
+ * what made postcopy faults over ucx slow. */
+static void test_descriptor_claims_channels_only(void **state)
 {
 	(void)state;
 	assert_string_equal(cfg.plugin->name, "ucx");
-	/* Active messages over tcp and shared memory: not one-sided. */
-	assert_int_equal(cfg.plugin->caps, LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS);
+	assert_int_equal(cfg.plugin->caps, LMT_CAP_MULTI_CHANNEL);
 }
 
 static void test_unknown_transport_fails_with_ucx_reason(void **state)
@@ -751,7 +755,7 @@ int main(int argc, char **argv)
 	if (getenv("LMT_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("LMT_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_descriptor_claims_channels_and_target_progress_not_one_sided),
+	        cmocka_unit_test(test_descriptor_claims_channels_only),
 	        cmocka_unit_test(test_unknown_transport_fails_with_ucx_reason),
 	        cmocka_unit_test(test_plus_separated_transports_reach_ucx),
 	        cmocka_unit_test(test_overlong_transport_list_is_refused),
