@@ -12,6 +12,7 @@
 
 #define UCX_CANCEL_NS 100000000ull    /* longest goodbye once the session is cancelled */
 #define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
+#define UCX_SETTLE_NS 100000000ull    /* longest wait for a worker's own sends */
 #define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
 #define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer, */
 #define UCX_SPIN_PULLED_NS 25000ull   /* or this long on a source whose peer pulls */
@@ -191,8 +192,14 @@ int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
 	return rc;
 }
 
+static void settle_workers(lmt_endpoint *ep);
+
 void ucx_worker_close(lmt_endpoint *ep)
 {
+	/* Not for a peer that failed or left our goodbye unanswered: it
+	 * would not set a connection up either. */
+	if (!ep->transport_failed && (ep->peer_bye || !ep->bye_sent))
+		settle_workers(ep);
 	if (ep->reply_worker)
 		ucp_worker_destroy(ep->reply_worker);
 	if (ep->worker)
@@ -488,11 +495,41 @@ ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code)
 	return ucx_send_notice(ep, kind, code, NULL, 0);
 }
 
+/* Let what UCX sends on its own from `worker` go out, at most
+ * UCX_SETTLE_NS: UCX 1.13 answers a peer's new connection with a wireup
+ * reply that it may hold queued while its side of the connection is set
+ * up, and ucp_worker_destroy aborts on such a reply in the queue it purges
+ * ("got REP message", ucp_request.c:684; gone in UCX 1.14). A peer that
+ * runs sets the connection up within milliseconds, but one that hears our
+ * goodbye (or loses the session) tears its worker down at once, so this
+ * comes before the goodbye, and again before the worker goes. */
+static void settle_worker(lmt_endpoint *ep, ucp_worker_h worker)
+{
+	ucp_request_param_t params = {.op_attr_mask = 0};
+	void *req = ucp_worker_flush_nbx(worker, &params);
+	if (!UCS_PTR_IS_PTR(req))
+		return;
+	uint64_t deadline = lmt__deadline(UCX_SETTLE_NS);
+	while (ucp_request_check_status(req) == UCS_INPROGRESS && lmt__now_ns() < deadline)
+		if (!ucx_drive(ep))
+			ucx_wait_events(ep, 1);
+	ucp_request_free(req);
+}
+
+static void settle_workers(lmt_endpoint *ep)
+{
+	if (ep->reply_worker)
+		settle_worker(ep, ep->reply_worker);
+	if (ep->worker)
+		settle_worker(ep, ep->worker);
+}
+
 /* Orderly goodbye: send BYE and wait (bounded) for the peer's. */
 static void goodbye(lmt_endpoint *ep)
 {
 	if (!ep->ep || ep->closed || ep->transport_failed)
 		return;
+	settle_workers(ep);
 	if (!ep->bye_sent) {
 		ep->bye_sent = true;
 		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
