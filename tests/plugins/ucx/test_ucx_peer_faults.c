@@ -15,8 +15,9 @@
  * - a fresh migration follows.
  *
  * Mid-pass, the peer is stopped or killed during the first pass over the
- * guest's 256 MiB, and in complete while the final pass is written, so
- * that writes are in flight. LMT_TEST_REPEATS runs each case that many
+ * guest's 256 MiB, so that writes are in flight; in complete, a stopped
+ * or killed destination as the source starts it (its flush held back a
+ * second), a source that stops itself at its flush. LMT_TEST_REPEATS runs each case that many
  * times (3). */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -285,8 +286,16 @@ static void run_once(const struct scenario *sc, const char *name)
 	struct guest_ram dram = {0};
 	uint16_t port = 0;
 	struct actor a = {.sc = sc};
-	if (sc->child == DESTINATION) {
-		a.child = spawn(DESTINATION, sc->in_complete, &port);
+	if (sc->child == DESTINATION && sc->in_complete) {
+		/* The flush of complete held back a second (chaos), so that
+		 * the migration cannot end before the fault comes. */
+		char plugin[64];
+		snprintf(plugin, sizeof(plugin), "chaos:%s", test_plugin());
+		a.child = spawn(DESTINATION, true, &port);
+		a.mine = session_on(LMT_ROLE_SOURCE, &g.view, plugin,
+		                    OPTIONS ",chaos.fault=stall,chaos.at=flush,chaos.stall=1s");
+	} else if (sc->child == DESTINATION) {
+		a.child = spawn(DESTINATION, false, &port);
 		a.mine = session_on(LMT_ROLE_SOURCE, &g.view, test_plugin(), OPTIONS);
 	} else {
 		guest_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
