@@ -12,6 +12,7 @@
 
 #define UCX_CANCEL_NS 100000000ull    /* longest goodbye once the session is cancelled */
 #define UCX_FORCE_NS 500000000ull     /* longest wait for an endpoint to close */
+#define UCX_SETTLE_NS 100000000ull    /* longest wait for a worker's own sends */
 #define UCX_SPIN_IDLE_NS 50000ull     /* a channel thread polls this long idle, */
 #define UCX_SPIN_PENDING_NS 200000ull /* or this long when its peer owes an answer, */
 #define UCX_SPIN_PULLED_NS 25000ull   /* or this long on a source whose peer pulls */
@@ -144,6 +145,37 @@ static int worker_blob(lmt_endpoint *ep, uint32_t magic, struct lmt_blob *addr)
 	return 0;
 }
 
+/* A message with an id this side does not use: from outside the session. */
+static ucs_status_t unused_id(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+	(void)header;
+	(void)data;
+	ucx_foreign(arg, "a message of a kind this side does not take", header_length, length);
+	return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_REJECTED : UCS_OK;
+}
+
+/* UCX 1.13 grows a worker's table of handlers for a new id without
+ * setting the new slots but the id's own (ucp_worker_set_am_handler_common
+ * sets that one over and over), and calls whatever a slot holds for a
+ * message naming its id: anyone who reaches the worker could make it jump
+ * to garbage with id 0 or 3. So every slot gets a handler, the last first,
+ * which sizes the table to UCX_AM_IDS (the growth rounds up to an even
+ * count); ids the side does not use drop what they get. */
+static int set_handlers(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
+                        ucp_am_recv_callback_t on_note)
+{
+	int rc = 0;
+	for (unsigned i = 0; !rc && i < UCX_AM_IDS; i++) {
+		unsigned id = i ? i - 1 : UCX_AM_IDS - 1;
+		ucp_am_recv_callback_t cb = id == UCX_AM_WRITE && on_write ? on_write
+		                            : id == UCX_AM_NOTE            ? on_note
+		                                                           : unused_id;
+		rc = set_handler(ep, id, cb);
+	}
+	return rc;
+}
+
 int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
                      ucp_am_recv_callback_t on_note, struct lmt_blob *addr)
 {
@@ -153,17 +185,21 @@ int ucx_channel_open(lmt_endpoint *ep, ucp_am_recv_callback_t on_write,
 	int rc = putil_random_id(&ep->inst->base, UINT64_MAX, &ep->token);
 	if (!rc)
 		rc = open_workers(ep, !source);
-	if (!rc && on_write)
-		rc = set_handler(ep, UCX_AM_WRITE, on_write);
 	if (!rc)
-		rc = set_handler(ep, UCX_AM_NOTE, on_note);
+		rc = set_handlers(ep, on_write, on_note);
 	if (!rc)
 		rc = worker_blob(ep, source ? UCX_MAGIC_SRC_ADDR : UCX_MAGIC_DST_ADDR, addr);
 	return rc;
 }
 
+static void settle_workers(lmt_endpoint *ep);
+
 void ucx_worker_close(lmt_endpoint *ep)
 {
+	/* Not for a peer that failed or left our goodbye unanswered: it
+	 * would not set a connection up either. */
+	if (!ep->transport_failed && (ep->peer_bye || !ep->bye_sent))
+		settle_workers(ep);
 	if (ep->reply_worker)
 		ucp_worker_destroy(ep->reply_worker);
 	if (ep->worker)
@@ -172,6 +208,12 @@ void ucx_worker_close(lmt_endpoint *ep)
 	ep->efd = ep->reply_efd = -1;
 }
 
+/* Every endpoint asks UCX to watch its peer (UCP_ERR_HANDLING_MODE_PEER):
+ * only then can it be closed by force, which is how UCX 1.13 lets go of
+ * the writes a stopped or dead peer never answers; without that,
+ * ucp_worker_destroy aborts the process on them (docs/ucx.md, "Peers that
+ * stop or die"). A peer reachable only over transports that cannot watch
+ * it is refused. */
 static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
                            ucp_err_handler_cb_t failed)
 {
@@ -181,23 +223,28 @@ static int create_endpoint(lmt_endpoint *ep, const struct ucx_addr *peer,
 	        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 	                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER,
 	        .address = (const ucp_address_t *)peer->worker,
-	        .err_mode = inst->peer_failure ? UCP_ERR_HANDLING_MODE_PEER
-	                                       : UCP_ERR_HANDLING_MODE_NONE,
+	        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
 	        .err_handler = {.cb = failed, .arg = ep},
 	};
 	ucs_status_t st = ucp_ep_create(worker, &params, &ep->ep);
-	ep->peer_watched = params.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-	/* UCX 1.13's shared-memory transports cannot report a failed peer,
-	 * and a peer reachable only through them is unreachable in that
-	 * mode. The control connection still notices a peer that dies. */
-	if (st == UCS_ERR_UNREACHABLE && inst->peer_failure) {
-		params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-		ep->peer_watched = false;
-		st = ucp_ep_create(worker, &params, &ep->ep);
+	if (st == UCS_ERR_UNREACHABLE) {
+		/* A peer that died, or transports in ucx.tls that cannot watch it. */
+		ep->ep = NULL;
+		return putil_error(
+		        &inst->base, LMT_ECONN,
+		        "ucx channel %u: cannot reach the peer's worker over a transport that "
+		        "reports a failed peer (%s): the peer is gone, or ucx.tls '%s' names "
+		        "only transports that cannot watch it, and UCX needs that to let go of "
+		        "the writes of a peer that stops or dies (use tcp, sm, posix, sysv or "
+		        "InfiniBand)",
+		        ep->channel, ucs_status_string(st),
+		        putil_option_text(&inst->base, "ucx.tls", ""));
 	}
 	if (st != UCS_OK) {
 		ep->ep = NULL;
-		return putil_error(&inst->base, ucx_status_code(st),
+		/* Over shared memory, the segment of a peer that died is gone. */
+		int code = st == UCS_ERR_SHMEM_SEGMENT ? LMT_ECONN : ucx_status_code(st);
+		return putil_error(&inst->base, code,
 		                   "ucx channel %u: cannot reach the peer's worker (%s)",
 		                   ep->channel, ucs_status_string(st));
 	}
@@ -386,6 +433,7 @@ static void note_sent(void *request, ucs_status_t status, void *user_data)
 {
 	struct note_buffer *buf = user_data;
 	buf->ep->notes_in_flight--;
+	buf->ep->requests--;
 	free(buf);
 	ucp_request_free(request);
 	(void)status; /* a lost notice shows up as a failed endpoint */
@@ -438,6 +486,7 @@ ucs_status_t ucx_send_notice(lmt_endpoint *ep, uint16_t kind, int code, const ui
 		return UCS_PTR_STATUS(req);
 	}
 	ep->notes_in_flight++;
+	ep->requests++;
 	return UCS_OK;
 }
 
@@ -446,11 +495,41 @@ ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code)
 	return ucx_send_notice(ep, kind, code, NULL, 0);
 }
 
+/* Let what UCX sends on its own from `worker` go out, at most
+ * UCX_SETTLE_NS: UCX 1.13 answers a peer's new connection with a wireup
+ * reply that it may hold queued while its side of the connection is set
+ * up, and ucp_worker_destroy aborts on such a reply in the queue it purges
+ * ("got REP message", ucp_request.c:684; gone in UCX 1.14). A peer that
+ * runs sets the connection up within milliseconds, but one that hears our
+ * goodbye (or loses the session) tears its worker down at once, so this
+ * comes before the goodbye, and again before the worker goes. */
+static void settle_worker(lmt_endpoint *ep, ucp_worker_h worker)
+{
+	ucp_request_param_t params = {.op_attr_mask = 0};
+	void *req = ucp_worker_flush_nbx(worker, &params);
+	if (!UCS_PTR_IS_PTR(req))
+		return;
+	uint64_t deadline = lmt__deadline(UCX_SETTLE_NS);
+	while (ucp_request_check_status(req) == UCS_INPROGRESS && lmt__now_ns() < deadline)
+		if (!ucx_drive(ep))
+			ucx_wait_events(ep, 1);
+	ucp_request_free(req);
+}
+
+static void settle_workers(lmt_endpoint *ep)
+{
+	if (ep->reply_worker)
+		settle_worker(ep, ep->reply_worker);
+	if (ep->worker)
+		settle_worker(ep, ep->worker);
+}
+
 /* Orderly goodbye: send BYE and wait (bounded) for the peer's. */
 static void goodbye(lmt_endpoint *ep)
 {
 	if (!ep->ep || ep->closed || ep->transport_failed)
 		return;
+	settle_workers(ep);
 	if (!ep->bye_sent) {
 		ep->bye_sent = true;
 		if (ucx_send_note(ep, UCX_NOTE_BYE, 0) != UCS_OK)
@@ -464,9 +543,10 @@ static void goodbye(lmt_endpoint *ep)
 			ucx_wait_events(ep, 1);
 }
 
-/* Close `uep`, bounded. UCX 1.13 asserts when a worker is destroyed
- * with requests still tracked on one of its endpoints, and when the peer
- * does not answer only a forced close purges them. */
+/* Close `uep`, by force or flushing, and (when `drive`) drive the worker
+ * until the close is done and UCX has let go of every request of this
+ * channel, at most UCX_FORCE_NS: a forced close cancels them, but
+ * completes them only in later progress calls. */
 static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool drive)
 {
 	ucp_request_param_t params = {
@@ -475,33 +555,39 @@ static void close_endpoint(lmt_endpoint *ep, ucp_ep_h uep, bool force, bool driv
 	};
 	void *req = ucp_ep_close_nbx(uep, &params);
 	if (!UCS_PTR_IS_PTR(req))
-		return;
+		req = NULL;
 	uint64_t deadline = lmt__deadline(UCX_FORCE_NS);
-	while (drive && ucp_request_check_status(req) == UCS_INPROGRESS && lmt__now_ns() < deadline)
+	while (drive &&
+	       ((req && ucp_request_check_status(req) == UCS_INPROGRESS) || ep->requests) &&
+	       lmt__now_ns() < deadline)
 		if (!ucx_drive(ep))
 			ucx_wait_events(ep, 1);
 	/* Still running: UCX frees it when it ends. */
-	ucp_request_free(req);
+	if (req)
+		ucp_request_free(req);
+	if (drive && ep->requests)
+		putil_log(&ep->inst->base, LMT_LOG_WARN,
+		          "ucx channel %u: UCX still holds %u requests %llu ms after closing the "
+		          "endpoint; destroying the worker ends them",
+		          ep->channel, ep->requests, UCX_FORCE_NS / 1000000);
 }
 
 void ucx_ep_close_now(lmt_endpoint *ep, bool drive)
 {
 	if (!ep->ep || ep->closed)
 		return;
-	/* UCX 1.13 over tcp can crash in its progress when a connection
-	 * whose peer still runs is closed by force: it releases the forced
-	 * close's requests while its zero-copy sends still point at them.
-	 * A goodbye not answered in time is no proof that the peer is gone
-	 * (its thread may just not have had a core for 500 ms), so force
-	 * only a peer UCX saw fail, or one it cannot watch that did not
-	 * answer; flush the others. */
 	if (drive && !ep->transport_failed)
 		goodbye(ep);
 	ucp_ep_h uep = ep->ep;
 	ep->closed = true;
 	ep->ep = NULL;
-	close_endpoint(ep, uep, ep->transport_failed || (!ep->peer_bye && !ep->peer_watched),
-	               drive);
+	/* A flush waits for the peer to answer every request, and one that
+	 * stopped or died never does: UCX 1.13 then keeps the requests (and
+	 * reads the memory they name) until ucp_worker_destroy, which aborts
+	 * the process on them. So flush only when the peer answered the
+	 * goodbye and nothing of this channel is outstanding; otherwise
+	 * force, which cancels and completes every request. */
+	close_endpoint(ep, uep, ep->transport_failed || !ep->peer_bye || ep->requests, drive);
 }
 
 void ucx_ep_close_peer(lmt_endpoint *ep, ucp_ep_h uep)

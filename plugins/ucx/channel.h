@@ -54,8 +54,10 @@ ucs_status_t ucx_send_note(lmt_endpoint *ep, uint16_t kind, int code);
 /* The peer said BYE: answer once. */
 void ucx_peer_bye(lmt_endpoint *ep);
 /* Close `ep->ep` (after a goodbye when `drive`, unless the transport
- * failed) without waiting for the peer beyond that, driving the worker
- * (when `drive`) until UCX is done with it, for a bounded time. */
+ * failed): flushing when the peer answered and nothing is outstanding, by
+ * force otherwise; when `drive`, drive the worker until UCX is done with
+ * the endpoint and has let go of every request of the channel, for a
+ * bounded time. */
 void ucx_ep_close_now(lmt_endpoint *ep, bool drive);
 /* Force-close the endpoint UCX made for the peer's connection (a reply
  * endpoint), purging what it still tracks. */

@@ -105,11 +105,14 @@ struct lmt_endpoint {
 	bool closed; /* `ep` was closed */
 	bool bye_sent, peer_bye;
 	bool transport_failed;    /* UCX reported the peer failed */
-	bool peer_watched;        /* UCX reports a failed peer (error mode PEER) */
 	uint32_t notes_in_flight; /* notices sent and not yet gone */
-	uint32_t in_flight;       /* source: slots posted and not finished */
-	uint64_t unsent_bytes;    /* source: bytes posted that UCX has not sent yet */
-	uint64_t unsent_max;      /* source: posts stop at this (UCX_TCP_UNSENT_MAX over tcp) */
+	/* Requests of this channel's endpoint that UCX holds (writes,
+	 * notices, flushes of puts) and has not completed: each may still
+	 * touch memory until it does. */
+	uint32_t requests;
+	uint32_t in_flight;    /* source: slots posted and not finished */
+	uint64_t unsent_bytes; /* source: bytes posted that UCX has not sent yet */
+	uint64_t unsent_max;   /* source: posts stop at this (UCX_TCP_UNSENT_MAX over tcp) */
 	uint32_t unflushed;
 	uint64_t unflushed_bytes;
 	uint64_t epoch; /* puts posted now belong to this flush */
@@ -135,9 +138,8 @@ struct lmt_instance {
 	 * reach any address for any peer, are not served at all. */
 	bool rma;
 	bool use_put;
-	bool peer_failure; /* endpoints try UCP_ERR_HANDLING_MODE_PEER */
 	/* Tests only: how long a destination's channel waits before it
-	 * answers the source's goodbye (LMT_TEST_UCX_BYE_DELAY_MS). */
+	 * answers the source's goodbye (ucx.test-bye-delay). */
 	uint64_t test_bye_delay_ns;
 	ucp_context_h context;
 	struct putil_channels channels; /* endpoints, completions, failure */

@@ -1,5 +1,9 @@
 /* UCX's own log messages, routed to the host's logger of a live instance:
- * left alone, UCX prints them to stdout, which a plugin never does. */
+ * left alone, UCX prints them to stdout, which a plugin never does. Each
+ * place in UCX that logs is heard on its first message and then at each
+ * power of two: a peer can make UCX log once per message it sends (an
+ * active message id without a handler, for one), and a flood of them must
+ * not fill the host's log. */
 #define _GNU_SOURCE
 #include "log_relay.h"
 
@@ -8,9 +12,33 @@
 
 #include <ucs/debug/log_def.h>
 
+#define UCX_LOG_SITES 64u /* places in UCX counted at once */
+
 static pthread_mutex_t ucx_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lmt_instance *ucx_log_instances; /* under ucx_log_lock */
 static bool ucx_log_pushed;
+
+/* How often each place in UCX logged (under ucx_log_lock); when the table
+ * is full, the oldest entry makes room. */
+static struct {
+	const char *file;
+	unsigned line;
+	uint64_t count;
+} ucx_log_sites[UCX_LOG_SITES];
+static unsigned ucx_log_next_site;
+
+/* How many times the place at file:line has logged, this time included. */
+static uint64_t count_site(const char *file, unsigned line)
+{
+	for (unsigned i = 0; i < UCX_LOG_SITES; i++)
+		if (ucx_log_sites[i].file == file && ucx_log_sites[i].line == line)
+			return ++ucx_log_sites[i].count;
+	unsigned i = ucx_log_next_site++ % UCX_LOG_SITES;
+	ucx_log_sites[i].file = file;
+	ucx_log_sites[i].line = line;
+	ucx_log_sites[i].count = 1;
+	return 1;
+}
 
 static enum lmt_log_level host_level(ucs_log_level_t level)
 {
@@ -36,8 +64,6 @@ static ucs_log_func_rc_t ucx_log_handler(const char *file, unsigned line, const 
                                          const ucs_log_component_config_t *comp_conf,
                                          const char *message, va_list ap)
 {
-	(void)file;
-	(void)line;
 	(void)function;
 	(void)comp_conf;
 	char text[512];
@@ -47,8 +73,12 @@ static ucs_log_func_rc_t ucx_log_handler(const char *file, unsigned line, const 
 	va_end(copy);
 	pthread_mutex_lock(&ucx_log_lock);
 	struct lmt_instance *inst = ucx_log_instances;
-	if (inst)
-		putil_log(&inst->base, host_level(level), "ucx: UCX says: %s", text);
+	uint64_t n = count_site(file, line);
+	char times[48] = "";
+	if (n > 1)
+		snprintf(times, sizeof(times), " (%llu times so far)", (unsigned long long)n);
+	if (inst && !(n & (n - 1)))
+		putil_log(&inst->base, host_level(level), "ucx: UCX says: %s%s", text, times);
 	pthread_mutex_unlock(&ucx_log_lock);
 	return UCS_LOG_FUNC_RC_STOP;
 }

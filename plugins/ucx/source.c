@@ -138,6 +138,7 @@ static void write_sent(void *request, ucs_status_t status, void *user_data)
 	struct ucx_slot *slot = user_data;
 	lmt_endpoint *ep = slot->ep;
 	mark_sent(ep, slot);
+	ep->requests--;
 	ucp_request_free(request);
 	if (status == UCS_ERR_REJECTED) {
 		slot->status = -LMT_EPROTO;
@@ -173,8 +174,10 @@ static void puts_flushed(lmt_endpoint *ep, ucs_status_t status)
 
 static void flush_done(void *request, ucs_status_t status, void *user_data)
 {
+	lmt_endpoint *ep = user_data;
+	ep->requests--;
 	ucp_request_free(request);
-	puts_flushed(user_data, status);
+	puts_flushed(ep, status);
 }
 
 /* Flush the puts posted so far when enough are waiting, or when the
@@ -199,6 +202,8 @@ static bool flush_puts(lmt_endpoint *ep, bool idle)
 		puts_flushed(ep, UCS_OK);
 	else if (UCS_PTR_IS_ERR(req))
 		puts_flushed(ep, UCS_PTR_STATUS(req));
+	else
+		ep->requests++;
 	return true;
 }
 
@@ -322,6 +327,8 @@ static void post(lmt_endpoint *ep, struct ucx_slot *slot)
 		slot->status = -ucx_status_code(st);
 		source_fail(ep, ucx_status_code(st), "cannot post a write of %zu bytes (%s)",
 		            slot->len, ucs_status_string(st));
+	} else {
+		ep->requests++;
 	}
 }
 
@@ -379,8 +386,9 @@ static bool post_queued(lmt_endpoint *ep)
 
 /* ---- The channel thread ------------------------------------------------------ */
 
-/* A failed channel: cancel what UCX still runs, then complete every write
- * that is left with the failure. */
+/* A failed channel: close the endpoint, which makes UCX let go of every
+ * write it still runs (ucx_ep_close_now), then complete every write that
+ * is left with the failure: once reported, none is read any more. */
 static void settle(lmt_endpoint *ep)
 {
 	ucx_ep_close_now(ep, true);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "channel.h"
+#include "config.h"
 #include "destination.h"
 #include "instance.h"
 #include "log_relay.h"
@@ -19,7 +20,6 @@
 
 #define UCX_MAX_CHANNELS 256u
 #define UCX_LIST_MAX 256u        /* longest ucx.tls or ucx.devices, with its NUL */
-#define UCX_MM_RX_BUFS_GROW "64" /* see tune_shared_memory() */
 
 #include <lmt/version.h>
 
@@ -43,50 +43,16 @@ static const struct lmt_option_desc ucx_options[] = {
          .doc = "how writes move: put (one-sided RMA; the destination must say put too), am "
                 "(active messages the destination places), auto (put over InfiniBand RC/DC "
                 "only, when both sides have it)"},
+        {.name = "test-bye-delay",
+         .type = LMT_OPT_DURATION,
+         .default_value = "0",
+         .min = 0,
+         .max = 10000000000,
+         .doc = "TESTS ONLY: how long a destination's channel waits before it answers the "
+                "source's goodbye, as one whose thread gets no core that long; 0 in real use"},
 };
 
 /* ---- Instances --------------------------------------------------------- */
-
-/* Whether a UCX transport list (UCX_TLS syntax) may open one of UCX's
- * shared-memory FIFO transports (posix, sysv, xpmem): empty is UCX's
- * choice, and a list starting with '^' names what to leave out. */
-static bool may_open_mm(const char *tls)
-{
-	static const char *const mm[] = {"all", "sm", "shm", "mm", "posix", "sysv", "xpmem"};
-	if (!tls[0] || tls[0] == '^')
-		return true;
-	for (const char *at = tls; *at;) {
-		size_t len = strcspn(at, ",");
-		for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
-			if (strlen(mm[i]) == len && strncmp(at, mm[i], len) == 0)
-				return true;
-		at += len + (at[len] == ',');
-	}
-	return false;
-}
-
-/* Each worker of a shared-memory FIFO transport allocates and touches
- * 512 receive buffers of 8 KiB at once (UCX's MM_RX_BUFS_GROW), which
- * made a worker over sm cost 3–4 ms here and a two-channel setup about
- * 25 ms. lmt sends few and small messages over them (headers and
- * acknowledgements; the data goes by rendezvous), and the pool still
- * grows on demand, so 64 is plenty. Left alone when the user set it. */
-static int tune_shared_memory(struct lmt_instance *inst, ucp_config_t *config, const char *tls)
-{
-	static const char *const set_by_user[] = {"UCX_MM_RX_BUFS_GROW", "UCX_POSIX_RX_BUFS_GROW",
-	                                          "UCX_SYSV_RX_BUFS_GROW",
-	                                          "UCX_XPMEM_RX_BUFS_GROW"};
-	if (!may_open_mm(tls))
-		return 0;
-	for (size_t i = 0; i < sizeof(set_by_user) / sizeof(set_by_user[0]); i++)
-		if (getenv(set_by_user[i]))
-			return 0;
-	ucs_status_t st = ucp_config_modify(config, "MM_RX_BUFS_GROW", UCX_MM_RX_BUFS_GROW);
-	if (st != UCS_OK)
-		return putil_error(&inst->base, LMT_EIO, "ucx: cannot set MM_RX_BUFS_GROW (%s)",
-		                   ucs_status_string(st));
-	return 0;
-}
 
 static int read_options(struct lmt_instance *inst, ucp_config_t *config)
 {
@@ -117,7 +83,7 @@ static int read_options(struct lmt_instance *inst, ucp_config_t *config)
 	}
 	if (!tls[0] && getenv("UCX_TLS"))
 		snprintf(tls, sizeof(tls), "%s", getenv("UCX_TLS"));
-	int rc = tune_shared_memory(inst, config, tls);
+	int rc = ucx_config_tune(inst, config, tls);
 	if (rc)
 		return rc;
 	int transfer = putil_option_enum(&inst->base, "ucx.transfer", UCX_TRANSFER_AUTO);
@@ -128,36 +94,28 @@ static int read_options(struct lmt_instance *inst, ucp_config_t *config)
 	return 0;
 }
 
-/* What UCX opened: an InfiniBand RC or DC transport (the only ones here
+/* Whether UCX opened an InfiniBand RC or DC transport: the only ones here
  * whose puts land in memory UCX did not allocate without the target's
- * CPU: UCX 1.13 emulates puts over tcp and shared memory, see
- * docs/ucx.md), and whether everything is shared memory (which cannot
- * report a failed peer). */
-static void scan_transports(ucp_context_h context, bool *rdma, bool *shm_only)
+ * CPU (UCX 1.13 emulates puts over tcp and shared memory, see
+ * docs/ucx.md). */
+static bool opened_rdma(ucp_context_h context)
 {
-	static const char *const shm[] = {"sysv", "posix", "cma", "xpmem", "knem", "self"};
 	char *text = NULL;
 	size_t size = 0;
-	*rdma = false;
-	*shm_only = false;
+	bool rdma = false;
 	FILE *f = open_memstream(&text, &size);
 	if (!f)
-		return;
+		return false;
 	ucp_context_print_info(context, f);
 	fclose(f);
-	unsigned found = 0, shared = 0;
 	for (const char *at = text; at && (at = strstr(at, "flags -- ")) != NULL;) {
 		at += strlen("flags -- ");
 		size_t len = strcspn(at, "/\n");
-		found++;
 		if (len > 3 && (strncmp(at, "rc_", 3) == 0 || strncmp(at, "dc_", 3) == 0))
-			*rdma = true;
-		for (size_t i = 0; i < sizeof(shm) / sizeof(shm[0]); i++)
-			if (strlen(shm[i]) == len && strncmp(at, shm[i], len) == 0)
-				shared++;
+			rdma = true;
 	}
-	*shm_only = found && found == shared;
 	free(text);
+	return rdma;
 }
 
 static int init_context(struct lmt_instance *inst, ucp_config_t *config, bool rma)
@@ -197,10 +155,7 @@ static int open_context(struct lmt_instance *inst)
 	bool rma = inst->transfer == UCX_TRANSFER_PUT;
 	if (!rc)
 		rc = init_context(inst, config, rma);
-	bool rdma = false, shm_only = false;
-	if (!rc)
-		scan_transports(inst->context, &rdma, &shm_only);
-	if (!rc && !rma && inst->transfer == UCX_TRANSFER_AUTO && rdma) {
+	if (!rc && !rma && inst->transfer == UCX_TRANSFER_AUTO && opened_rdma(inst->context)) {
 		/* What UCX opens is known only once it has a context. */
 		ucp_cleanup(inst->context);
 		rma = true;
@@ -210,12 +165,11 @@ static int open_context(struct lmt_instance *inst)
 	if (rc)
 		return rc;
 	inst->rma = rma;
-	inst->peer_failure = !shm_only;
-	/* Tests only (docs/testing.md): a destination whose channel answers a
-	 * goodbye this late, as one whose thread has no core for a while. */
-	const char *late = getenv("LMT_TEST_UCX_BYE_DELAY_MS");
-	if (late && inst->base.role == LMT_ROLE_DESTINATION)
-		inst->test_bye_delay_ns = strtoull(late, NULL, 10) * 1000000ull;
+	/* Tests only: a destination whose channels answer a goodbye this
+	 * late, as ones whose threads have no core for a while. */
+	if (inst->base.role == LMT_ROLE_DESTINATION)
+		inst->test_bye_delay_ns =
+		        (uint64_t)putil_option_int(&inst->base, "ucx.test-bye-delay", 0);
 	inst->use_put = inst->base.role == LMT_ROLE_SOURCE && rma;
 	return 0;
 }
@@ -409,7 +363,10 @@ static const struct lmt_plugin ucx_plugin = {
         .name = "ucx",
         .version = LMT_VERSION,
         .description = "UCX (UCP): puts over RDMA, active messages over tcp and shared memory",
-        .caps = LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS,
+        /* No LMT_CAP_TARGET_PROGRESS: the destination's channel threads
+         * drive UCX themselves, and a core waiting in progress would not
+         * read its control connection meanwhile (docs/ucx.md). */
+        .caps = LMT_CAP_MULTI_CHANNEL,
         .options = ucx_options,
         .option_count = sizeof(ucx_options) / sizeof(ucx_options[0]),
         .ops =

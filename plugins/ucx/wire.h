@@ -22,10 +22,12 @@ enum ucx_magic {
 	UCX_MAGIC_NOTE = 0x4e554d4cu,     /* header of an acknowledgement or notice */
 };
 
-/* Active message ids, registered on every worker. */
+/* Active message ids. Every worker has a handler for each id below
+ * UCX_AM_IDS; those a side does not use drop what they get. */
 enum ucx_am_id {
 	UCX_AM_WRITE = 1, /* source -> destination: header + payload */
 	UCX_AM_NOTE = 2,  /* either way: ACK, BYE or ERROR */
+	UCX_AM_IDS = 4,
 };
 
 enum ucx_note_kind {

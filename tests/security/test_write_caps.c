@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,128 @@ static void test_ucx_outsider_cannot_write_guest_ram(void **state)
 	assert_migrated(&d, &src, s);
 }
 
+/* ---- ucx: a flood ----------------------------------------------------------- */
+
+/* What a stranger's flood may make a ucx process hold at its peak, over
+ * what it held before (docs/security.md): the largest eager message UCX
+ * assembles for it (64 MiB here), and 16 MiB for UCX's receive buffers
+ * and the allocator's own growth. */
+#define FLOOD_BOUND ((64ull + 16) << 20)
+
+/* A process's VmRSS or VmHWM, in bytes. */
+static uint64_t proc_memory(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	uint64_t kib = 0;
+	size_t n = strlen(field);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, n) == 0 && line[n] == ':')
+			kib = strtoull(line + n + 1, NULL, 10);
+	fclose(f);
+	return kib << 10;
+}
+
+/* Start counting a process's peak RSS (VmHWM) from now. */
+static void reset_peak(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/clear_refs", (int)pid);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("5", f);
+	fclose(f);
+}
+
+static char source_log[1 << 16];
+static size_t source_log_used;
+
+static void log_to_buffer(void *opaque, enum lmt_log_level level, const char *msg)
+{
+	(void)opaque;
+	(void)level;
+	int n = snprintf(source_log + source_log_used, sizeof(source_log) - source_log_used, "%s\n",
+	                 msg);
+	if (n > 0 && source_log_used + (size_t)n < sizeof(source_log))
+		source_log_used += (size_t)n;
+}
+
+/* Flood every worker whose address `log` gives, `die` on the last one
+ * (its connection then breaks without a goodbye); the number flooded. */
+static int flood_workers(const char *log, bool die)
+{
+	int flooded = 0;
+	for (const char *at = log; (at = strstr(at, "worker address ")) != NULL;) {
+		at += strlen("worker address ");
+		char hex[1024];
+		size_t len = strspn(at, "0123456789abcdef");
+		assert_true(len > 0 && len < sizeof(hex));
+		memcpy(hex, at, len);
+		hex[len] = 0;
+		bool last = !strstr(at, "worker address ");
+		char out[4096];
+		char *argv[] = {(char *)env_or("LMT_TEST_UCX_ATTACKER", "ucx_attacker"),
+		                "tcp",
+		                hex,
+		                "--flood",
+		                die && last ? "--die" : NULL,
+		                NULL};
+		int rc = run(argv, out, sizeof(out), 300 * SECOND);
+		print_message("    %s", out);
+		assert_int_equal(rc, die && last ? 128 + SIGKILL : 0);
+		assert_non_null(strstr(
+		        out,
+		        "flood: 20000 eager, 256 eager of 1048576, 1 of 67108864, 256 rendezvous"));
+		flooded++;
+	}
+	return flooded;
+}
+
+/* A stranger floods the destination's and the source's workers with
+ * messages without the token, eager and by rendezvous, and the last one
+ * dies mid-burst: neither process grows by more than FLOOD_BOUND at its
+ * peak, the guest RAM is untouched and the migration completes bit for
+ * bit. */
+static void test_ucx_flood_by_a_stranger_holds_bounded_memory(void **state)
+{
+	(void)state;
+	const char *opts = options("ucx.tls=tcp");
+	struct destination d;
+	destination_start(&d, "ucx", opts);
+	struct guest_ram src;
+	lmt_set_log_handler(log_to_buffer, NULL);
+	lmt_set_log_level(LMT_LOG_DEBUG);
+	lmt_session *s = source_setup(&src, "ucx", opts, d.port);
+	lmt_set_log_level(LMT_LOG_ERROR);
+
+	pid_t self = getpid();
+	uint64_t dst_before = proc_memory(d.pid, "VmRSS"), src_before = proc_memory(self, "VmRSS");
+	reset_peak(d.pid);
+	reset_peak(self);
+	char *log = read_log();
+	assert_int_equal(flood_workers(log, true), 2);
+	free(log);
+	assert_int_equal(flood_workers(source_log, false), 2);
+	uint64_t dst_peak = proc_memory(d.pid, "VmHWM"), src_peak = proc_memory(self, "VmHWM");
+	print_message("    destination: %llu KiB before, peak %llu KiB (+%llu KiB); source: %llu "
+	              "KiB before, peak %llu KiB (+%llu KiB); bound +%llu KiB\n",
+	              (unsigned long long)(dst_before >> 10), (unsigned long long)(dst_peak >> 10),
+	              (unsigned long long)((dst_peak - dst_before) >> 10),
+	              (unsigned long long)(src_before >> 10), (unsigned long long)(src_peak >> 10),
+	              (unsigned long long)((src_peak - src_before) >> 10),
+	              (unsigned long long)(FLOOD_BOUND >> 10));
+	assert_true(dst_peak - dst_before <= FLOOD_BOUND);
+	assert_true(src_peak - src_before <= FLOOD_BOUND);
+	log = read_log();
+	assert_non_null(strstr(log, "without this session's token"));
+	free(log);
+	assert_untouched(&d);
+	assert_migrated(&d, &src, s);
+	lmt_set_log_handler(NULL, NULL);
+}
+
 /* ---- Main ----------------------------------------------------------------- */
 
 int main(void)
@@ -455,6 +578,7 @@ int main(void)
 	};
 	const struct CMUnitTest ucx[] = {
 	        cmocka_unit_test(test_ucx_outsider_cannot_write_guest_ram),
+	        cmocka_unit_test(test_ucx_flood_by_a_stranger_holds_bounded_memory),
 	};
 	const char *which = env_or("LMT_TEST_SECURITY", "ofi");
 	int rc = strcmp(which, "ucx") == 0 ? cmocka_run_group_tests(ucx, NULL, NULL)

@@ -14,6 +14,18 @@
  *
  *     attack: 2003 writes (2000 eager, 3 rendezvous: 3 refused), 8 notices, puts 4: ...
  *
+ * With --flood it sends no guesses but floods the worker with messages
+ * without the token, as fast as it can and without waiting for each:
+ * 20000 eager writes of 256 bytes, 256 of 1 MiB and one of 64 MiB forced
+ * eager (UCX then sends each in fragments that the receiver assembles whole
+ * before its handler sees it), 256 of 1 MiB by rendezvous, and 2000
+ * goodbyes; with
+ * --die it then kills itself with SIGKILL while a last burst is in flight,
+ * so that its connection breaks without a goodbye. It reports
+ *
+ *     flood: 20000 eager, 256 eager of 1048576, 1 of 67108864, 256 rendezvous of 1048576
+ *            (256 refused), 2000 notices
+ *
  * Exit 0 when it ran, 2 when it could not set up. Whether anything landed is
  * for the test to see in the destination's memory. */
 #define _GNU_SOURCE
@@ -22,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <ucp/api/ucp.h>
@@ -32,6 +46,7 @@
 #define SECOND 1000000000ull
 #define SMALL 256u
 #define LARGE (1u << 20)
+#define HUGE (64u << 20)
 
 static const uint64_t offsets[] = {0, 64, 4096};
 
@@ -202,18 +217,125 @@ static ucs_status_t put_at(struct attacker *a, uint64_t addr, uint8_t *buf)
 	return st;
 }
 
+/* ---- The flood ------------------------------------------------------------ */
+
+#define FLOOD_WINDOW 64u /* sends in flight at once */
+
+struct flood {
+	struct attacker *a;
+	void *reqs[FLOOD_WINDOW];
+	unsigned used;
+	unsigned refused;
+};
+
+static void flood_reap(struct flood *f, unsigned keep)
+{
+	while (f->used > keep && !f->a->failed) {
+		ucp_worker_progress(f->a->worker);
+		for (unsigned i = 0; i < f->used;) {
+			ucs_status_t st = ucp_request_check_status(f->reqs[i]);
+			if (st == UCS_INPROGRESS) {
+				i++;
+				continue;
+			}
+			f->refused += st == UCS_ERR_REJECTED;
+			ucp_request_free(f->reqs[i]);
+			f->reqs[i] = f->reqs[--f->used];
+		}
+	}
+}
+
+static void flood_send(struct flood *f, unsigned id, const void *header, size_t hlen,
+                       const void *data, size_t len, uint32_t flags)
+{
+	ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = flags};
+	void *req = ucp_am_send_nbx(f->a->ep, id, header, hlen, data, len, &p);
+	if (UCS_PTR_IS_PTR(req))
+		f->reqs[f->used++] = req;
+	flood_reap(f, FLOOD_WINDOW - 1);
+}
+
+static void flood(struct attacker *a, const uint8_t *data, bool die)
+{
+	struct flood f = {.a = a};
+	uint8_t header[UCX_WRITE_HEADER_LEN];
+	unsigned eager = 0, big = 0, huge_sent = 0, rndv = 0, notices = 0;
+	for (uint32_t i = 0; i < 20000 && !a->failed; i++, eager++) {
+		ucx_write_encode(&(struct ucx_write){.token = i, .region = i, .len = SMALL},
+		                 header);
+		flood_send(&f, UCX_AM_WRITE, header, sizeof(header), data, SMALL, 0);
+	}
+	for (uint32_t i = 0; i < 256 && !a->failed; i++, big++) {
+		ucx_write_encode(&(struct ucx_write){.token = i, .region = i, .len = LARGE},
+		                 header);
+		flood_send(&f, UCX_AM_WRITE, header, sizeof(header), data, LARGE,
+		           UCP_AM_SEND_FLAG_EAGER);
+	}
+	/* One eager message as large as a chunk the migration itself moves:
+	 * UCX assembles it whole before the handler drops it. */
+	uint8_t *huge = malloc(HUGE);
+	if (huge && !a->failed) {
+		memset(huge, 0xee, HUGE);
+		ucx_write_encode(&(struct ucx_write){.token = 1, .region = 1, .len = HUGE}, header);
+		flood_send(&f, UCX_AM_WRITE, header, sizeof(header), huge, HUGE,
+		           UCP_AM_SEND_FLAG_EAGER);
+		flood_reap(&f, 0);
+		huge_sent = 1;
+	}
+	free(huge);
+	for (uint32_t i = 0; i < 256 && !a->failed; i++, rndv++) {
+		ucx_write_encode(&(struct ucx_write){.token = i, .region = i, .len = LARGE},
+		                 header);
+		flood_send(&f, UCX_AM_WRITE, header, sizeof(header), data, LARGE,
+		           UCP_AM_SEND_FLAG_RNDV);
+	}
+	for (uint64_t t = 0; t < 2000 && !a->failed; t++, notices++) {
+		uint8_t note[UCX_NOTE_HEADER_LEN];
+		ucx_note_encode(&(struct ucx_note){.kind = UCX_NOTE_BYE, .token = t}, note);
+		flood_send(&f, UCX_AM_NOTE, note, sizeof(note), NULL, 0, 0);
+	}
+	if (die) {
+		/* A last burst, then gone without a word. */
+		for (uint32_t i = 0; i < FLOOD_WINDOW / 2 && !a->failed; i++) {
+			ucx_write_encode(&(struct ucx_write){.token = i, .region = i, .len = LARGE},
+			                 header);
+			flood_send(&f, UCX_AM_WRITE, header, sizeof(header), data, LARGE,
+			           UCP_AM_SEND_FLAG_EAGER);
+		}
+		printf("flood: %u eager, %u eager of %u, %u of %u, %u rendezvous of %u, %u "
+		       "notices; dying\n",
+		       eager, big, LARGE, huge_sent, HUGE, rndv, LARGE, notices);
+		fflush(stdout);
+		kill(getpid(), SIGKILL);
+	}
+	flood_reap(&f, 0);
+	printf("flood: %u eager, %u eager of %u, %u of %u, %u rendezvous of %u (%u refused), %u "
+	       "notices%s%s\n",
+	       eager, big, LARGE, huge_sent, HUGE, rndv, LARGE, f.refused, notices,
+	       a->failed ? "; endpoint failed: " : "",
+	       a->failed ? ucs_status_string(a->failed) : "");
+	fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s TLS WORKER-ADDRESS-HEX [IDS] [--ram ADDR]\n", argv[0]);
+		fprintf(stderr,
+		        "usage: %s TLS WORKER-ADDRESS-HEX [IDS] [--ram ADDR] [--flood [--die]]\n",
+		        argv[0]);
 		return 2;
 	}
 	const char *tls = argv[1];
 	unsigned ids = 1000;
 	uint64_t ram = 0;
+	bool flooding = false, die = false;
 	for (int i = 3; i < argc; i++) {
 		if (strcmp(argv[i], "--ram") == 0 && i + 1 < argc)
 			ram = strtoull(argv[++i], NULL, 0);
+		else if (strcmp(argv[i], "--flood") == 0)
+			flooding = true;
+		else if (strcmp(argv[i], "--die") == 0)
+			die = true;
 		else
 			ids = (unsigned)strtoul(argv[i], NULL, 0);
 	}
@@ -232,6 +354,12 @@ int main(int argc, char **argv)
 	if (!data)
 		return 2;
 	memset(data, 0xee, LARGE);
+	if (flooding) {
+		flood(&a, data, die);
+		free(data);
+		close_attacker(&a);
+		return 0;
+	}
 	unsigned eager = 0, rndv = 0, refused = 0, notices = 0, puts = 0, sent_ok = 0;
 	unsigned lost = 0;
 	for (uint32_t id = 1; id <= ids && !a.failed; id++) {
