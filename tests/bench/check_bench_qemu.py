@@ -117,6 +117,11 @@ def case_qemu_idle():
           f"--test-corrupt: exit status {rc}: {out} {err}")
     check("qemu: QEMU emulator version" in out and "accel " in out and
           "downtime-limit 300ms (QEMU's default)" in out, f"the preamble: {out}")
+    # zstd sends fewer bytes than the pages it carries of a mixed guest.
+    rc, out, err = bench(*GUEST, "--content", "mixed", "--json")
+    q = json_rows(out)[0]["runs"][0]["qemu"]
+    check(rc == 0 and q["wire_bytes"] < q["ram_transferred"],
+          f"zstd sent {q['wire_bytes']} bytes of a mixed guest's {q['ram_transferred']}: {err}")
     rc, out, err = bench(*GUEST, "--no-prefault", "--json")
     row = json_rows(out)[0]
     check(rc == 0 and row["prefault_ms"] is None, f"--no-prefault: {rc} {row['prefault_ms']}")
@@ -127,10 +132,13 @@ def case_qemu_dirtying():
     # A short migration: QEMU 7.2 under TCG was seen to leave out the
     # guest's last write of a page in migrations of many passes (the row
     # then fails and says the paused source holds the page); a hot 4 MiB
-    # working set converges in two or three.
+    # working set converges in two or three. Without compression: with
+    # zstd it still did so about once in 40 suite runs on a loaded machine
+    # (docs/benchmarks.md); the idle case checks what zstd sends.
     rate = 16 << 20
-    rc, out, err = bench(*GUEST, "--content", "mixed", "--dirty-rate", "16M", "--working-set",
-                         "4M", "--dirty-pattern", "hot", "--json")
+    rc, out, err = bench("--plugins", "none", "--qemu=channels=2", "--ram", "64M",
+                         "--timeout", "60s", "--content", "mixed", "--dirty-rate", "16M",
+                         "--working-set", "4M", "--dirty-pattern", "hot", "--json")
     check(rc == 0, f"exit status {rc}: {err}")
     row = json_rows(out)[0]
     check(row["status"] == "ok", f"the QEMU row: {row['error']}")
@@ -144,8 +152,6 @@ def case_qemu_dirtying():
     seconds = q["guest_ms"] / 1000
     check(q["guest_pages_written"] * 4096 <= rate * seconds + rate / 100 + 4096,
           f"{q['guest_pages_written']} pages in {seconds} s at {rate} B/s")
-    check(q["wire_bytes"] < q["ram_transferred"],
-          f"zstd sent {q['wire_bytes']} bytes of a mixed guest's {q['ram_transferred']}")
     check(row["dirtied_mibps"] > 0 and row["pass_count"] is None,
           f"dirtied {row['dirtied_mibps']} MiB/s, passes {row['pass_count']}")
     check(row["options"].endswith("max-bandwidth=1099511627776,downtime-limit=300"),
