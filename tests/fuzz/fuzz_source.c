@@ -54,6 +54,7 @@
 #include "census.h"
 #include "net.h"
 #include "proto.h"
+#include "engines.h"
 #include "session.h"
 #include "source_script.h"
 
