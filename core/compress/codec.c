@@ -1,5 +1,6 @@
 /* The zstd and lz4 wrappers (codec.h): bounded output both ways, every
- * size of a hostile input checked before and after the library runs. */
+ * size of a hostile input checked before and after the library runs.
+ * Room: compress; may use: base. */
 #include "codec.h"
 
 #include <limits.h>

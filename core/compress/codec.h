@@ -1,7 +1,8 @@
 /* The codecs lmt compresses guest pages with: thin wrappers over libzstd
  * and liblz4 that compress into a caller's bounded buffer and expand a
  * hostile input into an output of exactly the expected length, never
- * writing outside it (docs/compression.md). */
+ * writing outside it (docs/compression.md).
+ * Room: compress; may use: base. */
 #ifndef LMT_CORE_COMPRESS_CODEC_H
 #define LMT_CORE_COMPRESS_CODEC_H
 

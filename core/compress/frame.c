@@ -1,5 +1,6 @@
 /* The compressed frame's codec (frame.h): header layout, its checks, and
- * compress/expand of a whole frame over codec.c. */
+ * compress/expand of a whole frame over codec.c.
+ * Room: compress; may use: base. */
 #include "frame.h"
 
 #include "bytes.h"

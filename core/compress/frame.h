@@ -2,7 +2,8 @@
  * raw length, payload length; little-endian) and the codec's payload, as
  * the source writes it into a destination's staging slot. A pure codec in
  * the style of the control protocol's: every field checked on the way in,
- * with a message that says which and why (docs/compression.md). */
+ * with a message that says which and why (docs/compression.md).
+ * Room: compress; may use: base. */
 #ifndef LMT_CORE_COMPRESS_FRAME_H
 #define LMT_CORE_COMPRESS_FRAME_H
 

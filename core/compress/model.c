@@ -1,5 +1,6 @@
 /* The "does it pay" model (model.h): expected times per choice, the
- * decision with hysteresis, and the probe schedule. */
+ * decision with hysteresis, and the probe schedule.
+ * Room: compress; may use: base. */
 #include "model.h"
 
 #include <math.h>

@@ -3,7 +3,8 @@
  * rates, with hysteresis and a few chunks re-probed with another choice to
  * keep the measurements fresh. Pure and deterministic: no clock, no I/O;
  * the caller feeds it measurements. The formulae are in
- * docs/compression.md ("Does it pay"). Not thread-safe: one owner. */
+ * docs/compression.md ("Does it pay"). Not thread-safe: one owner.
+ * Room: compress; may use: base. */
 #ifndef LMT_CORE_COMPRESS_MODEL_H
 #define LMT_CORE_COMPRESS_MODEL_H
 

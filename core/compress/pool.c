@@ -1,6 +1,7 @@
 /* The compression threads (pool.h): one lock, two intrusive lists of
  * jobs (queued, done), a condition variable each way, an eventfd that is
- * readable exactly while the done list is not empty. */
+ * readable exactly while the done list is not empty.
+ * Room: compress; may use: base. */
 #define _GNU_SOURCE
 #include "pool.h"
 

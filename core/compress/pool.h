@@ -3,7 +3,8 @@
  * set of jobs, harvested by polling without blocking, a descriptor and a
  * deadline wait for when there is nothing to harvest, a shutdown after
  * which no job touches memory, and what each thread measured for the
- * model (model.h). See docs/compression.md. */
+ * model (model.h). See docs/compression.md.
+ * Room: compress; may use: base. */
 #ifndef LMT_CORE_COMPRESS_POOL_H
 #define LMT_CORE_COMPRESS_POOL_H
 

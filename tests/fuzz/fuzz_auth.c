@@ -25,6 +25,7 @@
 #include "auth.h"
 #include "net.h"
 #include "proto.h"
+#include "engines.h"
 #include "session.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "engines.h"
 #include "session.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

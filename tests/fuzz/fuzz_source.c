@@ -51,11 +51,13 @@
 #include "../../plugins/tcp/wire.h"
 #include "auth.h"
 #include "bytes.h"
-#include "census.h"
 #include "net.h"
 #include "proto.h"
+#include "engines.h"
 #include "session.h"
 #include "source_script.h"
+#define FUZZ_NAME "fuzz_source"
+#include "script.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -82,30 +84,8 @@ static const char *const block_name[NBLOCKS] = {"ram0", "ram1"};
 static uint8_t *ram[NBLOCKS];
 static int data_listener = -1;
 static uint16_t data_port;
-static struct fuzz_census baseline;
-static bool have_baseline;
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "fuzz_source: invariant broken: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	abort();
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* The plugin connects where the destination's blobs say: only the data
  * listener is let through, whatever an input manages to put in a blob. */
@@ -165,38 +145,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* ---- the input ---- */
-
-struct cursor {
-	const uint8_t *p;
-	size_t n;
-};
-
-static uint8_t take8(struct cursor *c)
-{
-	if (!c->n)
-		return 0;
-	c->n--;
-	return *c->p++;
-}
-
-static uint64_t take(struct cursor *c, unsigned bytes)
-{
-	uint64_t v = 0;
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)take8(c) << (8 * i);
-	return v;
-}
-
-/* Up to n bytes (fewer when the input ends). */
-static const uint8_t *take_bytes(struct cursor *c, size_t *n)
-{
-	if (*n > c->n)
-		*n = c->n;
-	const uint8_t *p = c->p;
-	c->p += *n;
-	c->n -= *n;
-	return p;
-}
 
 /* ---- what the destination gave, for the data side to check against ---- */
 
@@ -1157,10 +1105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1 || size > (64u << 10))
 		return 0;
 	uint64_t t0 = now_ns();
-	if (!have_baseline) {
-		baseline = fuzz_census_take();
-		have_baseline = true;
-	}
+	fuzz_baseline();
 	/* Connections a previous input left in the listener's queue. */
 	int stale;
 	while ((stale = accept4(data_listener, NULL, NULL, SOCK_CLOEXEC)) >= 0)
@@ -1290,11 +1235,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(f->last_req);
 	free(f);
 
-	struct fuzz_census after;
-	if (!fuzz_census_same(baseline, &after))
-		fail("%d descriptors and %d threads after the input, %d and %d before", after.fds,
-		     after.threads, baseline.fds, baseline.threads);
-	if (now_ns() - t0 > INPUT_LIMIT_NS)
-		fail("the input took %llu ms", (unsigned long long)((now_ns() - t0) / 1000000));
+	fuzz_input_end(t0, INPUT_LIMIT_NS);
 	return 0;
 }

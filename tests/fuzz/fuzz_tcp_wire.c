@@ -47,9 +47,10 @@
 
 #include "../../plugins/tcp/wire.h"
 #include "bytes.h"
-#include "census.h"
 #include "plugin_harness.h"
 #include "tcp_wire_script.h"
+#define FUZZ_NAME "fuzz_tcp_wire"
+#include "script.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -74,21 +75,6 @@ static uint8_t source_mem[MAX_WRITES * PAGE];
 static struct ph_config cfg;
 static int ack_listener = -1;
 static uint16_t ack_port;
-static struct fuzz_census baseline;
-static bool have_baseline;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "fuzz_tcp_wire: invariant broken: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	abort();
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -126,27 +112,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* ---- the input, and the stream made of it ---- */
-
-struct cursor {
-	const uint8_t *p;
-	size_t n;
-};
-
-static uint8_t take8(struct cursor *c)
-{
-	if (!c->n)
-		return 0;
-	c->n--;
-	return *c->p++;
-}
-
-static uint64_t take(struct cursor *c, unsigned bytes)
-{
-	uint64_t v = 0;
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)take8(c) << (8 * i);
-	return v;
-}
 
 /* What the fake peer sends, and where its sends end. */
 struct stream {
@@ -662,21 +627,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1 || size > (256u << 10))
 		return 0;
-	if (!have_baseline) {
-		baseline = fuzz_census_take();
-		have_baseline = true;
-	}
-	uint64_t t0 = ph_now();
+	fuzz_baseline();
+	uint64_t t0 = now_ns();
 	struct cursor in = {data + 1, size - 1};
 	if (data[0] & 1)
 		fuzz_acks(&in);
 	else
 		fuzz_receiver(&in);
-	struct fuzz_census after;
-	if (!fuzz_census_same(baseline, &after))
-		fail("%d descriptors and %d threads after the input, %d and %d before", after.fds,
-		     after.threads, baseline.fds, baseline.threads);
-	if (ph_now() - t0 > INPUT_LIMIT_NS)
-		fail("the input took %llu ms", (unsigned long long)((ph_now() - t0) / 1000000));
+	fuzz_input_end(t0, INPUT_LIMIT_NS);
 	return 0;
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,4 +240,50 @@ struct source_run migrate_to_child(struct guest_ram *ram, const char *opts)
 		fail_msg("migration with '%s': %s", opts, r.error);
 	assert_int_equal(dest_wait(pid), 0);
 	return r;
+}
+
+/* ---- a migration between two sessions of this process ---- */
+
+struct dest_thread {
+	lmt_session *s;
+	struct migration_side out;
+};
+
+static void *run_dest(void *arg)
+{
+	struct dest_thread *d = arg;
+	d->out.rc = lmt_load_run(d->s);
+	snprintf(d->out.error, sizeof(d->out.error), "%s", lmt_session_error(d->s)->message);
+	lmt_session_stats(d->s, &d->out.stats);
+	return NULL;
+}
+
+void migrate_in_process(const char *src_opts, const char *dst_opts, uint64_t bytes, uint64_t seed,
+                        const uint8_t *marker, struct migration_side *src, struct migration_side *dst)
+{
+	struct guest_ram sram, dram;
+	ram_fill(&sram, bytes, seed);
+	if (marker)
+		for (uint64_t off = 0; off < bytes; off += 4096)
+			memcpy(sram.base + off + 1000, marker, 32);
+	guest_ram_layout(&dram, ram_map(bytes), bytes);
+	struct census c0 = census_take();
+	struct dest_thread d = {.s = session_with_blocks(LMT_ROLE_DESTINATION, &dram, dst_opts)};
+	uint16_t port = 0;
+	assert_int_equal(lmt_load_listen(d.s, "127.0.0.1:0", &port), 0);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, run_dest, &d), 0);
+	uint64_t none = 0;
+	struct source_run r = source_migrate(&sram, src_opts, port, "dev", 3, 0, 0, &none);
+	pthread_join(t, NULL);
+	lmt_session_free(d.s);
+	census_check(c0);
+	src->rc = r.rc;
+	snprintf(src->error, sizeof(src->error), "%s", r.error);
+	src->stats = r.stats;
+	*dst = d.out;
+	if (src->rc == 0)
+		assert_memory_equal(sram.base, dram.base, bytes);
+	ram_release(&sram);
+	ram_release(&dram);
 }

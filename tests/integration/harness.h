@@ -84,4 +84,20 @@ struct source_run source_migrate_view(struct guest_ram *view, struct guest_ram *
                                       size_t state_len, pid_t kill_pid, uint64_t kill_after_ns,
                                       uint64_t *killed_at);
 
+/* One end of a migration between two sessions of this process. */
+struct migration_side {
+	int rc;
+	char error[600];
+	struct lmt_stats stats;
+};
+
+/* Migrate a guest of `bytes` filled from `seed` (with `marker`, 32 bytes,
+ * written into every page when not NULL) from a source session to a
+ * destination session on a thread of this process, with the given
+ * options, over loopback tcp; each end's result in *src and *dst. Checks
+ * that no thread or descriptor is left, and the memory bit for bit when
+ * the source succeeded. */
+void migrate_in_process(const char *src_opts, const char *dst_opts, uint64_t bytes, uint64_t seed,
+                        const uint8_t *marker, struct migration_side *src, struct migration_side *dst);
+
 #endif

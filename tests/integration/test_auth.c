@@ -19,56 +19,15 @@
 
 #define RAM_BYTES (4ull << 20)
 
-struct side {
-	int rc;
-	char error[600];
-	struct lmt_stats stats;
-};
-
-struct dest_thread {
-	lmt_session *s;
-	struct side out;
-};
-
-static void *run_dest(void *arg)
-{
-	struct dest_thread *d = arg;
-	d->out.rc = lmt_load_run(d->s);
-	snprintf(d->out.error, sizeof(d->out.error), "%s", lmt_session_error(d->s)->message);
-	lmt_session_stats(d->s, &d->out.stats);
-	return NULL;
-}
-
 /* Migrate a small guest between two sessions with the given options. */
-static void migrate(const char *src_opts, const char *dst_opts, struct side *src, struct side *dst)
+static void migrate(const char *src_opts, const char *dst_opts, struct migration_side *src, struct migration_side *dst)
 {
-	struct guest_ram sram, dram;
-	ram_fill(&sram, RAM_BYTES, 11);
-	guest_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
-	struct census c0 = census_take();
-	struct dest_thread d = {.s = session_with_blocks(LMT_ROLE_DESTINATION, &dram, dst_opts)};
-	uint16_t port = 0;
-	assert_int_equal(lmt_load_listen(d.s, "127.0.0.1:0", &port), 0);
-	pthread_t t;
-	assert_int_equal(pthread_create(&t, NULL, run_dest, &d), 0);
-	uint64_t none = 0;
-	struct source_run r = source_migrate(&sram, src_opts, port, "dev", 3, 0, 0, &none);
-	pthread_join(t, NULL);
-	lmt_session_free(d.s);
-	census_check(c0);
-	src->rc = r.rc;
-	snprintf(src->error, sizeof(src->error), "%s", r.error);
-	src->stats = r.stats;
-	*dst = d.out;
-	if (src->rc == 0)
-		assert_memory_equal(sram.base, dram.base, RAM_BYTES);
-	ram_release(&sram);
-	ram_release(&dram);
+	migrate_in_process(src_opts, dst_opts, RAM_BYTES, 11, NULL, src, dst);
 }
 
 static void test_matching_keys_migrate(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("auth-key=s3cret-shared", "auth-key=s3cret-shared", &src, &dst);
 	assert_int_equal(src.rc, 0);
 	assert_int_equal(dst.rc, 0);
@@ -89,7 +48,7 @@ static void test_key_file_matches_the_same_key_given_inline(void **state)
 	write_key_file("s3cret-shared\n");
 	char opts[128];
 	snprintf(opts, sizeof(opts), "auth-key-file=%s", key_path);
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(opts, "auth-key=s3cret-shared", &src, &dst);
 	unlink(key_path);
 	assert_int_equal(src.rc, 0);
@@ -98,7 +57,7 @@ static void test_key_file_matches_the_same_key_given_inline(void **state)
 
 static void test_wrong_key_is_refused_on_both_sides(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	/* The destination drops the connection and listens on until its
 	 * wait ends, then reports why it dropped it. */
 	migrate("auth-key=one-key", "auth-key=another-key,idle-timeout=1s", &src, &dst);
@@ -113,7 +72,7 @@ static void test_wrong_key_is_refused_on_both_sides(void **state)
 
 static void test_source_without_key_is_refused(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("", "auth-key=needed,idle-timeout=1s", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EAUTH);
 	assert_non_null(strstr(src.error, "the destination refused: authentication required"));
@@ -123,7 +82,7 @@ static void test_source_without_key_is_refused(void **state)
 
 static void test_destination_without_key_is_refused_by_the_source(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("auth-key=mine", "", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EAUTH);
 	assert_string_equal(src.error, "the destination does not authenticate (it has no "

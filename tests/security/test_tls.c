@@ -158,55 +158,11 @@ static const char *cert_options(char *buf, size_t size, const struct pem_pair *i
 
 /* ---- a migration between two sessions of this process ---- */
 
-struct side {
-	int rc;
-	char error[600];
-	struct lmt_stats stats;
-};
-
-struct dest_thread {
-	lmt_session *s;
-	struct side out;
-};
-
-static void *run_dest(void *arg)
-{
-	struct dest_thread *d = arg;
-	d->out.rc = lmt_load_run(d->s);
-	snprintf(d->out.error, sizeof(d->out.error), "%s", lmt_session_error(d->s)->message);
-	lmt_session_stats(d->s, &d->out.stats);
-	return NULL;
-}
-
 static const uint8_t *marker; /* when set, written into every page of the guest */
 
-static void migrate(const char *src_opts, const char *dst_opts, struct side *src, struct side *dst)
+static void migrate(const char *src_opts, const char *dst_opts, struct migration_side *src, struct migration_side *dst)
 {
-	struct guest_ram sram, dram;
-	ram_fill(&sram, RAM_BYTES, 21);
-	if (marker)
-		for (uint64_t off = 0; off < RAM_BYTES; off += 4096)
-			memcpy(sram.base + off + 1000, marker, 32);
-	guest_ram_layout(&dram, ram_map(RAM_BYTES), RAM_BYTES);
-	struct census c0 = census_take();
-	struct dest_thread d = {.s = session_with_blocks(LMT_ROLE_DESTINATION, &dram, dst_opts)};
-	uint16_t port = 0;
-	assert_int_equal(lmt_load_listen(d.s, "127.0.0.1:0", &port), 0);
-	pthread_t t;
-	assert_int_equal(pthread_create(&t, NULL, run_dest, &d), 0);
-	uint64_t none = 0;
-	struct source_run r = source_migrate(&sram, src_opts, port, "dev", 3, 0, 0, &none);
-	pthread_join(t, NULL);
-	lmt_session_free(d.s);
-	census_check(c0);
-	src->rc = r.rc;
-	snprintf(src->error, sizeof(src->error), "%s", r.error);
-	src->stats = r.stats;
-	*dst = d.out;
-	if (src->rc == 0)
-		assert_memory_equal(sram.base, dram.base, RAM_BYTES);
-	ram_release(&sram);
-	ram_release(&dram);
+	migrate_in_process(src_opts, dst_opts, RAM_BYTES, 21, marker, src, dst);
 }
 
 static void expect_contains(const char *have, const char *want)
@@ -215,7 +171,7 @@ static void expect_contains(const char *have, const char *want)
 		fail_msg("expected '%s' in '%s'", want, have);
 }
 
-static void expect_success(const struct side *src, const struct side *dst)
+static void expect_success(const struct migration_side *src, const struct migration_side *dst)
 {
 	if (src->rc || dst->rc)
 		fail_msg("source %d (%s), destination %d (%s)", src->rc, src->error, dst->rc,
@@ -225,14 +181,14 @@ static void expect_success(const struct side *src, const struct side *dst)
 
 static void test_psk_mode_migrates_over_tcp_on_one_channel(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("tls=on,auth-key=k3y,channels=1", "tls=on,auth-key=k3y,channels=1", &src, &dst);
 	expect_success(&src, &dst);
 }
 
 static void test_psk_mode_migrates_over_tcp_on_two_channels(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("tls=on,auth-key=k3y,channels=2,verify=on",
 	        "tls=on,auth-key=k3y,channels=2,verify=on", &src, &dst);
 	expect_success(&src, &dst);
@@ -241,7 +197,7 @@ static void test_psk_mode_migrates_over_tcp_on_two_channels(void **state)
 static void test_cert_mode_migrates_over_tcp_on_one_channel(void **state)
 {
 	char s[512], d[512];
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(cert_options(s, sizeof(s), &source_id, &ca, "channels=1"),
 	        cert_options(d, sizeof(d), &destination_id, &ca, "channels=1"), &src, &dst);
 	expect_success(&src, &dst);
@@ -250,7 +206,7 @@ static void test_cert_mode_migrates_over_tcp_on_one_channel(void **state)
 static void test_cert_mode_with_an_auth_key_migrates_over_tcp_on_two_channels(void **state)
 {
 	char s[512], d[512];
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(cert_options(s, sizeof(s), &source_id, &ca, "channels=2,auth-key=both"),
 	        cert_options(d, sizeof(d), &destination_id, &ca, "channels=2,auth-key=both"), &src,
 	        &dst);
@@ -270,7 +226,7 @@ static void test_other_plugin_migrates_with_an_encrypted_control_connection(void
 	setenv("LMT_TEST_PLUGIN", other, 1);
 	setenv("LMT_TEST_OPTIONS", other_opts ? other_opts : "", 1);
 	char s[512], d[512];
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(cert_options(s, sizeof(s), &source_id, &ca, "channels=2"),
 	        cert_options(d, sizeof(d), &destination_id, &ca, "channels=2"), &src, &dst);
 	if (saved)
@@ -284,7 +240,7 @@ static void test_other_plugin_migrates_with_an_encrypted_control_connection(void
 
 static void test_tls_on_the_source_only_fails_on_both_sides(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("tls=on,auth-key=k", "auth-key=k,idle-timeout=1s", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EMISMATCH);
 	expect_contains(src.error, "tls: this source has tls=on and the destination "
@@ -297,7 +253,7 @@ static void test_tls_on_the_source_only_fails_on_both_sides(void **state)
 
 static void test_tls_on_the_destination_only_fails_on_both_sides(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("auth-key=k", "tls=on,auth-key=k,idle-timeout=1s", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EMISMATCH);
 	expect_contains(src.error, "the destination refused: tls: this destination "
@@ -310,7 +266,7 @@ static void test_tls_on_the_destination_only_fails_on_both_sides(void **state)
  * handshake with an alert: both sides fail there, before any lmt message. */
 static void test_a_different_psk_fails_the_handshake_on_both_sides(void **state)
 {
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("tls=on,auth-key=one", "tls=on,auth-key=two,idle-timeout=1s", &src, &dst);
 	assert_int_equal(src.rc, -LMT_EAUTH);
 	/* OpenSSL 3.0 says illegal_parameter, later versions decrypt_error. */
@@ -327,7 +283,7 @@ static void test_a_different_psk_fails_the_handshake_on_both_sides(void **state)
 static void test_a_certificate_from_another_ca_fails_on_both_sides(void **state)
 {
 	char s[512], d[512];
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(cert_options(s, sizeof(s), &stranger_id, &ca, ""),
 	        cert_options(d, sizeof(d), &destination_id, &ca, "idle-timeout=1s"), &src, &dst);
 	/* In TLS 1.3 the client's handshake ends before the server checks its
@@ -344,7 +300,7 @@ static void test_a_certificate_from_another_ca_fails_on_both_sides(void **state)
 static void test_the_source_refuses_a_destination_of_another_ca(void **state)
 {
 	char s[512], d[512];
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(cert_options(s, sizeof(s), &source_id, &other_ca, ""),
 	        cert_options(d, sizeof(d), &destination_id, &ca, "idle-timeout=1s"), &src, &dst);
 	assert_int_equal(src.rc, -LMT_EAUTH);
@@ -464,7 +420,7 @@ static void test_a_psk_destination_refuses_a_source_with_another_psk_identity(vo
 static void test_psk_mode_facing_certificate_mode_fails_on_both_sides(void **state)
 {
 	char opts[512];
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate("tls=on,auth-key=k3y",
 	        cert_options(opts, sizeof(opts), &destination_id, &ca,
 	                     "auth-key=k3y,idle-timeout=1s"),
@@ -588,7 +544,7 @@ static unsigned watch_migration(const char *opts, uint64_t *bytes)
 	assert_int_equal(getrandom(o.marker, sizeof(o.marker), 0), (ssize_t)sizeof(o.marker));
 	marker = o.marker;
 	assert_int_equal(pthread_create(&o.thread, NULL, observe, &o), 0);
-	struct side src, dst;
+	struct migration_side src, dst;
 	migrate(opts, opts, &src, &dst);
 	usleep(200000);
 	atomic_store(&o.stop, true);

@@ -73,4 +73,48 @@ static inline int ph_test_load(struct ph_config *cfg, const char *env, int argc,
 	return 0;
 }
 
+/* ---- A destination for a forged source ------------------------------------ */
+
+/* A one-channel destination (the pair's source side stays closed) with a
+ * guarded region of `len` bytes and its endpoint open, for a test that
+ * plays the source itself with forged traffic: the test connects its
+ * forger to pair.dst.addr[0] and gives ep_connect the forger's address. */
+struct ph_forged {
+	struct ph_run run;
+	struct ph_pair pair;
+	struct ph_region region;
+};
+
+static inline void ph_forged_open(struct ph_forged *f, const struct ph_config *cfg, size_t len,
+                                  uint64_t timeout_ns)
+{
+	f->run = (struct ph_run){.cfg = cfg};
+	ph_pair_init(&f->pair, cfg);
+	f->pair.channels = 1;
+	struct ph_side *dst = &f->pair.dst;
+	PH_REQUIRE(&f->run, ph_instance_open(&f->run, dst, LMT_ROLE_DESTINATION, 1, timeout_ns));
+	assert_int_equal(cfg->plugin->ops.ep_open(dst->inst, 0, &dst->ep[0], &dst->addr[0]), 0);
+	PH_REQUIRE(&f->run, ph_region_open(&f->run, &f->pair, &f->region, len));
+}
+
+static inline void ph_forged_close(struct ph_forged *f)
+{
+	ph_region_close(&f->pair, &f->region);
+	ph_pair_close(&f->pair);
+}
+
+/* The destination refused what was forged: its progress fails with
+ * LMT_EPROTO and a first error containing `expect`, and the region is as
+ * it was (guards intact, all zero). */
+static inline void ph_forged_refused(struct ph_forged *f, const char *expect)
+{
+	struct lmt_completion c[4];
+	assert_int_equal(f->run.cfg->plugin->ops.progress(f->pair.dst.inst, c, 4, 5 * PH_SECOND),
+	                 -LMT_EPROTO);
+	PH_ASSERT_FIRST_ERROR(&f->pair.dst.host, LMT_EPROTO, expect);
+	PH_REQUIRE(&f->run,
+	           ph_region_guards_intact(&f->run, &f->region) &&
+	                   ph_all_zero(&f->run, "the region", f->region.mem, f->region.len, 0));
+}
+
 #endif

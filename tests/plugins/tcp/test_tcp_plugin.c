@@ -65,26 +65,19 @@ static size_t read_to_eof(int fd, uint8_t *buf, size_t size)
 	}
 }
 
-/* A one-channel destination (the pair's source side stays closed) with a
- * guarded 4096-byte region, and a raw socket connected as its source. */
+/* A one-channel destination with a guarded 4096-byte region, and a raw
+ * socket connected as its source. */
 struct raw_source {
-	struct ph_run run;
-	struct ph_pair pair;
-	struct ph_region region;
+	struct ph_forged forged;
 	struct tcp_key key;
 	int fd;
 };
 
 static void raw_source_open(struct raw_source *s, uint64_t timeout_ns)
 {
-	s->run = (struct ph_run){.cfg = &cfg};
-	ph_pair_init(&s->pair, &cfg);
-	s->pair.channels = 1;
-	struct ph_side *dst = &s->pair.dst;
-	PH_REQUIRE(&s->run, ph_instance_open(&s->run, dst, LMT_ROLE_DESTINATION, 1, timeout_ns));
-	assert_int_equal(cfg.plugin->ops.ep_open(dst->inst, 0, &dst->ep[0], &dst->addr[0]), 0);
-	PH_REQUIRE(&s->run, ph_region_open(&s->run, &s->pair, &s->region, 4096));
-	assert_null(tcp_key_decode(&s->region.key, &s->key));
+	ph_forged_open(&s->forged, &cfg, 4096, timeout_ns);
+	struct ph_side *dst = &s->forged.pair.dst;
+	assert_null(tcp_key_decode(&s->forged.region.key, &s->key));
 	s->fd = raw_connect(&dst->addr[0], 0, 0);
 	struct lmt_blob src_addr;
 	tcp_src_addr_encode(0, &src_addr);
@@ -94,8 +87,7 @@ static void raw_source_open(struct raw_source *s, uint64_t timeout_ns)
 static void raw_source_close(struct raw_source *s)
 {
 	close(s->fd);
-	ph_region_close(&s->pair, &s->region);
-	ph_pair_close(&s->pair);
+	ph_forged_close(&s->forged);
 }
 
 /* Send one forged header with `payload` bytes after it. The destination
@@ -119,10 +111,7 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 	                 TCP_HEADER_LEN + payload);
 
 	/* The core learns of it through progress. */
-	struct lmt_completion c[4];
-	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 4, 5 * PH_SECOND),
-	                 -LMT_EPROTO);
-	PH_ASSERT_FIRST_ERROR(&s.pair.dst.host, LMT_EPROTO, expect);
+	ph_forged_refused(&s.forged, expect);
 	/* The source side hears why, then the stream ends. */
 	uint8_t reply[TCP_ACK_LEN];
 	assert_int_equal(read_to_eof(s.fd, reply, sizeof(reply)), TCP_ACK_LEN);
@@ -130,9 +119,6 @@ static void forge_write(uint32_t magic, uint32_t region_delta, uint64_t offset, 
 	tcp_ack_decode(reply, &ack);
 	assert_int_equal(ack.magic, TCP_MAGIC_ERROR);
 	assert_int_equal(ack.code, LMT_EPROTO);
-	PH_REQUIRE(&s.run,
-	           ph_region_guards_intact(&s.run, &s.region) &&
-	                   ph_all_zero(&s.run, "the region", s.region.mem, s.region.len, 0));
 	raw_source_close(&s);
 }
 
@@ -417,18 +403,20 @@ static void test_deregister_cuts_off_a_stalled_write(void **state)
 	usleep(200000); /* the receiver is now placing into the region */
 
 	uint64_t start = ph_now();
-	cfg.plugin->ops.mr_deregister(s.pair.dst.inst, s.region.mr);
-	s.region.mr = NULL;
+	cfg.plugin->ops.mr_deregister(s.forged.pair.dst.inst, s.forged.region.mr);
+	s.forged.region.mr = NULL;
 	uint64_t took = ph_now() - start;
 	assert_true(took >= PH_SECOND / 2 && took < 3 * PH_SECOND);
-	PH_ASSERT_FIRST_ERROR(&s.pair.dst.host, LMT_ETIMEDOUT, "");
+	PH_ASSERT_FIRST_ERROR(&s.forged.pair.dst.host, LMT_ETIMEDOUT, "");
 	/* Nothing lands after deregistration returned. */
-	memset(s.region.mem, 0, s.region.len);
+	memset(s.forged.region.mem, 0, s.forged.region.len);
 	send(s.fd, msg, sizeof(msg), MSG_NOSIGNAL);
 	usleep(100000);
-	PH_REQUIRE(&s.run, ph_all_zero(&s.run, "the region", s.region.mem, s.region.len, 0));
+	PH_REQUIRE(&s.forged.run, ph_all_zero(&s.forged.run, "the region", s.forged.region.mem,
+	                                      s.forged.region.len, 0));
 	struct lmt_completion c[1];
-	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND), -LMT_ECONN);
+	assert_int_equal(cfg.plugin->ops.progress(s.forged.pair.dst.inst, c, 1, PH_SECOND),
+	                 -LMT_ECONN);
 	raw_source_close(&s);
 }
 

@@ -200,26 +200,19 @@ static void forger_close(struct forger *f)
 	ucp_cleanup(f->context);
 }
 
-/* A one-channel destination (the pair's source side stays closed) with a
- * guarded 4096-byte region, and a forger connected to it as its source. */
+/* A one-channel destination with a guarded 4096-byte region, and a forger
+ * connected to it as its source. */
 struct forged {
-	struct ph_run run;
-	struct ph_pair pair;
-	struct ph_region region;
+	struct ph_forged dst;
 	struct ucx_key key;
 	struct forger f;
 };
 
 static void forged_open(struct forged *s)
 {
-	s->run = (struct ph_run){.cfg = &cfg};
-	ph_pair_init(&s->pair, &cfg);
-	s->pair.channels = 1;
-	struct ph_side *dst = &s->pair.dst;
-	PH_REQUIRE(&s->run, ph_instance_open(&s->run, dst, LMT_ROLE_DESTINATION, 1, 5 * PH_SECOND));
-	assert_int_equal(cfg.plugin->ops.ep_open(dst->inst, 0, &dst->ep[0], &dst->addr[0]), 0);
-	PH_REQUIRE(&s->run, ph_region_open(&s->run, &s->pair, &s->region, 4096));
-	assert_null(ucx_key_decode(&s->region.key, &s->key));
+	ph_forged_open(&s->dst, &cfg, 4096, 5 * PH_SECOND);
+	struct ph_side *dst = &s->dst.pair.dst;
+	assert_null(ucx_key_decode(&s->dst.region.key, &s->key));
 	forger_open(&s->f);
 	struct lmt_blob src_addr;
 	forger_blob(&s->f, 0, &src_addr);
@@ -230,31 +223,23 @@ static void forged_open(struct forged *s)
 static void forged_close(struct forged *s)
 {
 	forger_close(&s->f);
-	ph_region_close(&s->pair, &s->region);
-	ph_pair_close(&s->pair);
+	ph_forged_close(&s->dst);
 }
 
-/* The destination refused what the forger sent: its progress fails with
- * LMT_EPROTO and a message containing `expect`, the forger hears ERROR, and
- * memory stays as it was. Waiting for the notice also lets the forger's
+/* The destination refused what the forger sent (ph_forged_refused), and
+ * the forger hears ERROR. Waiting for the notice also lets the forger's
  * worker answer the destination's wireup before it is destroyed: UCX 1.13
  * aborts in ucp_worker_destroy (ucp_request.c:684, "got REP message") when
  * that answer is still pending on the tcp transport. */
 static void refused(struct forged *s, const char *expect)
 {
-	struct lmt_completion c[4];
-	assert_int_equal(cfg.plugin->ops.progress(s->pair.dst.inst, c, 4, 5 * PH_SECOND),
-	                 -LMT_EPROTO);
-	PH_ASSERT_FIRST_ERROR(&s->pair.dst.host, LMT_EPROTO, expect);
+	ph_forged_refused(&s->dst, expect);
 	uint64_t deadline = ph_now() + 5 * PH_SECOND;
 	while (!s->f.notes && ph_now() < deadline)
 		ucp_worker_progress(s->f.worker);
 	assert_int_equal(s->f.notes, 1);
 	assert_int_equal(s->f.last.kind, UCX_NOTE_ERROR);
 	assert_int_equal(s->f.last.code, LMT_EPROTO);
-	PH_REQUIRE(&s->run,
-	           ph_region_guards_intact(&s->run, &s->region) &&
-	                   ph_all_zero(&s->run, "the region", s->region.mem, s->region.len, 0));
 }
 
 /* Send one forged write and expect the destination to refuse it. */
@@ -456,7 +441,7 @@ static void test_write_without_the_token_is_dropped(void **state)
 	(void)state;
 	struct forged s;
 	forged_open(&s);
-	struct ph_host *dh = &s.pair.dst.host;
+	struct ph_host *dh = &s.dst.pair.dst.host;
 	size_t sizes[] = {64, 1 << 20};
 	uint8_t *data = malloc(1 << 20);
 	assert_non_null(data);
@@ -476,11 +461,11 @@ static void test_write_without_the_token_is_dropped(void **state)
 		forger_send(&s.f, UCX_AM_WRITE, header, sizeof(header) - 1, data, sizes[i]);
 	}
 	struct lmt_completion c[1];
-	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
+	assert_int_equal(cfg.plugin->ops.progress(s.dst.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
 	assert_int_equal(ph_host_errors(dh), 0);
-	PH_REQUIRE(&s.run,
-	           ph_all_zero(&s.run, "the region", s.region.mem, s.region.len, 0) &&
-	                   ph_region_guards_intact(&s.run, &s.region));
+	PH_REQUIRE(&s.dst.run,
+	           ph_all_zero(&s.dst.run, "the region", s.dst.region.mem, s.dst.region.len, 0) &&
+	                   ph_region_guards_intact(&s.dst.run, &s.dst.region));
 	assert_true(logged_count(dh, DROPPED) > 0);
 
 	/* The source's own write still lands, and is acknowledged. */
@@ -497,16 +482,16 @@ static void test_write_without_the_token_is_dropped(void **state)
 	uint64_t deadline = ph_now() + 5 * PH_SECOND;
 	while (!s.f.notes && ph_now() < deadline) {
 		ucp_worker_progress(s.f.worker);
-		cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, 0);
+		cfg.plugin->ops.progress(s.dst.pair.dst.inst, c, 1, 0);
 	}
 	assert_int_equal(s.f.notes, 1);
 	assert_int_equal(s.f.last.kind, UCX_NOTE_ACK);
 	assert_int_equal(s.f.last.token, s.f.token);
-	PH_REQUIRE(&s.run, ph_all_zero(&s.run, "before the write", s.region.mem, 100, 0) &&
-	                           ph_all_zero(&s.run, "after the write", s.region.mem + 300,
-	                                       s.region.len - 300, 300));
+	PH_REQUIRE(&s.dst.run, ph_all_zero(&s.dst.run, "before the write", s.dst.region.mem, 100, 0) &&
+	                           ph_all_zero(&s.dst.run, "after the write", s.dst.region.mem + 300,
+	                                       s.dst.region.len - 300, 300));
 	for (size_t i = 100; i < 300; i++)
-		assert_int_equal(s.region.mem[i], 0x5a);
+		assert_int_equal(s.dst.region.mem[i], 0x5a);
 	assert_int_equal(ph_host_errors(dh), 0);
 	free(data);
 	forged_close(&s);
@@ -533,11 +518,12 @@ static void test_messages_of_unused_ids_are_dropped(void **state)
 		assert_int_equal(forger_send(&s.f, ids[i], header, sizeof(header), data, 64),
 		                 UCS_OK);
 	struct lmt_completion c[1];
-	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
-	assert_int_equal(ph_host_errors(&s.pair.dst.host), 0);
-	assert_int_equal(logged_count(&s.pair.dst.host, DROPPED), 2);
-	PH_REQUIRE(&s.run, ph_all_zero(&s.run, "the region", s.region.mem, s.region.len, 0) &&
-	                           ph_region_guards_intact(&s.run, &s.region));
+	assert_int_equal(cfg.plugin->ops.progress(s.dst.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
+	assert_int_equal(ph_host_errors(&s.dst.pair.dst.host), 0);
+	assert_int_equal(logged_count(&s.dst.pair.dst.host, DROPPED), 2);
+	PH_REQUIRE(&s.dst.run,
+	           ph_all_zero(&s.dst.run, "the region", s.dst.region.mem, s.dst.region.len, 0) &&
+	                   ph_region_guards_intact(&s.dst.run, &s.dst.region));
 	forged_close(&s);
 }
 
@@ -552,9 +538,9 @@ static void test_notice_without_the_token_is_ignored(void **state)
 	                header);
 	forger_send(&s.f, UCX_AM_NOTE, header, sizeof(header), NULL, 0);
 	struct lmt_completion c[1];
-	assert_int_equal(cfg.plugin->ops.progress(s.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
-	assert_int_equal(ph_host_errors(&s.pair.dst.host), 0);
-	assert_int_equal(logged_count(&s.pair.dst.host, DROPPED), 1);
+	assert_int_equal(cfg.plugin->ops.progress(s.dst.pair.dst.inst, c, 1, PH_SECOND / 5), 0);
+	assert_int_equal(ph_host_errors(&s.dst.pair.dst.host), 0);
+	assert_int_equal(logged_count(&s.dst.pair.dst.host, DROPPED), 1);
 	/* Not answered: the channel never heard a goodbye. */
 	uint64_t deadline = ph_now() + PH_SECOND / 5;
 	while (ph_now() < deadline)
