@@ -1,8 +1,9 @@
 /* Endpoints of the libfabric plugin: per channel one RDM endpoint, its
  * completion queue, the fence region whose key travels in the address
  * blob, and the thread that drives the provider. Writes, fences and
- * failures are the source's (source.c); the greeting's wait and the
- * linger at close are the destination's (destination.c). */
+ * failures are the source's (source.c); the greeting's wait is the
+ * destination's (destination.c); the connections on the endpoint's
+ * address are conns.c's. */
 #define _GNU_SOURCE
 #include "endpoint.h"
 
@@ -16,8 +17,10 @@
 #include <rdma/fi_errno.h>
 
 #include "destination.h"
+#include "conns.h"
 #include "provider.h"
 #include "region.h"
+#include "sink.h"
 #include "source.h"
 
 #define LFI_POLL_SPINS 64 /* empty polls before a polling thread naps */
@@ -64,6 +67,10 @@ static void cq_error(lmt_endpoint *ep)
 		                     ep->channel, fi_strerror((int)-n)));
 		return;
 	}
+	/* An unasked message that did not fit, or was cut: dropped all the
+	 * same, and no concern of the session's. */
+	if (err.op_context && lfi_sink_done(ep, err.op_context))
+		return;
 	char buf[256];
 	const char *text = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, buf, sizeof(buf));
 	int code = lfi_code(err.err);
@@ -107,7 +114,8 @@ static void *channel_thread(void *arg)
 		if (n > 0) {
 			idle = 0;
 			for (ssize_t i = 0; i < n; i++)
-				completed(ep, entries[i].op_context, 0);
+				if (!lfi_sink_done(ep, entries[i].op_context))
+					completed(ep, entries[i].op_context, 0);
 		} else if (n == -FI_EAVAIL) {
 			cq_error(ep);
 		} else if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_ECANCELED ||
@@ -121,6 +129,8 @@ static void *channel_thread(void *arg)
 			                 fi_strerror((int)-n)));
 			break;
 		}
+		lfi_sink_refill(ep);
+		lfi_conns_trim(ep);
 		if (!source)
 			continue;
 		if (!ep->greeting_posted) {
@@ -144,8 +154,6 @@ static void *channel_thread(void *arg)
 void lfi_endpoint_stop(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	if (inst->base.role == LMT_ROLE_DESTINATION)
-		lfi_dest_linger(ep);
 	if (!ep->thread_started)
 		return;
 	if (inst->base.role == LMT_ROLE_SOURCE)
@@ -168,7 +176,11 @@ static void destroy(lmt_endpoint *ep)
 	lfi_close_fid(inst, ep->fence_mr ? &ep->fence_mr->fid : NULL, "a fence region");
 	if (ep->fence_mapped)
 		lfi_key_unmap(inst, ep->fence_key);
+	/* Before and after: a connection accepted meanwhile is noted too. */
+	lfi_conns_note(ep);
 	lfi_close_fid(inst, ep->ep ? &ep->ep->fid : NULL, "an endpoint");
+	lfi_conns_note(ep);
+	lfi_sink_close(ep);
 	lfi_close_fid(inst, ep->cq ? &ep->cq->fid : NULL, "a completion queue");
 	if (inst->base.role == LMT_ROLE_SOURCE)
 		lfi_source_close(ep);
@@ -222,7 +234,7 @@ static int open_fids(lmt_endpoint *ep)
 	if ((rc = fi_enable(ep->ep)))
 		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_enable: %s",
 		                   ep->channel, fi_strerror(-rc));
-	return 0;
+	return lfi_sink_open(ep);
 }
 
 /* The fence region: the destination's is readable by the source, the
@@ -256,6 +268,10 @@ static int describe(lmt_endpoint *ep, struct lfi_addr *a, struct lmt_blob *addr)
 		return putil_error(&inst->base, LMT_EIO, "ofi channel %u: fi_getname: %s",
 		                   ep->channel, rc ? fi_strerror(-rc) : "no name");
 	a->name_len = (uint16_t)len;
+	if (inst->sockets && len <= sizeof(ep->bound)) {
+		memcpy(&ep->bound, a->name, len);
+		ep->bound_len = (socklen_t)len;
+	}
 	if ((rc = open_fence(ep, a)))
 		return rc;
 	a->role = (uint8_t)inst->base.role;
@@ -292,7 +308,9 @@ int lfi_endpoint_open(struct lmt_instance *inst, uint32_t channel, lmt_endpoint 
 		destroy(ep);
 		return rc;
 	}
-	ep->published = true;
+	/* A source connects out and never needs to be connected to. */
+	if (inst->base.role == LMT_ROLE_SOURCE)
+		lfi_conns_seal(ep);
 	*out = ep;
 	return 0;
 }
@@ -431,5 +449,10 @@ void lfi_endpoint_close(lmt_endpoint *ep)
 		putil_log(&inst->base, LMT_LOG_DEBUG,
 		          "ofi channel %u: %llu writes coalesced into %llu transfers", ep->channel,
 		          (unsigned long long)ep->writes, (unsigned long long)ep->transfers);
+	if (ep->sink_taken || ep->trims)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ofi channel %u: dropped %lu messages nobody asked for and shut %u "
+		          "connections down beyond the %d kept",
+		          ep->channel, ep->sink_taken, ep->trims, LFI_CONNS_MAX);
 	destroy(ep);
 }
