@@ -26,9 +26,9 @@
  * and 1 MiB, from endpoints it keeps opening (a connection each; the 32
  * newest stay open, older ones are closed with their messages pending),
  * while 64 plain TCP connections to the port stay open without ever
- * sending a connection request. It reports what it got through (the
- * connections counted are endpoints that posted a message, those left
- * unfinished the plain ones the target accepted within a second):
+ * sending a connection request. It reports what it did (the connections
+ * are its endpoints, each of which tried one; those left unfinished the
+ * plain ones the target accepted within a second):
  *
  *     flood: 812 messages posted (131 MiB), 96 connections, 64 left unfinished
  *
@@ -419,9 +419,8 @@ static int flood(const struct sockaddr_in *sin, unsigned seconds)
 		e->ep = NULL;
 		if (endpoint_open(e) || insert(e, sin, &dest[n % FLOOD_EPS]))
 			break;
-		unsigned long before = t.posted;
+		t.connections++;
 		burst(e, dest[n % FLOOD_EPS], ctx[n % FLOOD_EPS], &kind, &t);
-		t.connections += t.posted > before;
 		for (unsigned i = 0; i < FLOOD_EPS; i++) {
 			struct fi_cq_entry entries[16];
 			if (eps[i].cq && fi_cq_read(eps[i].cq, entries, 16) == -FI_EAVAIL) {

@@ -401,8 +401,11 @@ static void test_ofi_outsider_cannot_write_guest_ram(void **state)
 #define FLOOD_SECONDS "4"
 #define FLOOD_STALL "15s" /* longer than the floods of both sides */
 /* Resident memory either side may gain from a flood, during it and after
- * (docs/security.md gives the bound; a few MiB were measured). */
-#define FLOOD_BOUND_KIB (32l * 1024)
+ * (docs/security.md): a fixed part (connections held, receive buffers) and,
+ * for each connection the strangers made, what libfabric's net keeps of it
+ * (about 1 KiB measured; 2 allowed, for the allocator's and ASan's own). */
+#define FLOOD_FIXED_KIB (16l * 1024)
+#define FLOOD_PER_CONNECTION_KIB 2l
 
 static long rss_kib(pid_t pid)
 {
@@ -463,7 +466,8 @@ static void *stalled_source_setup(void *arg)
 	return NULL;
 }
 
-static void flood_port(uint16_t port, const char *seconds, const char *side)
+/* How many connections the attacker made, or tried to. */
+static unsigned long flood_port(uint16_t port, const char *seconds, const char *side)
 {
 	char text[16], out[4096];
 	snprintf(text, sizeof(text), "%u", port);
@@ -483,6 +487,7 @@ static void flood_port(uint16_t port, const char *seconds, const char *side)
 	                        "unfinished",
 	                        &posted, &mib, &connections, &unfinished),
 	                 4);
+	return connections + unfinished;
 }
 
 static void test_ofi_strangers_flooding_both_sides_stay_within_the_bound(void **state)
@@ -520,10 +525,11 @@ static void test_ofi_strangers_flooding_both_sides_stay_within_the_bound(void **
 	assert_int_equal(pthread_create(&w.thread, NULL, rss_sample, &w), 0);
 	/* While the source stalls: the destination's endpoint still waiting
 	 * for it takes connections; the source's take none. */
+	unsigned long made[2] = {0, 0};
 	for (int i = 0; i < nd; i++)
-		flood_port(dst_ports[i], FLOOD_SECONDS, "destination");
+		made[0] += flood_port(dst_ports[i], FLOOD_SECONDS, "destination");
 	for (int i = 0; i < ns; i++)
-		flood_port(src_ports[i], "1", "source");
+		made[1] += flood_port(src_ports[i], "1", "source");
 	pthread_join(ss.thread, NULL);
 	atomic_store(&w.stop, true);
 	pthread_join(w.thread, NULL);
@@ -533,11 +539,13 @@ static void test_ofi_strangers_flooding_both_sides_stay_within_the_bound(void **
 	static const char *const side[] = {"destination", "source"};
 	for (int i = 0; i < 2; i++) {
 		long after = rss_kib(w.pid[i]);
-		print_message("%s: %ld KiB resident before, %ld at most during the flood, %ld after\n",
-		              side[i], w.base[i], w.peak[i], after);
-		if (w.peak[i] - w.base[i] > FLOOD_BOUND_KIB || after - w.base[i] > FLOOD_BOUND_KIB)
+		long bound = FLOOD_FIXED_KIB + FLOOD_PER_CONNECTION_KIB * (long)made[i];
+		print_message("%s: %ld KiB resident before, %ld at most during the flood, %ld after "
+		              "(%lu connections tried; bound %ld KiB more)\n",
+		              side[i], w.base[i], w.peak[i], after, made[i], bound);
+		if (w.peak[i] - w.base[i] > bound || after - w.base[i] > bound)
 			fail_msg("the %s grew by %ld KiB during the flood and %ld after (bound %ld)",
-			         side[i], w.peak[i] - w.base[i], after - w.base[i], FLOOD_BOUND_KIB);
+			         side[i], w.peak[i] - w.base[i], after - w.base[i], bound);
 	}
 	assert_untouched(&d);
 	assert_migrated(&d, &ss.ram, ss.session);

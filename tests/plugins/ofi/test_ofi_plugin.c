@@ -780,7 +780,8 @@ static int connections_on(const struct lmt_blob *blob)
 	struct lfi_addr a;
 	assert_null(lfi_addr_decode(blob, &a));
 	assert_int_equal(a.addr_format, FI_SOCKADDR_IN);
-	const struct sockaddr_in *ep = (const void *)a.name;
+	struct sockaddr_in ep;
+	memcpy(&ep, a.name, sizeof(ep));
 	int n = 0;
 	for (int fd = 0; fd < 4096; fd++) {
 		struct sockaddr_in sa;
@@ -788,7 +789,7 @@ static int connections_on(const struct lmt_blob *blob)
 		int listening = 0;
 		socklen_t llen = sizeof(listening);
 		if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sin_family == AF_INET &&
-		    sa.sin_port == ep->sin_port &&
+		    sa.sin_port == ep.sin_port &&
 		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &llen) == 0 && !listening)
 			n++;
 	}
