@@ -20,11 +20,13 @@
 #include "conns.h"
 #include "provider.h"
 #include "region.h"
+#include "shmlock.h"
 #include "sink.h"
 #include "source.h"
 
 #define LFI_POLL_SPINS 64 /* empty polls before a polling thread naps */
 #define LFI_SLICE_MS 100  /* how long a progress thread sleeps at most */
+#define LFI_STUCK_NS 100000000ull /* a lock a frozen peer holds this long is released */
 
 static const char *role_name(uint8_t role)
 {
@@ -74,13 +76,18 @@ static void cq_error(lmt_endpoint *ep)
 	char buf[256];
 	const char *text = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, buf, sizeof(buf));
 	int code = lfi_code(err.err);
-	/* ofi_rxm cancels what was queued on a connection its peer closed:
-	 * unless lmt itself is cancelling, the peer is what went away. */
+	/* net cancels what was queued on a connection its peer closed: unless
+	 * lmt itself is cancelling, the peer is what went away. Over shm a
+	 * transfer fails (EIO: the copy from the peer's memory) once the
+	 * peer's process is gone: that is a broken connection too. */
 	if (code == LMT_ECANCELED && !putil_cancelled(&inst->base))
+		code = LMT_ECONN;
+	if (inst->shm && code == LMT_EIO && lfi_shmlock_peer_died(ep))
 		code = LMT_ECONN;
 	const char *what = err.op_context == &ep->fence_op      ? "fence read"
 	                   : err.op_context == &ep->greeting_op ? "greeting"
-	                                                        : "write";
+	                   : err.op_context                     ? "write"
+	                                                        : "transfer";
 	int rc = putil_error(
 	        &inst->base, code, "ofi channel %u: %s failed: %s (provider %s: %s, error %d)",
 	        ep->channel, what, fi_strerror(err.err), inst->info->fabric_attr->prov_name,
@@ -103,6 +110,14 @@ static void *channel_thread(void *arg)
 	bool fencing = source && inst->visibility == LFI_FENCE;
 	unsigned idle = 0;
 	while (!atomic_load(&ep->stopping)) {
+		/* A lock of shm's held by a peer that stopped or died: any
+		 * call into the provider would spin in it. */
+		if (inst->shm && lfi_shmlock_stuck(ep)) {
+			putil_nap(LFI_POLL_NAP_NS);
+			if (source)
+				lfi_source_abandon(ep);
+			continue;
+		}
 		/* While the channel connects, the provider's connection steps
 		 * are driven from here: no long sleeps until the greeting is
 		 * posted (source) or has landed (destination). */
@@ -148,7 +163,27 @@ static void *channel_thread(void *arg)
 	}
 	if (source)
 		lfi_source_abandon(ep);
+	atomic_store(&ep->thread_exited, true);
 	return NULL;
+}
+
+/* Over shm, wait for the channel's thread to leave the provider: a lock
+ * a stopped or dead peer kept holding for LFI_STUCK_NS is released. */
+static void await_thread(lmt_endpoint *ep)
+{
+	uint64_t since = 0;
+	while (!atomic_load(&ep->thread_exited)) {
+		putil_nap(LFI_POLL_NAP_NS);
+		if (!lfi_shmlock_stuck(ep)) {
+			since = 0;
+			continue;
+		}
+		uint64_t now = lmt__now_ns();
+		if (!since)
+			since = now;
+		else if (now - since >= LFI_STUCK_NS)
+			lfi_shmlock_break(ep);
+	}
 }
 
 void lfi_endpoint_stop(lmt_endpoint *ep)
@@ -162,6 +197,8 @@ void lfi_endpoint_stop(lmt_endpoint *ep)
 	/* Without a wait object (util CQs), there is nothing to signal. */
 	if (inst->cq_wait)
 		fi_cq_signal(ep->cq);
+	if (inst->shm)
+		await_thread(ep);
 	pthread_join(ep->thread, NULL);
 	ep->thread_started = false;
 }
@@ -176,6 +213,9 @@ static void destroy(lmt_endpoint *ep)
 	lfi_close_fid(inst, ep->fence_mr ? &ep->fence_mr->fid : NULL, "a fence region");
 	if (ep->fence_mapped)
 		lfi_key_unmap(inst, ep->fence_key);
+	/* Closing may take shm's locks too: none is left to a frozen peer. */
+	lfi_shmlock_settle(ep);
+	lfi_shmlock_forget_dead_peer(ep);
 	/* Before and after: a connection accepted meanwhile is noted too. */
 	lfi_conns_note(ep);
 	lfi_close_fid(inst, ep->ep ? &ep->ep->fid : NULL, "an endpoint");
@@ -204,6 +244,7 @@ static int name_shm_endpoint(lmt_endpoint *ep)
 		return rc;
 	char name[48];
 	snprintf(name, sizeof(name), "fi_shm://lmt-%016llx", (unsigned long long)r);
+	snprintf(ep->shm_name, sizeof(ep->shm_name), "%s", name);
 	if ((rc = fi_setname(&ep->ep->fid, name, strlen(name) + 1)))
 		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_setname: %s",
 		                   ep->channel, fi_strerror(-rc));
@@ -407,6 +448,8 @@ static int insert_peer(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	}
 	if (!rc) {
 		int n = fi_av_insert(inst->av, a->name, 1, &ep->peer, 0, NULL);
+		if (n == 1 && inst->shm && ep->shm_name[0])
+			lfi_shmlock_find(ep, a->name, a->name_len);
 		if (n != 1)
 			rc = putil_error(
 			        &inst->base, n < 0 ? lfi_code(-n) : LMT_EPROTO,
@@ -437,6 +480,11 @@ int lfi_endpoint_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	putil_log(&inst->base, LMT_LOG_DEBUG, "ofi channel %u: peer inserted", ep->channel);
 	if (!source)
 		return lfi_dest_connect(ep);
+	/* Over shm the channel's thread posts the greeting: a post there may
+	 * meet a lock a stopped peer holds, which only the thread can wait
+	 * out. */
+	if (inst->shm)
+		return 0;
 	rc = lfi_source_greet(ep);
 	return rc < 0 ? rc : 0;
 }

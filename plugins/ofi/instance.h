@@ -92,6 +92,7 @@ struct lmt_endpoint {
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool stopping;
+	atomic_bool thread_exited;
 
 	/* The fence region: readable by the source on the destination, the
 	 * landing buffer of fence reads on the source. The source's first
@@ -137,6 +138,19 @@ struct lmt_endpoint {
 	uint8_t *sink_buf;
 	uint32_t sink_unposted;
 	unsigned long sink_taken;
+
+	/* Over shm: the endpoint's name, and the locks of its own region and
+	 * its peer's, what an unlocked one holds, and the peer's process and
+	 * whether it was last seen stopped or gone (shmlock.c). */
+	char shm_name[48];
+	char shm_peer_name[48];
+	int *shm_lock[2];
+	int shm_unlocked;
+	int shm_peer_pid;
+	uint64_t shm_checked_ns;
+	bool shm_frozen;
+	bool shm_looking; /* the peer's region is not mapped yet */
+	uint64_t shm_looked_ns;
 
 	/* The listening address, over sockets, and when the channel's thread
 	 * last trimmed its connections (conns.c). */
