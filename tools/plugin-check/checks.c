@@ -65,6 +65,7 @@ const struct pc_check pc_checks[] = {
         {"endpoint open/close cycles", pc_check_endpoint_cycles},
         {"half-open close cycles", pc_check_half_open_cycles},
         {"connected open/close cycles", pc_check_connected_cycles},
+        {"reopen", pc_check_reopen},
         {"unload", pc_check_unload},
 };
 

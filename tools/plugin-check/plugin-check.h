@@ -63,6 +63,8 @@ void pc_check_endpoint_cycles(struct ph_run *run);
 void pc_check_half_open_cycles(struct ph_run *run);
 void pc_check_connected_cycles(struct ph_run *run);
 void pc_check_unload(struct ph_run *run);
+/* A channel that comes back (reopen.c). */
+void pc_check_reopen(struct ph_run *run);
 
 /* The other half of the "unload" check, run in a process of its own: load,
  * open and close an instance of each role, unload, and compare fds and
