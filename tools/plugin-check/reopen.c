@@ -182,10 +182,10 @@ void pc_check_reopen(struct ph_run *run)
 	}
 	if (ok)
 		ph_note(run,
-		        "%u rounds on one pair of instances over %u channel%s, each channel closed "
-		        "and opened again twice per round (both ends with writes in flight; the "
-		        "destination's first, the source finding out), the key imported again: "
-		        "every byte landed, no descriptor or thread left",
+		        "%u rounds, %u channel%s closed and opened again twice a round (both ends "
+		        "with writes in flight; the destination's first), keys imported again: "
+		        "every "
+		        "byte landed, nothing left behind",
 		        ROUNDS, r.pair.channels, r.pair.channels == 1 ? "" : "s");
 	pc_finish(run, &r.pair, &r.tally, &r.source, &r.region, 1);
 }
