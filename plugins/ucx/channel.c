@@ -196,10 +196,13 @@ static void settle_workers(lmt_endpoint *ep);
 
 void ucx_worker_close(lmt_endpoint *ep)
 {
-	/* Not for a peer that failed or left our goodbye unanswered: it
-	 * would not set a connection up either. */
-	if (!ep->transport_failed && (ep->peer_bye || !ep->bye_sent))
-		settle_workers(ep);
+	/* Also for a peer that failed or left our goodbye unanswered: one
+	 * that was stopped may run again while this side closes and ask for a
+	 * connection, and the reply to it must not be in the queue that
+	 * ucp_worker_destroy purges (a destination closing as its stopped
+	 * source resumed aborted so, once in a suite run). A peer that is
+	 * gone costs at most UCX_SETTLE_NS more at close. */
+	settle_workers(ep);
 	if (ep->reply_worker)
 		ucp_worker_destroy(ep->reply_worker);
 	if (ep->worker)

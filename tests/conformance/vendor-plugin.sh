@@ -125,7 +125,14 @@ LMT_PLUGIN_PATH=$tmp/build "$bench" --plugin "$name" --ram 64M --dirty-rate 32M 
 	fail "lmt-bench over '$name'"
 
 step "lmt-plugin-check $name"
-LMT_PLUGIN_PATH=$tmp/build "$check" "$name" || fail "lmt-plugin-check $name"
+# The cma example writes straight into the destination process's memory
+# (process_vm_writev): no link breaks when the destination closes its
+# endpoints, so its source cannot learn of it, and the reopen check's
+# second case must fail there (it forgets a closed channel's completions).
+expect=
+[ "$name" = cma ] && expect="reopen=cma: no link breaks when the destination closes its endpoints, so the source cannot learn of it"
+LMT_PLUGIN_PATH=$tmp/build "$check" ${expect:+--expect-fail "$expect"} "$name" ||
+	fail "lmt-plugin-check $name"
 
 step "install '$name' next to the staged plugins and load it from there"
 "$meson" install -C "$tmp/build" --no-rebuild --quiet

@@ -457,10 +457,26 @@ static int cma_ep_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	return 0;
 }
 
+/* No completion follows ep_close for the channel's writes (the contract's
+ * "Reopening a channel"): those still queued are dropped. */
+static void forget_completions(struct lmt_instance *inst, uint32_t channel)
+{
+	pthread_mutex_lock(&inst->lock);
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < inst->ring_count; i++) {
+		struct lmt_completion c = inst->ring[(inst->ring_first + i) % inst->ring_cap];
+		if (c.channel != channel)
+			inst->ring[(inst->ring_first + kept++) % inst->ring_cap] = c;
+	}
+	inst->ring_count = kept;
+	pthread_mutex_unlock(&inst->lock);
+}
+
 static void cma_ep_close(lmt_endpoint *ep)
 {
 	if (!ep)
 		return;
+	forget_completions(ep->inst, ep->channel);
 	ep->inst->eps[ep->channel] = NULL;
 	free(ep);
 }

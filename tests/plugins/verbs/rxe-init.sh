@@ -117,8 +117,12 @@ fi
 
 # The contract suite on verbs, as check-<variant> runs it on the transports
 # that need no RDMA device (tests/conformance); under TCG with a tenth of
-# its open/close cycles, each leak check stopping after 10 s.
-run plugin-check "$CHECK" --cycles 100 --cycle-time 10 verbs
+# its open/close cycles, each leak check stopping after 10 s. The reopen
+# check (docs/writing-a-plugin.md, "Reopening a channel") is a known
+# failure on verbs until the plugin forgets a closed channel's completions
+# and failure: it must fail, and the mark goes once it passes.
+run plugin-check "$CHECK" --cycles 100 --cycle-time 10 \
+    --expect-fail "reopen=verbs: a closed channel's completions and failure are not yet forgotten, and a source did not learn within 30 s under rxe that its destination closed its queue pairs" verbs
 
 migrate ch1-pin-on "channels=1,pin-all=on"
 migrate ch1-pin-off "channels=1,pin-all=off"
