@@ -368,6 +368,8 @@ int lfi_endpoint_open(struct lmt_instance *inst, uint32_t channel, lmt_endpoint 
 	if (!rc)
 		rc = open_fids(ep);
 	if (!rc)
+		rc = lfi_regions_bind_channel(inst, ep);
+	if (!rc)
 		rc = describe(ep, a, addr);
 	free(a);
 	if (rc) {

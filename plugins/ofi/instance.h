@@ -68,6 +68,7 @@ struct lmt_mr {
 	size_t len;
 	uint64_t access;
 	uint32_t count;
+	uint64_t *keys; /* each part's key, which a channel opened again is bound under */
 	struct fid_mr *mr[];
 };
 

@@ -5,15 +5,14 @@
  * check, a VMM migrating to itself) would then post into unmapped memory
  * and fault. So the shm endpoints of the process are listed here, a
  * source posts through a shared gate, and a destination's close takes the
- * gate exclusively, marks its sources shut out and fails their sessions
- * before its region goes: their writes fail instead. Between processes
- * each side maps the other's region itself and none of this applies. */
+ * gate exclusively and marks its sources shut out before its region goes:
+ * their posts fail (FI_ENOTCONN) instead, which fails their session.
+ * Between processes each side maps the other's region itself and none of
+ * this applies. */
 #define _GNU_SOURCE
 #include "shmlocal.h"
 
 #include <string.h>
-
-#include "source.h"
 
 static pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
 static lmt_endpoint *listed; /* through shm_next, under the gate held exclusively */
@@ -46,11 +45,10 @@ void lfi_shmlocal_remove(lmt_endpoint *ep)
 			    strcmp(s->shm_peer_addr, ep->shm_name) == 0 &&
 			    !atomic_load(&s->shm_shut)) {
 				atomic_store(&s->shm_shut, true);
-				lfi_source_fail(s->inst,
-				                putil_error(&s->inst->base, LMT_ECONN,
-				                            "ofi channel %u: the destination, in this "
-				                            "process, closed its endpoint",
-				                            s->channel));
+				putil_log(&s->inst->base, LMT_LOG_DEBUG,
+				          "ofi channel %u: the destination, in this process, closed "
+				          "its endpoint: its writes fail from now on",
+				          s->channel);
 			}
 	pthread_rwlock_unlock(&gate);
 }
