@@ -21,6 +21,7 @@
 #include "provider.h"
 #include "region.h"
 #include "shmlock.h"
+#include "shmlocal.h"
 #include "sink.h"
 #include "source.h"
 
@@ -159,6 +160,7 @@ static void *channel_thread(void *arg)
 			lfi_source_fence(ep);
 		if (inst->coalesce)
 			lfi_source_post_queued(ep);
+		lfi_source_check_stall(ep);
 		lfi_source_abandon(ep);
 	}
 	if (source)
@@ -205,10 +207,31 @@ void lfi_endpoint_stop(lmt_endpoint *ep)
 
 /* ---- Opening and closing -------------------------------------------------- */
 
+/* The peer's address leaves the address vector with the endpoint: shm
+ * keeps, per address, the peer's region mapped, and a channel opened
+ * again would otherwise reach the closed peer's region, unmapped once
+ * that peer closed (in one process, fi_enable of the new endpoint then
+ * faults), and every reopening would take another slot. */
+static void forget_peer(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	if (ep->peer == FI_ADDR_NOTAVAIL)
+		return;
+	int rc = fi_av_remove(inst->av, &ep->peer, 1, 0);
+	if (rc)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ofi channel %u: fi_av_remove of the peer's address: %s", ep->channel,
+		          fi_strerror(-rc));
+	ep->peer = FI_ADDR_NOTAVAIL;
+}
+
 static void destroy(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
 	lfi_endpoint_stop(ep);
+	/* A destination's sources in this process stop posting into its
+	 * region before it goes. */
+	lfi_shmlocal_remove(ep);
 	lfi_regions_drop_channel(inst, ep->channel);
 	lfi_close_fid(inst, ep->fence_mr ? &ep->fence_mr->fid : NULL, "a fence region");
 	if (ep->fence_mapped)
@@ -220,6 +243,7 @@ static void destroy(lmt_endpoint *ep)
 	lfi_conns_note(ep);
 	lfi_close_fid(inst, ep->ep ? &ep->ep->fid : NULL, "an endpoint");
 	lfi_conns_note(ep);
+	forget_peer(ep);
 	lfi_sink_close(ep);
 	lfi_close_fid(inst, ep->cq ? &ep->cq->fid : NULL, "a completion queue");
 	if (inst->base.role == LMT_ROLE_SOURCE)
@@ -275,6 +299,7 @@ static int open_fids(lmt_endpoint *ep)
 	if ((rc = fi_enable(ep->ep)))
 		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_enable: %s",
 		                   ep->channel, fi_strerror(-rc));
+	lfi_shmlocal_add(ep);
 	return lfi_sink_open(ep);
 }
 
@@ -342,6 +367,8 @@ int lfi_endpoint_open(struct lmt_instance *inst, uint32_t channel, lmt_endpoint 
 		rc = lfi_source_open(ep);
 	if (!rc)
 		rc = open_fids(ep);
+	if (!rc)
+		rc = lfi_regions_bind_channel(inst, ep);
 	if (!rc)
 		rc = describe(ep, a, addr);
 	free(a);
@@ -448,6 +475,8 @@ static int insert_peer(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	}
 	if (!rc) {
 		int n = fi_av_insert(inst->av, a->name, 1, &ep->peer, 0, NULL);
+		if (n == 1 && inst->shm && a->name_len <= sizeof(ep->shm_peer_addr))
+			memcpy(ep->shm_peer_addr, a->name, a->name_len);
 		if (n == 1 && inst->shm && ep->shm_name[0])
 			lfi_shmlock_find(ep, a->name, a->name_len);
 		if (n != 1)

@@ -68,6 +68,7 @@ struct lmt_mr {
 	size_t len;
 	uint64_t access;
 	uint32_t count;
+	uint64_t *keys; /* each part's key, which a channel opened again is bound under */
 	struct fid_mr *mr[];
 };
 
@@ -123,6 +124,13 @@ struct lmt_endpoint {
 	uint32_t queued;
 	uint64_t inflight_bytes; /* coalescing: bytes the provider has not completed */
 	uint64_t writes, transfers; /* posted to the provider: writes, and as how many */
+	/* A peer gone quiet (source.c, lfi_source_check_stall): completions
+	 * read, whether the provider refused the last post (both under
+	 * `lock`); what the channel's thread last saw of them, and since
+	 * when they stand still with work waiting. */
+	uint64_t done_count;
+	bool refusing;
+	uint64_t stall_seen, stall_since_ns, stall_checked_ns;
 	/* Source failure: `broken` is the session's failure once the channel
 	 * table broke this channel; `abandoned` (set under `lock`) once every
 	 * write it owed was reported with it. */
@@ -144,6 +152,13 @@ struct lmt_endpoint {
 	 * whether it was last seen stopped or gone (shmlock.c). */
 	char shm_name[48];
 	char shm_peer_name[48];
+	/* ... the peer's name as its blob gave it; whether the endpoint is
+	 * listed among the process's, the next one listed, and whether its
+	 * destination in this process closed (shmlocal.c). */
+	char shm_peer_addr[48];
+	bool shm_listed;
+	lmt_endpoint *shm_next;
+	atomic_bool shm_shut;
 	int *shm_lock[2];
 	int shm_unlocked;
 	int shm_peer_pid;

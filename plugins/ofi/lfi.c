@@ -258,8 +258,13 @@ static void lfi_ep_close(lmt_endpoint *ep)
 {
 	if (!ep)
 		return;
-	putil_channels_detach(&ep->inst->channels, ep->channel);
+	struct lmt_instance *inst = ep->inst;
+	uint32_t channel = ep->channel;
+	putil_channels_detach(&inst->channels, channel);
 	lfi_endpoint_close(ep);
+	/* Its completions and failure go with it (docs/writing-a-plugin.md,
+	 * "Reopening a channel"). */
+	putil_channels_closed(&inst->channels, channel);
 }
 
 /* ---- Data path --------------------------------------------------------- */

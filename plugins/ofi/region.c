@@ -180,8 +180,55 @@ static int open_parts(struct lmt_instance *inst, struct lmt_mr *mr)
 		                     &mr->mr[i], "a memory region");
 		if (rc)
 			return rc;
+		mr->keys[i] = fi_mr_key(mr->mr[i]);
 	}
 	return 0;
+}
+
+/* With FI_MR_ENDPOINT a registration has a part per channel, bound to the
+ * channel's endpoint, and a channel's close drops its parts. Opened again,
+ * the channel is bound to every registration anew under the keys its key
+ * blobs carry (docs/writing-a-plugin.md, "Reopening a channel"): a key the
+ * provider picks itself (FI_MR_PROV_KEY, FI_MR_RAW) cannot be had again,
+ * and the channel is refused rather than left with keys the peer does not
+ * hold. */
+int lfi_regions_bind_channel(struct lmt_instance *inst, lmt_endpoint *ep)
+{
+	if (!(inst->mr_mode & FI_MR_ENDPOINT))
+		return 0;
+	struct putil_registry *r = &inst->registry;
+	int rc = 0;
+	pthread_mutex_lock(&r->lock);
+	for (struct putil_link *link = r->mrs.next; link != &r->mrs && !rc; link = link->next) {
+		struct lmt_mr *mr = putil_container_of(link, struct lmt_mr, link);
+		uint32_t c = ep->channel;
+		if (c >= mr->count || mr->mr[c])
+			continue;
+		if (!(mr->access & FI_REMOTE_WRITE)) {
+			/* Source memory: no peer holds its key. */
+			rc = lfi_mr_open(inst, mr->addr, mr->len, mr->access, ep->ep, &mr->mr[c],
+			                 "a memory region");
+			continue;
+		}
+		if (inst->mr_mode & (FI_MR_PROV_KEY | FI_MR_RAW)) {
+			rc = putil_error(&inst->base, LMT_ENOTSUP,
+			                 "ofi channel %u: the provider binds registrations to "
+			                 "endpoints (FI_MR_ENDPOINT) and picks their keys itself, so "
+			                 "a channel opened again cannot take the keys already sent",
+			                 c);
+			break;
+		}
+		const char *call;
+		int err = open_once(inst, mr->addr, mr->len, mr->access, ep->ep, mr->keys[c],
+		                    &mr->mr[c], &call);
+		if (err)
+			rc = putil_error(&inst->base, lfi_code(-err),
+			                 "ofi channel %u: binding a memory region (%zu bytes at %p) "
+			                 "again under its key: %s: %s",
+			                 c, mr->len, (void *)mr->addr, call, fi_strerror(-err));
+	}
+	pthread_mutex_unlock(&r->lock);
+	return rc;
 }
 
 static int encode_key(struct lmt_instance *inst, struct lmt_mr *mr, struct lmt_blob *key)
@@ -218,9 +265,10 @@ int lfi_mr_register(struct lmt_instance *inst, void *addr, size_t len, uint32_t 
 	/* Source memory costs nothing unless the provider needs it registered. */
 	bool provider = remote || inst->local_mr;
 	uint32_t count = !provider ? 0 : inst->mr_mode & FI_MR_ENDPOINT ? inst->base.channels : 1;
-	struct lmt_mr *mr = calloc(1, sizeof(*mr) + count * sizeof(mr->mr[0]));
+	struct lmt_mr *mr = calloc(1, sizeof(*mr) + count * (sizeof(mr->mr[0]) + sizeof(uint64_t)));
 	if (!mr)
 		return putil_error(&inst->base, LMT_ENOMEM, "ofi: out of memory");
+	mr->keys = (uint64_t *)(void *)&mr->mr[count];
 	mr->addr = addr;
 	mr->len = len;
 	mr->access = (remote ? FI_REMOTE_WRITE : 0) | (local ? FI_WRITE : 0);

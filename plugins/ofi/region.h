@@ -20,6 +20,9 @@ void lfi_rkey_release(struct lmt_instance *inst, lmt_rkey *rkey);
 void lfi_regions_release_all(struct lmt_instance *inst);
 /* Close whatever part of each registration is bound to `channel`. */
 void lfi_regions_drop_channel(struct lmt_instance *inst, uint32_t channel);
+/* A channel opened again: bind its endpoint to every registration under
+ * the keys sent before (FI_MR_ENDPOINT). */
+int lfi_regions_bind_channel(struct lmt_instance *inst, lmt_endpoint *ep);
 
 /* Register [addr, addr+len) with the provider for `access` (FI_WRITE,
  * FI_REMOTE_WRITE, ...); bound to `ep` with FI_MR_ENDPOINT. */

@@ -13,6 +13,7 @@
 
 #include "provider.h"
 #include "shmlock.h"
+#include "shmlocal.h"
 
 #define LFI_NONE UINT32_MAX
 #define LFI_COALESCE_MAX (64u << 20)   /* largest merged write */
@@ -20,6 +21,7 @@
 #define LFI_DRAIN_NS 1000000000ull     /* longest wait for writes in flight at close */
 #define LFI_DRAIN_QUIET_NS 50000000ull /* ... given up when none completes for this long */
 #define LFI_GREETING_WAIT_NS 1000000000ull /* shm: longest wait for the greeting at close */
+#define LFI_STALL_CHECK_NS 10000000ull      /* how often a channel looks for a stalled peer */
 
 /* ---- Operations ----------------------------------------------------------- */
 
@@ -70,7 +72,11 @@ static ssize_t post_rma(lmt_endpoint *ep, bool write, void *buf, size_t len, voi
 	                         .rma_iov = &rma,
 	                         .rma_iov_count = 1,
 	                         .context = context};
-	return write ? fi_writemsg(ep->ep, &msg, flags) : fi_readmsg(ep->ep, &msg, flags);
+	if (!lfi_shmlocal_enter(ep))
+		return -FI_ENOTCONN;
+	ssize_t rc = write ? fi_writemsg(ep->ep, &msg, flags) : fi_readmsg(ep->ep, &msg, flags);
+	lfi_shmlocal_leave(ep);
+	return rc;
 }
 
 int lfi_source_open(lmt_endpoint *ep)
@@ -310,6 +316,7 @@ static void post_queued(lmt_endpoint *ep)
 		ssize_t rc = post_rma(ep, true, head->buf, len, head->desc, head->addr, head->key,
 		                      &head->ctx, FI_COMPLETION | FI_DELIVERY_COMPLETE);
 		pthread_mutex_lock(&ep->lock);
+		ep->refusing = rc == -FI_EAGAIN;
 		if (rc == -FI_EAGAIN) {
 			untake_run(ep, head, first_len);
 			return; /* the channel's thread tries again */
@@ -338,6 +345,7 @@ void lfi_source_done(lmt_endpoint *ep, void *context, int status)
 		return; /* an error was reported with the error entry */
 	}
 	pthread_mutex_lock(&ep->lock);
+	ep->done_count++;
 	if (context == &ep->fence_op) {
 		ep->inflight--;
 		ep->fence_inflight = false;
@@ -383,6 +391,44 @@ void lfi_source_done(lmt_endpoint *ep, void *context, int status)
 	}
 	post_queued(ep);
 	pthread_mutex_unlock(&ep->lock);
+}
+
+/* A peer that went away without a word: libfabric 1.17's net neither
+ * completes nor fails writes to a destination that closed its endpoint;
+ * it answers every new one FI_EAGAIN while it tries to connect again.
+ * With operations in flight or refused, and for the instance's bound
+ * (idle-timeout) none completing and none taken, the channel fails.
+ * Checked every LFI_STALL_CHECK_NS. */
+void lfi_source_check_stall(lmt_endpoint *ep)
+{
+	struct lmt_instance *inst = ep->inst;
+	uint64_t bound = inst->base.timeout_ns;
+	uint64_t now = lmt__now_ns();
+	if (!bound || now - ep->stall_checked_ns < LFI_STALL_CHECK_NS ||
+	    atomic_load(&ep->broken))
+		return;
+	ep->stall_checked_ns = now;
+	pthread_mutex_lock(&ep->lock);
+	uint32_t inflight = ep->inflight;
+	bool waiting = inflight || ep->refusing;
+	uint64_t moves = ep->done_count + ep->transfers;
+	bool moved = moves != ep->stall_seen;
+	ep->stall_seen = moves;
+	bool refusing = ep->refusing;
+	pthread_mutex_unlock(&ep->lock);
+	if (!waiting || moved || !ep->stall_since_ns) {
+		ep->stall_since_ns = waiting ? now : 0;
+		return;
+	}
+	if (now - ep->stall_since_ns < bound)
+		return;
+	lfi_source_fail(inst, putil_error(&inst->base, LMT_ETIMEDOUT,
+	                                  "ofi channel %u: for %.1f s no operation completed "
+	                                  "(%u in flight) and the provider %s: the destination "
+	                                  "is gone or stalled",
+	                                  ep->channel, (double)bound / 1e9, inflight,
+	                                  refusing ? "refused every write (FI_EAGAIN)"
+	                                           : "took no write"));
 }
 
 void lfi_source_fence(lmt_endpoint *ep)
@@ -586,6 +632,7 @@ static ssize_t accept_write(lmt_endpoint *ep, const void *local, size_t len, voi
 	op->state = LFI_OP_POSTED;
 	op->riders = LFI_NONE;
 	ssize_t posted = post_rma(ep, true, (void *)local, len, desc, remote, key, &op->ctx, flags);
+	ep->refusing = posted == -FI_EAGAIN;
 	if (posted) {
 		op->state = LFI_OP_FREE;
 		return posted;

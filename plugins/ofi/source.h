@@ -23,6 +23,10 @@ int lfi_source_write(lmt_endpoint *ep, const void *local, size_t len, lmt_mr *lo
 void lfi_source_done(lmt_endpoint *ep, void *context, int status);
 /* Coalescing: post what waits, now that writes may have completed. */
 void lfi_source_post_queued(lmt_endpoint *ep);
+/* Fail the channel when writes wait (in flight or refused) and for the
+ * instance's bound none completed and none was taken: a peer gone
+ * without a word. */
+void lfi_source_check_stall(lmt_endpoint *ep);
 /* Fences: read the destination's fence region behind the writes that
  * completed locally, when they wait for one and no read is in flight. */
 void lfi_source_fence(lmt_endpoint *ep);

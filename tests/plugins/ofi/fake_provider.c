@@ -458,6 +458,22 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
 	return done;
 }
 
+/* A removed address names no peer any more; its slot is not reused. */
+static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint64_t flags)
+{
+	struct fake_av *av = (struct fake_av *)fid;
+	int rc = 0;
+	pthread_mutex_lock(&fake_lock);
+	for (size_t i = 0; i < count && !rc; i++) {
+		if (flags || fi_addr[i] >= av->count || !av->ids[fi_addr[i]])
+			rc = -FI_EINVAL;
+		else
+			av->ids[fi_addr[i]] = 0;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
 static int av_close(struct fid *fid)
 {
 	free(fid);
@@ -472,7 +488,8 @@ static struct fi_ops av_fid_ops = {
         .ops_open = no_ops_open,
 };
 
-static struct fi_ops_av av_ops = {.size = sizeof(struct fi_ops_av), .insert = av_insert};
+static struct fi_ops_av av_ops = {
+        .size = sizeof(struct fi_ops_av), .insert = av_insert, .remove = av_remove};
 
 static int av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av **out,
                    void *context)
