@@ -68,16 +68,20 @@ int lmt__destination_handle_zero(struct lmt_session *s, size_t length)
 	int rc = lmt__dec_zero(s->in, length, m, &err);
 	if (rc)
 		return lmt__fail(s, rc, "%s", err.message);
-	for (uint32_t i = 0; i < m->count; i++)
+	uint64_t pages = 0;
+	for (uint32_t i = 0; i < m->count; i++) {
 		if ((rc = check_run(s, &m->runs[i])))
 			return rc;
-	uint64_t pages = 0;
+		pages += m->runs[i].npages;
+	}
+	lmt__session_log(s, LMT_LOG_DEBUG, "ZERO %llu: %u runs, %llu pages",
+	                 (unsigned long long)d->zero_applied + 1, m->count,
+	                 (unsigned long long)pages);
 	for (uint32_t i = 0; i < m->count; i++) {
 		const struct lmt_msg_page *r = &m->runs[i];
 		const struct lmt_block *b = &s->blocks[r->block];
 		for (uint64_t p = r->page; p < r->page + r->npages; p++)
 			zero_page(b->host + (p << b->page_shift), b->page_size);
-		pages += r->npages;
 	}
 	pthread_mutex_lock(&s->lock);
 	s->stats.zero_pages += pages;

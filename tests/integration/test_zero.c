@@ -3,7 +3,9 @@
  * before, while the passes run. A page found all zero goes as a zero run
  * on the control connection, not as data; a write of the same page still
  * in flight (held and reordered by the chaos decorator in the second
- * case) must never land over the zero, nor the zero over a newer write.
+ * case) must never land over the zero, nor the zero over a newer write
+ * (a destination slow to apply zero runs, in the third: its log handler
+ * takes 10 ms over each, on the thread that applies them).
  * The destination ends bit for bit the source's; zero pages are counted in
  * the passes after the first; the bytes sent are the data pages' alone,
  * and the zero runs took fewer bytes than the pages they stand for. Both
@@ -88,12 +90,31 @@ static void *guest_run(void *arg)
 	return NULL;
 }
 
-static void migrate_zeroing(const char *plugin, const char *opts, uint64_t seed)
+static void quiet(void *opaque, enum lmt_log_level level, const char *msg)
+{
+}
+
+/* A destination that takes its time over each ZERO before it applies it,
+ * as a thread kept off its core would. */
+static void slow_over_zero(void *opaque, enum lmt_log_level level, const char *msg)
+{
+	if (strstr(msg, "ZERO ")) {
+		struct timespec ts = {.tv_nsec = 10000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void migrate_zeroing(const char *plugin, const char *opts, uint64_t seed, bool slow)
 {
 	struct guest_ram src, dst;
 	ram_fill(&src, RAM_BYTES, seed);
 	guest_ram_layout(&dst, ram_map(RAM_BYTES), RAM_BYTES);
 	struct dest_thread d = {.s = session_on(LMT_ROLE_DESTINATION, &dst, plugin, opts)};
+	if (slow) {
+		lmt_set_log_handler(quiet, NULL);
+		lmt_set_log_level(LMT_LOG_DEBUG);
+		assert_int_equal(lmt_session_set_log_handler(d.s, slow_over_zero, NULL), 0);
+	}
 	uint16_t port = 0;
 	assert_int_equal(lmt_load_listen(d.s, "127.0.0.1:0", &port), 0);
 	pthread_t t;
@@ -127,6 +148,10 @@ static void migrate_zeroing(const char *plugin, const char *opts, uint64_t seed)
 	if (rc)
 		fail_msg("%s: %s", plugin, lmt_session_error(s)->message);
 	pthread_join(t, NULL);
+	if (slow) {
+		lmt_set_log_level(LMT_LOG_ERROR);
+		lmt_set_log_handler(NULL, NULL);
+	}
 	if (d.rc)
 		fail_msg("%s: destination: %s", plugin, lmt_session_error(d.s)->message);
 	for (uint64_t off = 0; off < RAM_BYTES; off += GUEST_PAGE_SIZE)
@@ -176,10 +201,10 @@ static void migrate_zeroing(const char *plugin, const char *opts, uint64_t seed)
 static void test_zeroed_pages_go_as_zero_runs(void **state)
 {
 	migrate_zeroing(test_plugin(), "channels=2,chunk-size=16K,downtime-limit=1ms,verify=on",
-	                71);
+	                71, false);
 }
 
-/* Writes held for up to 20 ms and completed out of order: a write of a
+/* Writes held for up to 200 ms and completed out of order: a write of a
  * page is often still in flight when the guest has zeroed it, and a zero
  * run not yet answered when it has filled it again. */
 static void test_zero_runs_keep_order_with_writes_in_flight(void **state)
@@ -192,8 +217,23 @@ static void test_zero_runs_keep_order_with_writes_in_flight(void **state)
 		         "channels=2,chunk-size=16K,queue-depth=16,chaos.hold=200ms,chaos.delay=2ms,"
 		         "chaos.reorder=on,chaos.seed=%u,downtime-limit=1ms,verify=on",
 		         7919 + round);
-		migrate_zeroing(plugin, opts, 91 + round);
+		migrate_zeroing(plugin, opts, 91 + round, false);
 	}
+}
+
+/* The destination applies zero runs late, while the writes after them
+ * land at once: the source has ZERO messages unanswered at the limit and
+ * waits for answers on the control connection, and a page filled again
+ * after its zero run was sent must not be written before that run was
+ * answered. A switchover counted at 1 MB/s keeps every pass short of
+ * ready, so that none drains (and waits for the answers) before the next
+ * begins. */
+static void test_zero_runs_keep_order_with_a_slow_destination(void **state)
+{
+	migrate_zeroing(test_plugin(),
+	                "channels=2,chunk-size=16K,downtime-limit=1ms,switchover-bandwidth=1M,"
+	                "verify=on",
+	                113, true);
 }
 
 int main(void)
@@ -201,6 +241,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_zeroed_pages_go_as_zero_runs),
 	        cmocka_unit_test(test_zero_runs_keep_order_with_writes_in_flight),
+	        cmocka_unit_test(test_zero_runs_keep_order_with_a_slow_destination),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
