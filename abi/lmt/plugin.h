@@ -254,6 +254,12 @@ struct lmt_plugin_ops {
 	 * is called after it has sent its blobs; it may block (up to the
 	 * instance timeout) until the source connects. */
 	int (*ep_connect)(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
+	/* Close an endpoint; its writes in flight get no completion. Returns
+	 * promptly even when the peer is gone, and leaves no thread or request
+	 * touching memory. The channel may then be opened again on the same
+	 * instance, registrations and destination key blobs unchanged; the
+	 * source imports the keys again (docs/writing-a-plugin.md,
+	 * "Reopening a channel"). */
 	void (*ep_close)(lmt_endpoint *ep);
 
 	/* Register [addr, addr+len) for `access`. On the destination, `key`
@@ -276,7 +282,8 @@ struct lmt_plugin_ops {
 
 	/* Harvest up to `max` completions from all endpoints, waiting at most
 	 * `timeout_ns` for the first. Returns the number harvested (>= 0) or an
-	 * error (a broken channel, a dead peer). The destination calls it too. */
+	 * error (a broken channel, a dead peer), again on every call until the
+	 * endpoints that failed are closed. The destination calls it too. */
 	int (*progress)(lmt_instance *inst, struct lmt_completion *out, uint32_t max,
 	                uint64_t timeout_ns);
 

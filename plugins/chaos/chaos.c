@@ -2,9 +2,11 @@
  * through the ABI alone and injects faults from seeded options: delayed
  * and reordered completions, a failed write, a stalled transport (on the
  * destination: an engine that stops making progress), a dropped channel
- * or control connection, or the death or stop of its own process. */
+ * or control connection, a link cut or black-holed under every channel,
+ * or the death or stop of its own process. */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -26,10 +28,13 @@ enum chaos_fault {
 	CHAOS_DROP_CONTROL,
 	CHAOS_KILL,
 	CHAOS_STOP,
+	CHAOS_CUT,
+	CHAOS_BLACKHOLE,
 };
 
 static const char *const fault_names[] = {
-        "none", "fail-write", "stall", "drop-channel", "drop-control", "kill", "stop", NULL,
+        "none", "fail-write", "stall", "drop-channel", "drop-control",
+        "kill", "stop",       "cut",   "blackhole",    NULL,
 };
 
 /* Where the fault strikes: the events a plugin sees in each phase. */
@@ -41,6 +46,7 @@ enum chaos_point {
 	CHAOS_AT_REGISTER, /* destination: the Nth registration */
 	CHAOS_AT_TIME,     /* either side: N ms after the instance opened */
 	CHAOS_AT_READ,     /* a storage plugin's restore: the Nth read */
+	CHAOS_AT_BYTES,    /* mid-pass, source: the write that reaches N bytes */
 };
 
 static const struct lmt_option_desc chaos_options[] = {
@@ -48,11 +54,14 @@ static const struct lmt_option_desc chaos_options[] = {
          .type = LMT_OPT_ENUM,
          .default_value = "none",
          .enum_values = fault_names,
-         .doc = "what to break: fail-write, stall, drop-channel, drop-control, kill, stop"},
+         .doc = "what to break: fail-write, stall, drop-channel, drop-control, cut (every "
+                "channel and the control connection at once), blackhole (every channel "
+                "goes silent), kill, stop"},
         {.name = "at",
          .type = LMT_OPT_STRING,
          .default_value = "write:1",
-         .doc = "when: connect, write:N, progress:N, register:N, read:N, after-ms:N or flush"},
+         .doc = "when: connect, write:N, bytes:N (K, M, G), progress:N, register:N, read:N, "
+                "after-ms:N or flush"},
         {.name = "channel",
          .type = LMT_OPT_INT,
          .default_value = "0",
@@ -146,10 +155,13 @@ struct lmt_instance {
 
 	uint64_t opened_ns;
 	uint64_t writes;
+	uint64_t bytes;
 	uint64_t reads;
 	uint64_t progresses;
 	uint64_t registrations;
 	bool struck;
+	char at[48];      /* chaos.at, for the messages */
+	uint32_t nsilent; /* endpoints black-holed and not closed yet */
 	uint64_t stall_until;
 	struct held *held;
 	uint32_t nheld;
@@ -168,6 +180,8 @@ struct lmt_endpoint {
 	struct lmt_endpoint *in;
 	uint32_t channel;
 	bool dropped;
+	bool cut;    /* dropped by a cut: its errors say so */
+	bool silent; /* black-holed: writes vanish, nothing completes */
 };
 
 static uint64_t next_random(struct lmt_instance *i)
@@ -176,6 +190,25 @@ static uint64_t next_random(struct lmt_instance *i)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
+}
+
+/* A count's K, M or G suffix (bytes:N only): the multiplier, or 0. */
+static uint64_t suffix_scale(const char *end, bool sized)
+{
+	if (!*end)
+		return 1;
+	if (!sized || end[1])
+		return 0;
+	switch (*end) {
+	case 'K':
+		return 1ull << 10;
+	case 'M':
+		return 1ull << 20;
+	case 'G':
+		return 1ull << 30;
+	default:
+		return 0;
+	}
 }
 
 static int parse_point(struct lmt_instance *i, const char *at)
@@ -188,7 +221,7 @@ static int parse_point(struct lmt_instance *i, const char *at)
 	        {"connect", CHAOS_AT_CONNECT, false},   {"flush", CHAOS_AT_FLUSH, false},
 	        {"write:", CHAOS_AT_WRITE, true},       {"progress:", CHAOS_AT_PROGRESS, true},
 	        {"register:", CHAOS_AT_REGISTER, true}, {"after-ms:", CHAOS_AT_TIME, true},
-	        {"read:", CHAOS_AT_READ, true},
+	        {"read:", CHAOS_AT_READ, true},         {"bytes:", CHAOS_AT_BYTES, true},
 	};
 	for (size_t k = 0; k < sizeof(points) / sizeof(points[0]); k++) {
 		size_t n = strlen(points[k].name);
@@ -196,15 +229,22 @@ static int parse_point(struct lmt_instance *i, const char *at)
 			continue;
 		char *end = NULL;
 		unsigned long long count = points[k].counted ? strtoull(at + n, &end, 10) : 0;
-		if (points[k].counted && (!at[n] || *end || count == 0 || at[n] == '-'))
+		if (!points[k].counted) {
+			i->point = points[k].point;
+			i->point_n = 0;
+			return 0;
+		}
+		uint64_t scale = suffix_scale(end, points[k].point == CHAOS_AT_BYTES);
+		if (!at[n] || at[n] == '-' || end == at + n || count == 0 || !scale ||
+		    count > UINT64_MAX / scale)
 			break;
 		i->point = points[k].point;
-		i->point_n = count;
+		i->point_n = count * scale;
 		return 0;
 	}
 	return i->host->error(i->ctx, LMT_EINVAL,
-	                      "chaos.at: expected connect, write:N, progress:N, register:N, "
-	                      "read:N, after-ms:N or flush, got '%s'",
+	                      "chaos.at: expected connect, write:N, bytes:N (K, M or G), "
+	                      "progress:N, register:N, read:N, after-ms:N or flush, got '%s'",
 	                      at);
 }
 
@@ -217,6 +257,7 @@ static int read_options(struct lmt_instance *i)
 	i->fault = (enum chaos_fault)v.integer;
 	if (h->option(i->ctx, "chaos.at", &v) || parse_point(i, v.text))
 		return -LMT_EINVAL;
+	snprintf(i->at, sizeof(i->at), "%s", v.text);
 	h->option(i->ctx, "chaos.channel", &v);
 	i->drop_channel = (uint32_t)v.integer;
 	h->option(i->ctx, "chaos.stall", &v);
@@ -247,6 +288,54 @@ static void drop_endpoint(struct lmt_endpoint *ep)
 	ep->in = NULL;
 }
 
+/* The error of a call on an endpoint this side dropped. */
+static int dropped_error(struct lmt_endpoint *ep)
+{
+	struct lmt_instance *i = ep->inst;
+	if (ep->cut)
+		return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u: link cut at %s",
+		                      ep->channel, i->at);
+	return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped", ep->channel);
+}
+
+/* The link under every channel breaks, as a pulled cable with the peer
+ * told (a reset): each endpoint open now is closed underneath, and the
+ * control connection is dropped. The reason is recorded first, so that
+ * the session's error names the cut whichever failure the core sees
+ * first. Endpoints opened later (a reconnection) work again. */
+static void cut_link(struct lmt_instance *i)
+{
+	i->host->error(i->ctx, LMT_ECONN,
+	               "chaos: link cut at %s: every channel and the control connection dropped",
+	               i->at);
+	for (uint32_t c = 0; c < i->channels; c++)
+		if (i->eps[c]) {
+			i->eps[c]->cut = true;
+			drop_endpoint(i->eps[c]);
+		}
+	i->host->inject(i->ctx, LMT_FAULT_DROP_CONTROL);
+}
+
+/* The link goes silent, as a cable pulled with no reset: writes on the
+ * endpoints open now are accepted and vanish (the wrapped plugin never
+ * sees them, so nothing touches their memory), and whatever the wrapped
+ * plugin completes or reports on those channels is withheld, until the
+ * core closes them. The control connection is left alone. */
+static void blackhole_link(struct lmt_instance *i)
+{
+	/* A destination's transport may land and acknowledge writes from
+	 * threads of its own, out of this decorator's reach: the source's
+	 * black hole silences the data path both ways, a destination's is
+	 * none. */
+	if (i->role == LMT_ROLE_DESTINATION)
+		return;
+	for (uint32_t c = 0; c < i->channels; c++)
+		if (i->eps[c] && !i->eps[c]->silent && !i->eps[c]->dropped) {
+			i->eps[c]->silent = true;
+			i->nsilent++;
+		}
+}
+
 /* The fault strikes now, once, if `point` (and its count) is the one. */
 static void strike(struct lmt_instance *i, enum chaos_point point, uint64_t count)
 {
@@ -270,6 +359,12 @@ static void strike(struct lmt_instance *i, enum chaos_point point, uint64_t coun
 		break;
 	case CHAOS_DROP_CONTROL:
 		i->host->inject(i->ctx, LMT_FAULT_DROP_CONTROL);
+		break;
+	case CHAOS_CUT:
+		cut_link(i);
+		break;
+	case CHAOS_BLACKHOLE:
+		blackhole_link(i);
 		break;
 	case CHAOS_KILL:
 		raise(SIGKILL);
@@ -411,16 +506,43 @@ static int chaos_ep_connect(struct lmt_endpoint *ep, const struct lmt_blob *peer
 	strike(i, CHAOS_AT_CONNECT, 0);
 	if (stalled(i, 0) < 0)
 		return -LMT_ECANCELED;
-	return ep->dropped
-	               ? i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u dropped", ep->channel)
-	               : 0;
+	return ep->dropped ? dropped_error(ep) : 0;
+}
+
+/* What this decorator still holds of a closed endpoint: its writes are
+ * abandoned (no completion follows, as for any plugin's ep_close), so
+ * their captured data and their completions go. The channel's number may
+ * be opened again. */
+static void forget_endpoint(struct lmt_instance *i, struct lmt_endpoint *ep)
+{
+	for (uint32_t k = 0; k < i->nbounces;) {
+		if (i->bounces[k].ep != ep) {
+			k++;
+			continue;
+		}
+		bounce_release(i, &i->bounces[k]);
+		i->bounces[k] = i->bounces[--i->nbounces];
+	}
+	uint32_t keep = 0;
+	for (uint32_t k = 0; k < i->nheld; k++)
+		if (i->held[k].c.channel != ep->channel)
+			i->held[keep++] = i->held[k];
+	i->nheld = keep;
+	keep = 0;
+	for (uint32_t k = 0; k < i->nfailed; k++)
+		if (i->failed[k].channel != ep->channel)
+			i->failed[keep++] = i->failed[k];
+	i->nfailed = keep;
 }
 
 static void chaos_ep_close(struct lmt_endpoint *ep)
 {
 	struct lmt_instance *i = ep->inst;
+	if (ep->silent)
+		i->nsilent--;
 	if (!ep->dropped)
 		i->inner->ops.ep_close(ep->in);
+	forget_endpoint(i, ep);
 	i->eps[ep->channel] = NULL;
 	free(ep);
 }
@@ -513,7 +635,7 @@ static int post_due(struct lmt_instance *i)
 		uint32_t k =
 		        i->reorder ? (uint32_t)(next_random(i) % i->nbounces) : i->nbounces - left;
 		struct bounce *b = &i->bounces[k];
-		if (b->posted || b->post_at > now || b->ep->dropped)
+		if (b->posted || b->post_at > now || b->ep->dropped || b->ep->silent)
 			continue;
 		int rc = i->inner->ops.write(b->ep->in, b->data, b->len, b->mr, b->rkey, b->offset,
 		                             b->cookie);
@@ -533,8 +655,9 @@ static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, l
 	if (i->host->now_ns(i->ctx) < i->stall_until)
 		return -LMT_EAGAIN;
 	if (ep->dropped)
-		return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
-		                      ep->channel);
+		return dropped_error(ep);
+	if (ep->silent)
+		return 0; /* gone into the black hole: no completion will follow */
 	uint64_t n = i->writes + 1;
 	if (i->fault == CHAOS_FAIL_WRITE && !i->struck && i->point == CHAOS_AT_WRITE &&
 	    n == i->point_n) {
@@ -548,7 +671,10 @@ static int chaos_write(struct lmt_endpoint *ep, const void *local, size_t len, l
 	                    : i->inner->ops.write(ep->in, local, len, mr, rkey, offset, cookie);
 	if (rc == 0) {
 		i->writes = n;
+		i->bytes += len;
 		strike(i, CHAOS_AT_WRITE, n);
+		if (i->point == CHAOS_AT_BYTES && i->bytes >= i->point_n)
+			strike(i, CHAOS_AT_BYTES, i->point_n);
 	}
 	return rc;
 }
@@ -567,8 +693,7 @@ static int chaos_read(struct lmt_endpoint *ep, void *local, size_t len, lmt_rkey
 	if (i->host->now_ns(i->ctx) < i->stall_until)
 		return -LMT_EAGAIN;
 	if (ep->dropped)
-		return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
-		                      ep->channel);
+		return dropped_error(ep);
 	int rc = read(ep->in, local, len, rkey, offset, cookie);
 	if (rc == 0)
 		i->reads++;
@@ -581,8 +706,21 @@ static int gather(struct lmt_instance *i, uint64_t timeout_ns)
 	struct lmt_completion c[64];
 	uint32_t room = CHAOS_HELD_MAX - i->nheld;
 	int n = i->inner->ops.progress(i->in, c, room < 64 ? room : 64, timeout_ns);
+	if (n < 0 && i->nsilent) {
+		/* A black hole reports nothing, failures included. */
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+		return 0;
+	}
+	if (n < 0)
+		return n;
 	uint64_t now = i->host->now_ns(i->ctx);
+	int kept = 0;
 	for (int k = 0; k < n; k++) {
+		uint32_t ch = c[k].channel;
+		if (i->nsilent && ch < i->channels && i->eps[ch] && i->eps[ch]->silent)
+			continue;
+		kept++;
 		for (uint32_t b = 0; b < i->nbounces; b++)
 			if (i->bounces[b].posted && i->bounces[b].cookie == c[k].cookie) {
 				bounce_retire(i, b);
@@ -591,7 +729,7 @@ static int gather(struct lmt_instance *i, uint64_t timeout_ns)
 		uint64_t delay = i->delay_ns ? next_random(i) % (i->delay_ns + 1) : 0;
 		i->held[i->nheld++] = (struct held){c[k], now + delay};
 	}
-	return n;
+	return kept;
 }
 
 /* Hand back the completions whose time has come, shuffled if asked. */
@@ -623,8 +761,7 @@ static int dropped(struct lmt_instance *i)
 {
 	for (uint32_t c = 0; c < i->channels; c++)
 		if (i->eps[c] && i->eps[c]->dropped)
-			return i->host->error(i->ctx, LMT_ECONN, "chaos: channel %u was dropped",
-			                      c);
+			return dropped_error(i->eps[c]);
 	return 0;
 }
 
@@ -660,9 +797,22 @@ static int chaos_progress(struct lmt_instance *i, struct lmt_completion *out, ui
 	}
 }
 
+/* A flush into a black hole is never answered: it waits out its timeout. */
+static int silent_flush(struct lmt_instance *i, uint64_t timeout_ns)
+{
+	uint64_t deadline = i->host->now_ns(i->ctx) + timeout_ns;
+	int rc = hold_until(i, deadline, 0);
+	return rc ? rc
+	          : i->host->error(i->ctx, LMT_ETIMEDOUT,
+	                           "chaos: flush unanswered for %llu ms: link black-holed at %s",
+	                           (unsigned long long)(timeout_ns / 1000000), i->at);
+}
+
 static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
 {
 	strike(i, CHAOS_AT_FLUSH, 0);
+	if (i->nsilent)
+		return silent_flush(i, timeout_ns);
 	/* Everything posted before the flush must land: send what is held. */
 	for (uint32_t k = 0; k < i->nbounces; k++)
 		i->bounces[k].post_at = 0;
@@ -673,7 +823,8 @@ static int chaos_flush(struct lmt_instance *i, uint64_t timeout_ns)
 		if (rc)
 			return rc;
 		for (uint32_t k = 0; k < i->nbounces; k++)
-			held |= !i->bounces[k].posted && !i->bounces[k].ep->dropped;
+			held |= !i->bounces[k].posted && !i->bounces[k].ep->dropped &&
+			        !i->bounces[k].ep->silent;
 		if (!held)
 			break;
 		if (i->host->now_ns(i->ctx) >= deadline)

@@ -1,7 +1,7 @@
 /* Destination side of a libfabric channel: the source writes into it
  * without its help beyond progress, so what is left is the greeting, which
- * says the source has connected, and not closing under a connection that
- * is still being made. */
+ * says the source has connected. A connection the provider accepted but
+ * had not taken when the endpoint closes is conns.c's. */
 #define _GNU_SOURCE
 #include "destination.h"
 
@@ -9,8 +9,9 @@
 
 #include <rdma/fi_errno.h>
 
+#include "conns.h"
+
 #define LFI_GREETING_NAP_NS 1000000 /* a destination waiting for the greeting polls this often */
-#define LFI_LINGER_NS 1000000000ull /* longest wait for a greeting that may be on its way */
 
 bool lfi_dest_greeting_landed(const lmt_endpoint *ep)
 {
@@ -38,7 +39,6 @@ static int fatal(struct lmt_instance *inst)
 int lfi_dest_connect(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	atomic_store(&inst->connecting, true);
 	uint64_t deadline = lmt__deadline(inst->base.timeout_ns);
 	char what[64];
 	snprintf(what, sizeof(what), "ofi channel %u: waiting for the source to connect",
@@ -51,29 +51,7 @@ int lfi_dest_connect(lmt_endpoint *ep)
 			return rc;
 		putil_nap(LFI_GREETING_NAP_NS);
 	}
+	/* The source is in: nobody else needs to connect. */
+	lfi_conns_seal(ep);
 	return 0;
-}
-
-void lfi_dest_linger(lmt_endpoint *ep)
-{
-	struct lmt_instance *inst = ep->inst;
-	if (!inst->linger || !atomic_load(&inst->connecting) || !ep->published || greeted(ep))
-		return;
-	ep->published = false;
-	/* One wait for all the channels of the instance. */
-	if (!inst->linger_deadline)
-		inst->linger_deadline = lmt__deadline(LFI_LINGER_NS);
-	struct fi_cq_entry entries[LFI_CQ_BATCH];
-	while (!greeted(ep) && lmt__now_ns() < inst->linger_deadline) {
-		/* Writes land only while someone drives the provider. */
-		if (!ep->thread_started &&
-		    fi_cq_read(ep->cq, entries, LFI_CQ_BATCH) == -FI_EAVAIL) {
-			struct fi_cq_err_entry err = {0};
-			(void)fi_cq_readerr(ep->cq, &err, 0);
-		}
-		putil_nap(LFI_GREETING_NAP_NS);
-	}
-	if (!greeted(ep))
-		putil_log(&inst->base, LMT_LOG_DEBUG,
-		          "ofi channel %u: closing without the source's greeting", ep->channel);
 }

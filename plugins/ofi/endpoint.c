@@ -1,8 +1,9 @@
 /* Endpoints of the libfabric plugin: per channel one RDM endpoint, its
  * completion queue, the fence region whose key travels in the address
  * blob, and the thread that drives the provider. Writes, fences and
- * failures are the source's (source.c); the greeting's wait and the
- * linger at close are the destination's (destination.c). */
+ * failures are the source's (source.c); the greeting's wait is the
+ * destination's (destination.c); the connections on the endpoint's
+ * address are conns.c's. */
 #define _GNU_SOURCE
 #include "endpoint.h"
 
@@ -16,12 +17,16 @@
 #include <rdma/fi_errno.h>
 
 #include "destination.h"
+#include "conns.h"
 #include "provider.h"
 #include "region.h"
+#include "shmlock.h"
+#include "sink.h"
 #include "source.h"
 
 #define LFI_POLL_SPINS 64 /* empty polls before a polling thread naps */
 #define LFI_SLICE_MS 100  /* how long a progress thread sleeps at most */
+#define LFI_STUCK_NS 100000000ull /* a lock a frozen peer holds this long is released */
 
 static const char *role_name(uint8_t role)
 {
@@ -64,16 +69,25 @@ static void cq_error(lmt_endpoint *ep)
 		                     ep->channel, fi_strerror((int)-n)));
 		return;
 	}
+	/* An unasked message that did not fit, or was cut: dropped all the
+	 * same, and no concern of the session's. */
+	if (err.op_context && lfi_sink_done(ep, err.op_context))
+		return;
 	char buf[256];
 	const char *text = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, buf, sizeof(buf));
 	int code = lfi_code(err.err);
-	/* ofi_rxm cancels what was queued on a connection its peer closed:
-	 * unless lmt itself is cancelling, the peer is what went away. */
+	/* net cancels what was queued on a connection its peer closed: unless
+	 * lmt itself is cancelling, the peer is what went away. Over shm a
+	 * transfer fails (EIO: the copy from the peer's memory) once the
+	 * peer's process is gone: that is a broken connection too. */
 	if (code == LMT_ECANCELED && !putil_cancelled(&inst->base))
+		code = LMT_ECONN;
+	if (inst->shm && code == LMT_EIO && lfi_shmlock_peer_died(ep))
 		code = LMT_ECONN;
 	const char *what = err.op_context == &ep->fence_op      ? "fence read"
 	                   : err.op_context == &ep->greeting_op ? "greeting"
-	                                                        : "write";
+	                   : err.op_context                     ? "write"
+	                                                        : "transfer";
 	int rc = putil_error(
 	        &inst->base, code, "ofi channel %u: %s failed: %s (provider %s: %s, error %d)",
 	        ep->channel, what, fi_strerror(err.err), inst->info->fabric_attr->prov_name,
@@ -96,6 +110,14 @@ static void *channel_thread(void *arg)
 	bool fencing = source && inst->visibility == LFI_FENCE;
 	unsigned idle = 0;
 	while (!atomic_load(&ep->stopping)) {
+		/* A lock of shm's held by a peer that stopped or died: any
+		 * call into the provider would spin in it. */
+		if (inst->shm && lfi_shmlock_stuck(ep)) {
+			putil_nap(LFI_POLL_NAP_NS);
+			if (source)
+				lfi_source_abandon(ep);
+			continue;
+		}
 		/* While the channel connects, the provider's connection steps
 		 * are driven from here: no long sleeps until the greeting is
 		 * posted (source) or has landed (destination). */
@@ -107,7 +129,8 @@ static void *channel_thread(void *arg)
 		if (n > 0) {
 			idle = 0;
 			for (ssize_t i = 0; i < n; i++)
-				completed(ep, entries[i].op_context, 0);
+				if (!lfi_sink_done(ep, entries[i].op_context))
+					completed(ep, entries[i].op_context, 0);
 		} else if (n == -FI_EAVAIL) {
 			cq_error(ep);
 		} else if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_ECANCELED ||
@@ -121,6 +144,8 @@ static void *channel_thread(void *arg)
 			                 fi_strerror((int)-n)));
 			break;
 		}
+		lfi_sink_refill(ep);
+		lfi_conns_trim(ep);
 		if (!source)
 			continue;
 		if (!ep->greeting_posted) {
@@ -138,14 +163,32 @@ static void *channel_thread(void *arg)
 	}
 	if (source)
 		lfi_source_abandon(ep);
+	atomic_store(&ep->thread_exited, true);
 	return NULL;
+}
+
+/* Over shm, wait for the channel's thread to leave the provider: a lock
+ * a stopped or dead peer kept holding for LFI_STUCK_NS is released. */
+static void await_thread(lmt_endpoint *ep)
+{
+	uint64_t since = 0;
+	while (!atomic_load(&ep->thread_exited)) {
+		putil_nap(LFI_POLL_NAP_NS);
+		if (!lfi_shmlock_stuck(ep)) {
+			since = 0;
+			continue;
+		}
+		uint64_t now = lmt__now_ns();
+		if (!since)
+			since = now;
+		else if (now - since >= LFI_STUCK_NS)
+			lfi_shmlock_break(ep);
+	}
 }
 
 void lfi_endpoint_stop(lmt_endpoint *ep)
 {
 	struct lmt_instance *inst = ep->inst;
-	if (inst->base.role == LMT_ROLE_DESTINATION)
-		lfi_dest_linger(ep);
 	if (!ep->thread_started)
 		return;
 	if (inst->base.role == LMT_ROLE_SOURCE)
@@ -154,6 +197,8 @@ void lfi_endpoint_stop(lmt_endpoint *ep)
 	/* Without a wait object (util CQs), there is nothing to signal. */
 	if (inst->cq_wait)
 		fi_cq_signal(ep->cq);
+	if (inst->shm)
+		await_thread(ep);
 	pthread_join(ep->thread, NULL);
 	ep->thread_started = false;
 }
@@ -168,7 +213,14 @@ static void destroy(lmt_endpoint *ep)
 	lfi_close_fid(inst, ep->fence_mr ? &ep->fence_mr->fid : NULL, "a fence region");
 	if (ep->fence_mapped)
 		lfi_key_unmap(inst, ep->fence_key);
+	/* Closing may take shm's locks too: none is left to a frozen peer. */
+	lfi_shmlock_settle(ep);
+	lfi_shmlock_forget_dead_peer(ep);
+	/* Before and after: a connection accepted meanwhile is noted too. */
+	lfi_conns_note(ep);
 	lfi_close_fid(inst, ep->ep ? &ep->ep->fid : NULL, "an endpoint");
+	lfi_conns_note(ep);
+	lfi_sink_close(ep);
 	lfi_close_fid(inst, ep->cq ? &ep->cq->fid : NULL, "a completion queue");
 	if (inst->base.role == LMT_ROLE_SOURCE)
 		lfi_source_close(ep);
@@ -192,6 +244,7 @@ static int name_shm_endpoint(lmt_endpoint *ep)
 		return rc;
 	char name[48];
 	snprintf(name, sizeof(name), "fi_shm://lmt-%016llx", (unsigned long long)r);
+	snprintf(ep->shm_name, sizeof(ep->shm_name), "%s", name);
 	if ((rc = fi_setname(&ep->ep->fid, name, strlen(name) + 1)))
 		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_setname: %s",
 		                   ep->channel, fi_strerror(-rc));
@@ -222,7 +275,7 @@ static int open_fids(lmt_endpoint *ep)
 	if ((rc = fi_enable(ep->ep)))
 		return putil_error(&inst->base, lfi_code(-rc), "ofi channel %u: fi_enable: %s",
 		                   ep->channel, fi_strerror(-rc));
-	return 0;
+	return lfi_sink_open(ep);
 }
 
 /* The fence region: the destination's is readable by the source, the
@@ -256,6 +309,10 @@ static int describe(lmt_endpoint *ep, struct lfi_addr *a, struct lmt_blob *addr)
 		return putil_error(&inst->base, LMT_EIO, "ofi channel %u: fi_getname: %s",
 		                   ep->channel, rc ? fi_strerror(-rc) : "no name");
 	a->name_len = (uint16_t)len;
+	if (inst->sockets && len <= sizeof(ep->bound)) {
+		memcpy(&ep->bound, a->name, len);
+		ep->bound_len = (socklen_t)len;
+	}
 	if ((rc = open_fence(ep, a)))
 		return rc;
 	a->role = (uint8_t)inst->base.role;
@@ -292,7 +349,9 @@ int lfi_endpoint_open(struct lmt_instance *inst, uint32_t channel, lmt_endpoint 
 		destroy(ep);
 		return rc;
 	}
-	ep->published = true;
+	/* A source connects out and never needs to be connected to. */
+	if (inst->base.role == LMT_ROLE_SOURCE)
+		lfi_conns_seal(ep);
 	*out = ep;
 	return 0;
 }
@@ -389,6 +448,8 @@ static int insert_peer(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	}
 	if (!rc) {
 		int n = fi_av_insert(inst->av, a->name, 1, &ep->peer, 0, NULL);
+		if (n == 1 && inst->shm && ep->shm_name[0])
+			lfi_shmlock_find(ep, a->name, a->name_len);
 		if (n != 1)
 			rc = putil_error(
 			        &inst->base, n < 0 ? lfi_code(-n) : LMT_EPROTO,
@@ -419,6 +480,11 @@ int lfi_endpoint_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr)
 	putil_log(&inst->base, LMT_LOG_DEBUG, "ofi channel %u: peer inserted", ep->channel);
 	if (!source)
 		return lfi_dest_connect(ep);
+	/* Over shm the channel's thread posts the greeting: a post there may
+	 * meet a lock a stopped peer holds, which only the thread can wait
+	 * out. */
+	if (inst->shm)
+		return 0;
 	rc = lfi_source_greet(ep);
 	return rc < 0 ? rc : 0;
 }
@@ -431,5 +497,10 @@ void lfi_endpoint_close(lmt_endpoint *ep)
 		putil_log(&inst->base, LMT_LOG_DEBUG,
 		          "ofi channel %u: %llu writes coalesced into %llu transfers", ep->channel,
 		          (unsigned long long)ep->writes, (unsigned long long)ep->transfers);
+	if (ep->sink_taken || ep->trims)
+		putil_log(&inst->base, LMT_LOG_WARN,
+		          "ofi channel %u: dropped %lu messages nobody asked for and shut %u "
+		          "connections down beyond the %d kept",
+		          ep->channel, ep->sink_taken, ep->trims, LFI_CONNS_MAX);
 	destroy(ep);
 }

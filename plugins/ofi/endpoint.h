@@ -13,8 +13,8 @@ int lfi_endpoint_open(struct lmt_instance *inst, uint32_t channel, lmt_endpoint 
 /* ep_connect: the peer enters the address vector and the channel's
  * thread starts; the source greets, the destination waits for it. */
 int lfi_endpoint_connect(lmt_endpoint *ep, const struct lmt_blob *peer_addr);
-/* Stop the endpoint's thread, if it runs: a destination lingers first, a
- * source drains. instance_close stops every thread before anything else. */
+/* Stop the endpoint's thread, if it runs; a source drains first.
+ * instance_close stops every thread before anything else. */
 void lfi_endpoint_stop(lmt_endpoint *ep);
 /* Stop, close and free an endpoint out of the channel table. */
 void lfi_endpoint_close(lmt_endpoint *ep);

@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -24,6 +26,7 @@
 #define LFI_MAX_CHANNELS LFI_KEYS_MAX
 #define LFI_POLL_NAP_NS 50000 /* how long a thread that polls naps */
 #define LFI_CQ_BATCH 32       /* completions read at once */
+#define LFI_SINK_RING 8       /* receives of each kind kept posted for unasked messages */
 
 /* How a write is known to be visible at the target. */
 enum lfi_visibility {
@@ -89,6 +92,7 @@ struct lmt_endpoint {
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool stopping;
+	atomic_bool thread_exited;
 
 	/* The fence region: readable by the source on the destination, the
 	 * landing buffer of fence reads on the source. The source's first
@@ -125,10 +129,36 @@ struct lmt_endpoint {
 	atomic_int broken;
 	atomic_bool abandoned;
 
-	/* Destination: the address went out (a source may be connecting),
-	 * and whether the greeting arrived. */
-	bool published;
+	/* Destination: whether the greeting arrived. */
 	bool greeted;
+	/* Receives that drop what strangers send (sink.c): their contexts,
+	 * the first half plain, the second tagged; those the provider has not
+	 * taken back yet; how many messages they dropped. */
+	struct fi_context2 sink_ctx[2 * LFI_SINK_RING];
+	uint8_t *sink_buf;
+	uint32_t sink_unposted;
+	unsigned long sink_taken;
+
+	/* Over shm: the endpoint's name, and the locks of its own region and
+	 * its peer's, what an unlocked one holds, and the peer's process and
+	 * whether it was last seen stopped or gone (shmlock.c). */
+	char shm_name[48];
+	char shm_peer_name[48];
+	int *shm_lock[2];
+	int shm_unlocked;
+	int shm_peer_pid;
+	uint64_t shm_checked_ns;
+	bool shm_frozen;
+	bool shm_looking; /* the peer's region is not mapped yet */
+	uint64_t shm_looked_ns;
+
+	/* The listening address, over sockets, and when the channel's thread
+	 * last trimmed its connections (conns.c). */
+	struct sockaddr_storage bound;
+	socklen_t bound_len;
+	uint64_t trimmed_ns;
+	bool sealed;    /* takes no more connections */
+	unsigned trims; /* connections shut down beyond LFI_CONNS_MAX */
 };
 
 struct lmt_instance {
@@ -150,13 +180,15 @@ struct lmt_instance {
 
 	/* Endpoints by channel, the completion queue, failure settling. */
 	struct putil_channels channels;
-	/* Destination: a source may be connecting since the first ep_connect;
-	 * endpoints closed without its greeting wait until linger_deadline. */
-	atomic_bool connecting;
-	uint64_t linger_deadline;
-	/* Over tcp only: the leak lingering works around is tcp's, and shm
-	 * may touch a departed peer's memory when driven after it left. */
-	bool linger;
+	/* The provider moves data over TCP sockets of its own (net, or the
+	 * native tcp of later libfabric): conns.c bounds the connections it
+	 * accepts, and closes those it lost at close (noted by inode). */
+	bool sockets;
+	bool sink; /* endpoints post receives that drop unasked messages (sink.c) */
+	struct {
+		ino_t *inode;
+		size_t count, size;
+	} conns;
 	/* Over shm: a source closing a channel first waits, until
 	 * greeting_deadline, for its greeting to complete, and drains its
 	 * writes without the quiet bound (source.c). */

@@ -14,6 +14,7 @@
 
 #include "endpoint.h"
 #include "instance.h"
+#include "conns.h"
 #include "provider.h"
 #include "region.h"
 #include "source.h"
@@ -26,8 +27,8 @@ static const struct lmt_option_desc lfi_options[] = {
          .type = LMT_OPT_STRING,
          .default_value = "",
          .flags = LMT_OPTF_MATCH,
-         .doc = "libfabric provider (tcp, shm, verbs, or a layering such as tcp;ofi_rxm); "
-                "empty = the best available"},
+         .doc = "libfabric provider: tcp (in libfabric 1.17 its native RDM, net), net or shm; "
+                "ofi_rxm and ofi_rxd layerings are refused; empty = the first taken"},
         {.name = "domain",
          .type = LMT_OPT_STRING,
          .default_value = "",
@@ -45,8 +46,8 @@ static const struct lmt_option_desc lfi_options[] = {
          .enum_values = lfi_coalesce_names,
          .doc = "the channel's thread posts every write, up to 1 MiB in flight, merged "
                 "where contiguous under one key; auto = on for shm, whose target copies "
-                "under a lock the sender spins on, and for tcp, which sends inside the "
-                "post (source only)"},
+                "under a lock the sender spins on, and for net (tcp), which sends inside "
+                "the post (source only)"},
         {.name = "mr-mode",
          .type = LMT_OPT_STRING,
          .default_value = "",
@@ -225,6 +226,8 @@ static void lfi_instance_close(lmt_instance *inst)
 	}
 	putil_channels_fini(c);
 	lfi_provider_close(inst);
+	/* Nothing of the provider's is left to hold them. */
+	lfi_conns_close(inst);
 	putil_registry_fini(&inst->registry);
 	free(inst);
 }
@@ -313,16 +316,16 @@ static const struct lmt_plugin lfi_plugin = {
         .struct_size = sizeof(struct lmt_plugin),
         .write_access =
                 "a write needs a memory key of this session: FI_EP_RDM takes RMA from any "
-                "peer that reaches the endpoint, and libfabric 1.17's tcp, shm, net and "
-                "verbs ignore or refuse auth_key, so the key is the whole credential. "
-                "tcp;ofi_rxm, shm, net (no FI_MR_PROV_KEY): keys drawn by lmt from "
-                "getrandom over mr_key_size, 64-bit. verbs;ofi_rxm and any provider with "
-                "FI_MR_PROV_KEY or FI_MR_RAW: the provider's keys (verbs: the NIC's 32-bit "
-                "rkey), guessable; keys under 8 bytes likewise; the destination warns at "
-                "setup.",
+                "peer that reaches the endpoint, and libfabric 1.17's net and shm ignore or "
+                "refuse auth_key, so the key is the whole credential. net (ofi.provider=tcp) "
+                "and shm (no FI_MR_PROV_KEY): keys drawn by lmt from getrandom over "
+                "mr_key_size, 64-bit; over net a source's endpoints take no connection, a "
+                "destination's none once its source is in (guest RAM is registered after). "
+                "A provider with FI_MR_PROV_KEY or FI_MR_RAW: the provider's keys, "
+                "guessable; keys under 8 bytes likewise; the destination warns at setup.",
         .name = "ofi",
         .version = LMT_VERSION,
-        .description = "libfabric RMA writes over any provider (tcp, shm, verbs, ...)",
+        .description = "libfabric RMA writes over net (tcp) and shm",
         .caps = LMT_CAP_LOCAL_MR | LMT_CAP_PIN | LMT_CAP_MULTI_CHANNEL | LMT_CAP_TARGET_PROGRESS |
                 LMT_CAP_MERGES_RUNS,
         .options = lfi_options,

@@ -12,6 +12,8 @@
 
 #include <rdma/fi_errno.h>
 
+#include "policy.h"
+
 #define LFI_API_VERSION FI_VERSION(1, 17)
 #define LFI_QUEUE_MAX 1024u /* writes per channel, posted and not harvested */
 
@@ -71,7 +73,10 @@ static struct fi_info *make_hints(const struct lfi_choice *c, enum lfi_variant v
 	if (!h)
 		return NULL;
 	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_RMA | FI_MSG;
+	/* RMA only: lmt sends no message. Asking for FI_MSG bounded nothing
+	 * (providers take messages whatever the caps say); policy.c decides
+	 * which providers keep what a peer sends in bounds. */
+	h->caps = FI_RMA | c->caps;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
 	h->addr_format = FI_FORMAT_UNSPEC;
 	h->domain_attr->mr_mode = (int)offer;
@@ -182,6 +187,10 @@ static int explain(struct lmt_instance *inst, const struct lfi_choice *c)
 	int rc = query(c, LFI_VARIANT_BASIC, LFI_MR_MODES, false, false, &list);
 	if (rc && rc != -FI_ENODATA)
 		return putil_error(&inst->base, LMT_EIO, "ofi: fi_getinfo: %s", fi_strerror(-rc));
+	/* Name only the providers the plugin would take. */
+	struct lfi_refusal refused;
+	if (!rc)
+		lfi_policy_filter(&list, LFI_API_VERSION, &refused);
 	list_names(list, false, names, sizeof(names));
 	fi_freeinfo(list);
 	if (!c->provider[0] && rc == -FI_ENODATA)
@@ -226,23 +235,81 @@ static bool has_source(const struct fi_info *i, const char *host)
 	return false;
 }
 
+/* The variants to try, in order, for each ofi.completion. */
+static const enum lfi_variant variant_order[3][3] = {
+        [LFI_COMPLETION_AUTO] = {LFI_VARIANT_DELIVERY, LFI_VARIANT_ORDERED_READ,
+                                 LFI_VARIANT_FENCED_READ},
+        [LFI_COMPLETION_DELIVERY] = {LFI_VARIANT_DELIVERY, LFI_VARIANT_DELIVERY,
+                                     LFI_VARIANT_DELIVERY},
+        [LFI_COMPLETION_FENCE] = {LFI_VARIANT_ORDERED_READ, LFI_VARIANT_FENCED_READ,
+                                  LFI_VARIANT_FENCED_READ},
+};
+
+/* The entries of the first variant that answers with a provider the
+ * policy takes: 0, -FI_ENODATA, or another -FI_E*. The first provider the
+ * policy refused, if any, is in *refused. */
+static int candidates(const struct lfi_choice *c, struct fi_info **list, enum lfi_variant *variant,
+                      struct lfi_refusal *refused)
+{
+	int rc = -FI_ENODATA;
+	refused->provider[0] = 0;
+	refused->why = NULL;
+	for (int i = 0; i < 3 && rc == -FI_ENODATA; i++) {
+		*variant = variant_order[c->completion][i];
+		rc = query(c, *variant, c->offer, true, true, list);
+		if (rc)
+			continue;
+		struct lfi_refusal r;
+		if (!lfi_policy_filter(list, LFI_API_VERSION, &r))
+			rc = -FI_ENODATA;
+		if (r.why && !refused->why)
+			*refused = r;
+	}
+	return rc;
+}
+
 static int choose_provider(struct lmt_instance *inst, const struct lfi_choice *c)
 {
-	static const enum lfi_variant order[3][3] = {
-	        [LFI_COMPLETION_AUTO] = {LFI_VARIANT_DELIVERY, LFI_VARIANT_ORDERED_READ,
-	                                 LFI_VARIANT_FENCED_READ},
-	        [LFI_COMPLETION_DELIVERY] = {LFI_VARIANT_DELIVERY, LFI_VARIANT_DELIVERY,
-	                                     LFI_VARIANT_DELIVERY},
-	        [LFI_COMPLETION_FENCE] = {LFI_VARIANT_ORDERED_READ, LFI_VARIANT_FENCED_READ,
-	                                  LFI_VARIANT_FENCED_READ},
-	};
 	struct fi_info *list = NULL;
 	enum lfi_variant variant = LFI_VARIANT_DELIVERY;
-	int rc = -FI_ENODATA;
-	for (int i = 0; i < 3 && rc == -FI_ENODATA; i++) {
-		variant = order[c->completion][i];
-		rc = query(c, variant, c->offer, true, true, &list);
+	struct lfi_refusal refused;
+	int rc = candidates(c, &list, &variant, &refused);
+	/* tcp in libfabric 1.17 answers RDM only as tcp;ofi_rxm: its native
+	 * RDM over TCP is the provider net. */
+	const char *alt = rc == -FI_ENODATA && refused.why && c->provider[0]
+	                          ? lfi_policy_alternative(c->provider)
+	                          : NULL;
+	if (alt) {
+		struct lfi_choice instead = *c;
+		struct lfi_refusal again;
+		instead.provider = alt;
+		rc = candidates(&instead, &list, &variant, &again);
+		if (rc == 0)
+			putil_log(&inst->base, LMT_LOG_DEBUG,
+			          "ofi.provider=%s: libfabric offers it for RDM only as %s, which lmt "
+			          "refuses; taking %s, its native RDM over TCP",
+			          c->provider, refused.provider, alt);
 	}
+	/* A provider over sockets gets receives that take and drop what
+	 * strangers send (sink.c): the same choice, with messages. */
+	if (rc == 0 && lfi_policy_sinks(list->fabric_attr->prov_name)) {
+		struct lfi_choice with_rx = *c;
+		struct fi_info *again = NULL;
+		struct lfi_refusal none;
+		enum lfi_variant v;
+		with_rx.provider = list->fabric_attr->prov_name;
+		with_rx.caps = FI_MSG | FI_TAGGED;
+		if (candidates(&with_rx, &again, &v, &none) == 0 && v == variant) {
+			fi_freeinfo(list);
+			list = again;
+		} else {
+			fi_freeinfo(again);
+		}
+	}
+	if (rc == -FI_ENODATA && refused.why)
+		return putil_error(&inst->base, LMT_ENOTSUP, "ofi.provider=%s: provider %s refused: %s",
+		                   c->provider[0] ? c->provider : "(any)", refused.provider,
+		                   refused.why);
 	if (rc == -FI_ENODATA)
 		return explain(inst, c);
 	if (rc)
@@ -287,15 +354,16 @@ static int choose_provider(struct lmt_instance *inst, const struct lfi_choice *c
 		                   "ofi.coalesce=on needs delivery completion; provider %s gives "
 		                   "visibility by fence reads here",
 		                   inst->info->fabric_attr->prov_name);
-	bool tcp = strstr(inst->info->fabric_attr->prov_name, "tcp") != NULL;
-	inst->linger = tcp;
-	inst->shm = strstr(inst->info->fabric_attr->prov_name, "shm") != NULL;
-	/* auto: shm's sender spins on the target's copy lock, and tcp sends
+	const char *name = inst->info->fabric_attr->prov_name;
+	inst->sockets = strcmp(name, "net") == 0 || strcmp(name, "tcp") == 0;
+	inst->shm = strcmp(name, "shm") == 0;
+	inst->sink = (inst->info->caps & FI_MSG) && lfi_policy_sinks(name);
+	/* auto: shm's sender spins on the target's copy lock, and net sends
 	 * inside the post, so either would hold the VMM's thread in iterate
 	 * past its budget (docs/ofi.md). */
 	inst->coalesce = inst->base.role == LMT_ROLE_SOURCE && inst->visibility == LFI_DELIVERY &&
 	                 (c->coalesce == LFI_COALESCE_ON ||
-	                  (c->coalesce == LFI_COALESCE_AUTO && (inst->shm || tcp)));
+	                  (c->coalesce == LFI_COALESCE_AUTO && (inst->shm || inst->sockets)));
 	return 0;
 }
 

@@ -34,6 +34,7 @@ struct lfi_choice {
 	int coalesce;   /* enum lfi_coalesce_option */
 	uint64_t offer; /* FI_MR_* modes offered */
 	bool force_local;
+	uint64_t caps; /* asked for beyond FI_RMA */
 };
 
 /* Choose the provider, open its fabric, domain and address vector, and

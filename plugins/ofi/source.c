@@ -12,6 +12,7 @@
 #include <rdma/fi_rma.h>
 
 #include "provider.h"
+#include "shmlock.h"
 
 #define LFI_NONE UINT32_MAX
 #define LFI_COALESCE_MAX (64u << 20)   /* largest merged write */
@@ -445,7 +446,8 @@ static void await_greeting(lmt_endpoint *ep)
 	/* Not only a greeting posted: shm sends the request on the first
 	 * attempt and answers FI_EAGAIN until it is served, so a channel
 	 * whose greeting is still being retried has a request out too. */
-	if (!inst->shm || !ep->connected || atomic_load(&ep->greeting_done))
+	if (!inst->shm || !ep->connected || atomic_load(&ep->greeting_done) ||
+	    lfi_shmlock_peer_frozen(ep))
 		return;
 	if (!inst->greeting_deadline)
 		inst->greeting_deadline = lmt__deadline(LFI_GREETING_WAIT_NS);
@@ -461,6 +463,9 @@ static void await_greeting(lmt_endpoint *ep)
  * pauses fit in. */
 void lfi_source_drain(lmt_endpoint *ep)
 {
+	/* A peer that no longer runs completes nothing. */
+	if (ep->inst->shm && lfi_shmlock_peer_frozen(ep))
+		return;
 	await_greeting(ep);
 	uint64_t quiet_ns = ep->inst->shm ? LFI_DRAIN_NS : LFI_DRAIN_QUIET_NS;
 	uint64_t deadline = lmt__deadline(LFI_DRAIN_NS);
@@ -567,6 +572,10 @@ static ssize_t accept_write(lmt_endpoint *ep, const void *local, size_t len, voi
 			fi_cq_signal(ep->cq);
 		return 0;
 	}
+	/* The caller posts itself (ofi.coalesce=off): never into a lock a
+	 * stopped or dead peer holds. */
+	if (inst->shm && lfi_shmlock_stuck(ep))
+		return -FI_EAGAIN;
 	uint64_t flags = FI_COMPLETION;
 	if (inst->visibility == LFI_DELIVERY)
 		flags |= FI_DELIVERY_COMPLETE;

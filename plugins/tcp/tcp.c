@@ -161,6 +161,7 @@ static void tcp_ep_close(lmt_endpoint *ep)
 	else
 		tcp_dest_ep_close(ep);
 	tcp_tls_close(ep);
+	putil_channels_closed(&inst->channels, ep->channel);
 	free(ep);
 }
 

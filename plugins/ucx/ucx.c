@@ -307,6 +307,7 @@ static void ucx_ep_close(lmt_endpoint *ep)
 		ucx_source_ep_close(ep);
 	else
 		ucx_dest_ep_close(ep);
+	putil_channels_closed(&inst->channels, ep->channel);
 	free(ep);
 }
 

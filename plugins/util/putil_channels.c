@@ -80,11 +80,44 @@ static void check_settled(struct putil_channels *c)
 	pthread_cond_broadcast(&c->cond);
 }
 
+/* A closed channel's writes are abandoned: completions of them still
+ * queued go, and the channel starts afresh if it is opened again. Called
+ * with the lock. */
+static void forget_channel(struct putil_channels *c, uint32_t channel)
+{
+	uint32_t cap = c->count * c->depth, kept = 0;
+	for (uint32_t k = 0; k < c->ring_used; k++) {
+		struct lmt_completion e = c->ring[(c->ring_first + k) % cap];
+		if (e.channel != channel)
+			c->ring[(c->ring_first + kept++) % cap] = e;
+	}
+	c->ring_used = kept;
+	c->ch[channel] = (struct putil_channel){0};
+}
+
 void putil_channels_detach(struct putil_channels *c, uint32_t channel)
 {
 	pthread_mutex_lock(&c->lock);
 	c->ch[channel].ep = NULL;
 	check_settled(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void putil_channels_closed(struct putil_channels *c, uint32_t channel)
+{
+	pthread_mutex_lock(&c->lock);
+	forget_channel(c, channel);
+	bool any = false;
+	for (uint32_t i = 0; i < c->count; i++)
+		any |= c->ch[i].ep != NULL;
+	if (!any) {
+		/* The failure ends with the endpoints it broke: channels opened
+		 * again start clean (docs/writing-a-plugin.md, "Reopening a
+		 * channel"). */
+		c->failing = 0;
+		c->fatal = 0;
+	}
+	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 }
 

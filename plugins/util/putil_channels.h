@@ -58,6 +58,10 @@ int putil_channels_check_open(struct putil_channels *c, uint32_t channel);
 void putil_channels_attach(struct putil_channels *c, uint32_t channel, void *ep);
 /* ep_close: out of the table first, as other channels' threads look there. */
 void putil_channels_detach(struct putil_channels *c, uint32_t channel);
+/* ep_close, once the channel's threads are gone: its writes are abandoned,
+ * so its completions not yet harvested go; once no channel is open, the
+ * failure is over and channels opened again start clean. */
+void putil_channels_closed(struct putil_channels *c, uint32_t channel);
 /* The endpoint of `channel`, or NULL. Call with the lock held when
  * another thread may attach or detach. */
 void *putil_channels_endpoint(const struct putil_channels *c, uint32_t channel);

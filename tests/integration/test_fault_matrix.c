@@ -2,7 +2,8 @@
  * stop the source, the destination, the control connection or a data
  * channel, during setup, mid-pass and during complete, and cancel from
  * another thread in each phase. In every cell both sides fail within a
- * bound, the side in this process leaves no descriptor or thread behind,
+ * bound, the side in this process leaves no descriptor or thread behind
+ * (and, where its own decorator cut the link, names the cut in its error),
  * the source guest's memory is never written (lmt gets a read-only view of
  * it while a workload keeps dirtying it through another), and a fresh
  * migration afterwards succeeds. Faults come from the chaos decorator. */
@@ -87,6 +88,12 @@ static const struct cell cells[] = {
         {"channel dropped in complete", DESTINATION, "fault=drop-channel,at=flush", NULL, 0, 0, 1},
         {"channel dropped by the destination", SOURCE, NULL, "fault=drop-channel,at=after-ms:300",
          0, 0, 1},
+        /* the link under every channel and the control connection breaks at
+         * once (a reset), or goes silent under the channels */
+        {"link cut mid-pass", DESTINATION, "fault=cut,at=bytes:4M", NULL, 0, 0, 1},
+        {"link cut in complete", DESTINATION, "fault=cut,at=flush", NULL, 0, 0, 1},
+        {"link cut by the destination", SOURCE, NULL, "fault=cut,at=after-ms:300", 0, 0, 1},
+        {"link black-holed mid-pass", DESTINATION, "fault=blackhole,at=bytes:4M", NULL, 0, 0, 1},
         /* a cancel from another thread */
         {"source cancelled in setup", DESTINATION, "fault=stall,at=connect,stall=5s", NULL,
          ACT_CANCEL_AFTER, 200, 1},
@@ -99,6 +106,34 @@ static const struct cell cells[] = {
         {"destination cancelled in complete", SOURCE, "fault=stall,at=flush,stall=5s", NULL,
          ACT_CANCEL_AFTER, 0, 1},
 };
+
+/* The error the side in this process must fail with, and what its message
+ * must say, in the cells where that is fixed: its own decorator broke the
+ * link. */
+static const struct {
+	const char *cell;
+	int rc;
+	const char *says;
+} errors_expected[] = {
+        {"link cut mid-pass", -LMT_ECONN, "link cut at bytes:4M"},
+        {"link cut in complete", -LMT_ECONN, "link cut at flush"},
+        {"link cut by the destination", -LMT_ECONN, "link cut at after-ms:300"},
+        {"link black-holed mid-pass", -LMT_ETIMEDOUT, "none completed"},
+};
+
+static void check_error_expected(const struct cell *c, int rc, const char *error)
+{
+	for (size_t k = 0; k < sizeof(errors_expected) / sizeof(errors_expected[0]); k++) {
+		if (strcmp(errors_expected[k].cell, c->name) != 0)
+			continue;
+		if (rc != errors_expected[k].rc)
+			fail_msg("%s: failed with %s, expected %s: %s", c->name, lmt_err_name(rc),
+			         lmt_err_name(errors_expected[k].rc), error);
+		if (!strstr(error, errors_expected[k].says))
+			fail_msg("%s: the error does not say '%s': %s", c->name,
+			         errors_expected[k].says, error);
+	}
+}
 
 /* The workload of the guest open in this process, if any. */
 static struct guest_workload *running_workload;
@@ -470,6 +505,7 @@ static void run_cell(const struct cell *c)
 	if (strstr(c->name, "killed") && mine.rc != -LMT_ECONN)
 		fail_msg("%s: failed with %s, expected LMT_ECONN: %s", c->name, lmt_err_name(mine.rc),
 		         mine.error);
+	check_error_expected(c, mine.rc, mine.error);
 	if (child != c->child_exit && !(c->child_exit == 1 && child == 128 + SIGKILL))
 		fail_msg("%s: the child ended with %d, expected %d", c->name, child, c->child_exit);
 	char after_stop[64] = "";

@@ -845,6 +845,12 @@ int ph_harvest(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally,
 	return harvest(run, pair, tally, max, timeout_ns, NULL);
 }
 
+int ph_harvest_or_error(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally,
+                        uint64_t timeout_ns, int *error)
+{
+	return harvest(run, pair, tally, HARVEST_MAX, timeout_ns, error);
+}
+
 int ph_harvest_until_error(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally,
                            uint64_t limit_ns)
 {

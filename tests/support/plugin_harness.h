@@ -280,6 +280,10 @@ int ph_post_once(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tall
 /* One progress call; the number harvested, or -1 after failing the run. */
 int ph_harvest(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally, uint32_t max,
                uint64_t timeout_ns);
+/* One progress call, as ph_harvest, except that a progress error goes to
+ * *error (and 0 is returned) instead of failing the run. */
+int ph_harvest_or_error(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally,
+                        uint64_t timeout_ns, int *error);
 /* Harvest until every posted write has completed. */
 bool ph_harvest_all(struct ph_run *run, struct ph_pair *pair, struct ph_tally *tally);
 /* Harvest (failures allowed) until progress returns an error, within

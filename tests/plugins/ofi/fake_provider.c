@@ -26,6 +26,8 @@
  *                         once and land only behind a read or 50 ms later
  *   LMT_FAKE_NO_WAIT      1: completion queues have no wait objects
  *   LMT_FAKE_HOLD         1: writes that succeed never complete
+ *   LMT_FAKE_MESSAGES     1: claim FI_MSG as well (it implements no message),
+ *                         as a provider the plugin has not measured would
  */
 #define FAKE_NAME "lmtfake"
 #define FAKE_NAME_LEN 16 /* "LMTFAKE\0" and an endpoint id */
@@ -50,6 +52,7 @@ struct fake_cfg {
 	bool no_wait;
 	bool hold;
 	unsigned taken; /* requested keys answered FI_ENOKEY first, per domain */
+	bool messages;  /* claims FI_MSG */
 };
 
 struct fake_domain;
@@ -148,6 +151,8 @@ static struct fake_cfg fake_config(void)
 	c.hold = v && v[0] == '1';
 	v = getenv("LMT_FAKE_TAKEN_KEYS");
 	c.taken = v ? (unsigned)strtoul(v, NULL, 0) : 0;
+	v = getenv("LMT_FAKE_MESSAGES");
+	c.messages = v && v[0] == '1';
 	return c;
 }
 
@@ -973,7 +978,9 @@ static int fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **out, voi
 	return 0;
 }
 
-#define FAKE_CAPS (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+/* RMA only: it takes no messages, which the plugin's provider policy
+ * accepts without measurement. */
+#define FAKE_CAPS (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
 
 static int getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
                    const struct fi_info *hints, struct fi_info **out)
@@ -983,7 +990,7 @@ static int getinfo(uint32_t version, const char *node, const char *service, uint
 		if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
 		    hints->ep_attr->type != FI_EP_RDM)
 			return -FI_ENODATA;
-		if (hints->caps & ~(uint64_t)FAKE_CAPS)
+		if (hints->caps & ~(uint64_t)(FAKE_CAPS | (cfg.messages ? FI_MSG : 0)))
 			return -FI_ENODATA;
 		uint64_t offered = hints->domain_attr ? (uint64_t)hints->domain_attr->mr_mode : 0;
 		if (cfg.mr_mode & ~offered)
@@ -998,7 +1005,7 @@ static int getinfo(uint32_t version, const char *node, const char *service, uint
 	struct fi_info *i = fi_allocinfo();
 	if (!i)
 		return -FI_ENOMEM;
-	i->caps = FAKE_CAPS;
+	i->caps = FAKE_CAPS | (cfg.messages ? FI_MSG : 0);
 	i->addr_format = FI_FORMAT_UNSPEC;
 	i->ep_attr->type = FI_EP_RDM;
 	i->ep_attr->max_msg_size = 1u << 30;
