@@ -113,7 +113,8 @@ static const struct lmt_option_desc core_options[] = {
                 .name = "zero-page-detection",
                 .type = LMT_OPT_BOOL,
                 .default_value = "on",
-                .doc = "skip all-zero pages in the bulk pass instead of sending them",
+                .doc = "skip all-zero pages in the bulk pass, and send those of later "
+                       "passes as zero runs instead of data",
         },
         {
                 .name = "verify",

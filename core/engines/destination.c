@@ -64,6 +64,7 @@ void lmt__destination_free(struct lmt_destination_engine *d)
 		explicit_bzero(d->state_buf, d->state_cap); /* the guest's device state */
 	free(d->state_buf);
 	free(d->landed);
+	free(d->zero);
 	free(d);
 }
 
@@ -130,6 +131,8 @@ static int handle(struct lmt_session *s, const struct lmt_msg_header *h)
 		return lmt__destination_handle_landed(s, h->length);
 	case LMT_MSG_DIGESTS:
 		return lmt__verify_receive(s, h->length);
+	case LMT_MSG_ZERO:
+		return lmt__destination_handle_zero(s, h->length);
 	case LMT_MSG_FD_HANDOVER:
 		return lmt__handover_receive(s, h->length);
 	case LMT_MSG_POSTCOPY_PAGES:

@@ -2,7 +2,8 @@
  * destination.c (the engine object, listening, admitting the source, the
  * load loop, lmt_load_*) over destination_serve.c (what the source asks
  * once admitted: blocks, channels, registrations, LANDED, device state,
- * COMPLETE). Room: engines; may use: every room below it. */
+ * COMPLETE) and destination_zero.c (zero runs). Room: engines; may use:
+ * every room below it. */
 #ifndef LMT_CORE_DESTINATION_ENGINE_H
 #define LMT_CORE_DESTINATION_ENGINE_H
 
@@ -25,6 +26,8 @@ struct lmt_destination_engine {
 	 * keep-alive. idle-timeout without one fails the load. */
 	uint64_t progress_ns;
 	struct lmt_msg_landed *landed; /* LANDED's, decoded */
+	struct lmt_msg_zero *zero;     /* ZERO's, decoded */
+	uint64_t zero_applied;         /* ZERO messages applied, for ZERO_ACK */
 };
 
 
@@ -42,5 +45,10 @@ int lmt__destination_check_blocks(struct lmt_session *s, uint64_t deadline);
 /* Returns 1 when the migration completed. */
 int lmt__destination_handle_complete(struct lmt_session *s, size_t length);
 int lmt__destination_handle_state(struct lmt_session *s, size_t length);
+
+/* ---- destination_zero.c ---- */
+
+/* ZERO: check every run, then make its pages zero and answer ZERO_ACK. */
+int lmt__destination_handle_zero(struct lmt_session *s, size_t length);
 
 #endif

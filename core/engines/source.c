@@ -33,6 +33,7 @@ void lmt__source_free(struct lmt_source_engine *e)
 	free(e->slots);
 	free(e->free_slots);
 	free(e->landed);
+	free(e->zero.msgs);
 	free(e);
 }
 

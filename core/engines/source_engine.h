@@ -1,9 +1,10 @@
 /* The source engine's state (engines room), private to its files:
  * source.c (the engine object, what every phase shares), source_setup.c
- * (the way in, blocks, channels, keys), source_walk.c (the dirty walk and
- * its writes), source_passes.c (passes, convergence, the switchover),
- * and postcopy's source side (postcopy_source.c). Calls run in that
- * order, downward: passes over postcopy_source over walk over setup over
+ * (the way in, blocks, channels, keys), source_zero.c (zero runs on the
+ * control connection), source_walk.c (the dirty walk and its writes),
+ * source_passes.c (passes, convergence, the switchover), and postcopy's
+ * source side (postcopy_source.c). Calls run in that order, downward:
+ * passes over postcopy_source over walk over zero over setup over
  * source.c. */
 #ifndef LMT_CORE_SOURCE_ENGINE_H
 #define LMT_CORE_SOURCE_ENGINE_H
@@ -41,6 +42,23 @@
  * each kept in the timeline). */
 #define IDLE_PASS_GAP_NS 100000000ull
 
+/* ZERO messages at once: those sent and not acknowledged, and the one
+ * being filled (source_zero.c). */
+#define ZERO_RING 4u
+
+/* Zero runs of the passes after the bulk one: a ring of ZERO messages,
+ * the oldest sent first, then the one being filled. Their pages stay set
+ * in `inflight` until the destination's ZERO_ACK says it applied them. */
+struct lmt_zero_out {
+	struct lmt_msg_zero *msgs; /* ZERO_RING, allocated at the first run */
+	uint32_t head;             /* the oldest sent, not acknowledged */
+	uint32_t nsent;            /* sent, not acknowledged */
+	uint64_t acked;            /* ZERO messages acknowledged since setup */
+	/* Wire bytes of the runs queued or not acknowledged, with their
+	 * messages' headers: what is left to send of those pages. */
+	uint64_t wire_bytes;
+};
+
 /* One write in flight. */
 struct lmt_slot {
 	uint64_t cookie; /* 0 when free */
@@ -58,6 +76,10 @@ struct lmt_source_engine {
 	/* option values only the source uses, read once at setup; the two
 	 * runtime ones again at each iterate call (tune) */
 	bool zero_detect;
+	/* A zero page of a pass after the bulk one goes as a zero run (not a
+	 * file: target, which takes it as data). */
+	bool zero_runs;
+	struct lmt_zero_out zero;
 	uint64_t max_bandwidth;
 	uint64_t downtime_limit_ns;
 	uint64_t iterate_ns;
@@ -100,6 +122,7 @@ struct lmt_source_engine {
 	uint64_t pass_dirtied; /* newly dirty at the end of the walk */
 	uint64_t pass_start_ns;
 	uint64_t pass_bytes;
+	uint64_t pass_zero_pages; /* skipped or sent as zero runs this pass */
 	uint64_t last_service_ns;
 	uint64_t progress_sent_ns; /* the last LANDED to the destination */
 
@@ -147,12 +170,34 @@ struct lmt_source_engine {
 	bool verify_warned;    /* said that hashing alone is over the limit */
 };
 
-/* A run of dirty pages within one chunk-size window of one block. */
+/* A run of dirty pages within one chunk-size window of one block; `zero`:
+ * all of them zero, for a zero run. */
 struct chunk {
 	uint32_t block;
 	uint64_t page;
 	uint64_t npages;
+	bool zero;
 };
+
+/* What is left to send: dirty, in flight, and zero runs not acknowledged
+ * (at their wire size). */
+static inline uint64_t lmt__source_left(const struct lmt_source_engine *e)
+{
+	return e->dirty_bytes + e->inflight_bytes + e->zero.wire_bytes;
+}
+
+/* Whether zero runs are queued or not acknowledged yet. */
+static inline bool lmt__source_zero_busy(const struct lmt_source_engine *e)
+{
+	return e->zero.nsent || (e->zero.msgs && e->zero.msgs[(e->zero.head + e->zero.nsent) %
+	                                                      ZERO_RING].count);
+}
+
+/* Whether writes or zero runs are still to land. */
+static inline bool lmt__source_in_flight(const struct lmt_source_engine *e)
+{
+	return e->inflight_bytes || lmt__source_zero_busy(e);
+}
 
 /* ---- source.c ---- */
 
@@ -172,6 +217,18 @@ int lmt__source_window_mr(struct lmt_session *s, uint32_t block, uint64_t w, lmt
 /* Store the keys of a REG_REPLY, checking each against what we can use. */
 int lmt__source_import_keys(struct lmt_session *s, size_t length);
 int lmt__source_register_local(struct lmt_session *s, struct lmt_block *b, uint64_t w);
+
+/* ---- source_zero.c ---- */
+
+/* Queue the zero run `c` (clear of writes in flight) in the ZERO message
+ * being filled, and send that when full: 1, or 0 when ZERO_RING messages
+ * wait for their answer, or an error. */
+int lmt__source_zero_post(struct lmt_session *s, const struct chunk *c);
+/* Send the ZERO message being filled, if it holds a run. */
+int lmt__source_zero_flush(struct lmt_session *s);
+/* The destination's ZERO_ACK, whose payload is in s->in: the oldest ZERO
+ * sent was applied, its pages leave `inflight`. */
+int lmt__source_zero_acked(struct lmt_session *s, size_t length);
 
 /* ---- source_walk.c ---- */
 

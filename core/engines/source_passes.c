@@ -58,11 +58,12 @@ static int send_pass(struct lmt_session *s, uint64_t deadline, bool limited)
 	return 0;
 }
 
-/* Wait for every write in flight; 1 if the deadline came first. */
+/* Wait for every write in flight and every zero run's answer; 1 if the
+ * deadline came first. */
 static int drain(struct lmt_session *s, uint64_t deadline)
 {
 	struct lmt_source_engine *e = s->source;
-	while (e->inflight_bytes) {
+	while (lmt__source_in_flight(e)) {
 		if (lmt__now() >= deadline)
 			return 1;
 		int rc = lmt__source_wait_some(s, deadline);
@@ -95,7 +96,7 @@ static void pause_parts(const struct lmt_session *s, struct lmt_pause_parts *p)
 {
 	const struct lmt_source_engine *e = s->source;
 	*p = (struct lmt_pause_parts){
-	        .ram_bytes = e->dirty_bytes + e->inflight_bytes,
+	        .ram_bytes = lmt__source_left(e),
 	        .other_bytes = atomic_load(&e->device_state_bytes),
 	        .rate_bps = lmt__switchover_bps(&e->switchover),
 	};
@@ -178,6 +179,7 @@ static void measure_pass(struct lmt_session *s, uint64_t dirtied, bool final, bo
 	        .interrupted = interrupted,
 	        .expected_downtime_known = known,
 	        .throttle_percent = atomic_load(&e->converge.percent),
+	        .zero_pages = e->pass_zero_pages,
 	};
 	lmt__pass_record(s, &p);
 }
@@ -200,6 +202,7 @@ static void start_pass(struct lmt_session *s)
 	e->pass_done = false;
 	e->pass_start_ns = lmt__now();
 	e->pass_bytes = 0;
+	e->pass_zero_pages = 0;
 	e->cur_block = 0;
 	e->cur_page = 0;
 	pthread_mutex_lock(&s->lock);
@@ -226,7 +229,7 @@ static void postcopy_now(struct lmt_session *s, struct lmt_iterate_result *res)
 {
 	struct lmt_source_engine *e = s->source;
 	/* Said once the writes in flight have landed (iterate). */
-	res->ready = res->postcopy = !e->inflight_bytes;
+	res->ready = res->postcopy = !lmt__source_in_flight(e);
 	e->postcopy_due = true;
 	e->need_pass = true;
 }
@@ -318,9 +321,9 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res, uint64
 		/* Switching is due. The writes still in flight land first,
 		 * while the guest runs, so that the pause does not wait for
 		 * them; then the call says to switch. */
-		if (e->inflight_bytes && (rc = drain(s, deadline)) < 0)
+		if (lmt__source_in_flight(e) && (rc = drain(s, deadline)) < 0)
 			return rc;
-		res->ready = res->postcopy = !e->inflight_bytes;
+		res->ready = res->postcopy = !lmt__source_in_flight(e);
 		return lmt__source_report_landed(s, false);
 	}
 	while (e->need_pass && lmt__now() < e->next_pass_ns && lmt__now() < deadline)
@@ -344,6 +347,10 @@ static int iterate(struct lmt_session *s, struct lmt_iterate_result *res, uint64
 			break;
 	}
 	lmt__source_hash_behind(s, deadline); /* the time left in the call */
+	/* The zero runs of this call go now, to be answered while the VMM is
+	 * away. */
+	if ((rc = lmt__source_zero_flush(s)))
+		return rc;
 	return lmt__source_report_landed(s, false);
 }
 
@@ -357,7 +364,7 @@ static void fill_result(struct lmt_session *s, struct lmt_iterate_result *res)
 		lmt__switchover_measure(&e->switchover, e->bandwidth_bps, 4u << 20, false, now);
 	}
 	res->pass = e->pass;
-	res->remaining_bytes = e->dirty_bytes + e->inflight_bytes;
+	res->remaining_bytes = lmt__source_left(e);
 	res->bandwidth_bps = e->bandwidth_bps;
 	res->expected_downtime_known = expected_downtime(s, &res->expected_downtime_ns);
 	pthread_mutex_lock(&s->lock);

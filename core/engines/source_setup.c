@@ -181,6 +181,7 @@ static void read_options(struct lmt_session *s)
 	const struct lmt_optset *o = s->opts;
 	pthread_mutex_lock(&s->opts_lock);
 	e->zero_detect = lmt__opt_bool(o, "zero-page-detection");
+	e->zero_runs = e->zero_detect && !s->file_path;
 	e->max_bandwidth = (uint64_t)lmt__opt_int(o, "max-bandwidth");
 	e->switchover.option_bps = (uint64_t)lmt__opt_int(o, "switchover-bandwidth");
 	e->downtime_limit_ns = (uint64_t)lmt__opt_int(o, "downtime-limit");

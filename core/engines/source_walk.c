@@ -1,6 +1,7 @@
 /* The source engine's walk (engines room): the dirty sync, zero pages
- * skipped, chunks, keys asked ahead, writes posted and harvested over the
- * channels, stalls, max-bandwidth, the stripes hashed behind the writes
+ * skipped or sent as zero runs (source_zero.c), chunks, keys asked ahead,
+ * writes posted and harvested over the channels, the destination's
+ * answers, stalls, max-bandwidth, the stripes hashed behind the writes
  * (verify=on) and LANDED. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -32,6 +33,30 @@ int lmt__source_report_progress(struct lmt_session *s)
  * at most every SERVICE_EVERY_NS. */
 static int await_keys(struct lmt_session *s, uint64_t deadline);
 
+/* A message of the destination's during the passes: ZERO_ACK, and
+ * REG_REPLY while a key request is out (1: taken by the caller). */
+static int take_answer(struct lmt_session *s, const struct lmt_msg_header *h)
+{
+	if (h->type == LMT_MSG_ZERO_ACK)
+		return lmt__source_zero_acked(s, h->length);
+	if (h->type == LMT_MSG_REG_REPLY && s->source->keys_asked)
+		return 1;
+	return lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
+	                 lmt__msg_name(h->type));
+}
+
+/* Every answer already queued. */
+static int take_answers(struct lmt_session *s, uint64_t now)
+{
+	while (!s->source->keys_asked && lmt__ctrl_pending(s)) {
+		struct lmt_msg_header h;
+		int rc = lmt__ctrl_recv(s, &h, now);
+		if (rc || (rc = take_answer(s, &h)))
+			return rc;
+	}
+	return s->source->keys_asked ? await_keys(s, now) : 0;
+}
+
 int lmt__source_service(struct lmt_session *s)
 {
 	struct lmt_source_engine *e = s->source;
@@ -46,16 +71,7 @@ int lmt__source_service(struct lmt_session *s)
 		return rc;
 	/* Keep-alives are the service thread's; the destination sends
 	 * nothing else unasked. */
-	if (e->keys_asked)
-		return await_keys(s, now);
-	if (lmt__ctrl_pending(s)) {
-		struct lmt_msg_header h;
-		rc = lmt__ctrl_recv(s, &h, now);
-		return rc ? rc
-		          : lmt__fail(s, LMT_EPROTO, "unexpected %s from the destination",
-		                      lmt__msg_name(h.type));
-	}
-	return 0;
+	return take_answers(s, now);
 }
 
 /* The switchover took longer than switchover-timeout: `what` was not done. */
@@ -87,7 +103,7 @@ bool lmt__source_step_fits(const struct lmt_source_engine *e, uint64_t cost, uin
  * changed together with the figures that moved them. */
 static void publish_remaining(struct lmt_session *s)
 {
-	s->stats.remaining_bytes = s->source->dirty_bytes + s->source->inflight_bytes;
+	s->stats.remaining_bytes = lmt__source_left(s->source);
 }
 
 /* verify=on: the stripes of the pages of word w that the guest wrote
@@ -154,6 +170,7 @@ int lmt__source_start_first_pass(struct lmt_session *s)
 		e->dirty_bytes += b->length;
 	}
 	e->pass = 1;
+	e->pass_zero_pages = 0;
 	e->hash_pass = 1;
 	e->pass_start_ns = lmt__now();
 	e->cur_block = 0;
@@ -180,20 +197,42 @@ static bool page_is_zero(const uint8_t *p, uint32_t size)
 	return true;
 }
 
-/* Skip an all-zero page of the bulk pass: the destination starts zeroed. */
-static bool skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
+/* What a dirty page is to the walk. */
+enum page_kind {
+	PAGE_DATA,     /* sent as data */
+	PAGE_SKIPPED,  /* all zero where the destination's page is still zero */
+	PAGE_ZERO_RUN, /* all zero, sent in a zero run */
+};
+
+/* An all-zero page is skipped where the destination's page has never been
+ * written: in the bulk pass (the destination starts zeroed) and, later,
+ * in a window it has given no key for, since no write went there without
+ * one. Elsewhere, in the passes after the bulk one, it goes in a zero run
+ * (source_zero.c), but to a file: target as data. The check stops at the
+ * first non-zero word, so it costs next to nothing on a page of data. */
+static enum page_kind page_kind(struct lmt_session *s, struct lmt_block *b, uint64_t page)
 {
 	struct lmt_source_engine *e = s->source;
-	if (e->pass != 1 || !e->zero_detect ||
+	if (!e->zero_detect)
+		return PAGE_DATA;
+	bool untouched = e->pass == 1 || (e->zero_runs && b->rkeys &&
+	                                  !b->rkeys[(page << b->page_shift) / b->window]);
+	if ((!untouched && !e->zero_runs) ||
 	    !page_is_zero(b->host + (page << b->page_shift), b->page_size))
-		return false;
+		return PAGE_DATA;
+	return untouched ? PAGE_SKIPPED : PAGE_ZERO_RUN;
+}
+
+static void skip_zero(struct lmt_session *s, struct lmt_block *b, uint64_t page)
+{
+	struct lmt_source_engine *e = s->source;
 	lmt__bitmap_range(b->dirty, page, 1, LMT_BITS_CLEAR);
 	e->dirty_bytes -= b->page_size;
+	e->pass_zero_pages++;
 	pthread_mutex_lock(&s->lock);
 	s->stats.zero_pages++;
 	publish_remaining(s);
 	pthread_mutex_unlock(&s->lock);
-	return true;
 }
 
 bool lmt__source_next_chunk(struct lmt_session *s, struct chunk *c)
@@ -208,7 +247,9 @@ bool lmt__source_next_chunk(struct lmt_session *s, struct chunk *c)
 			continue;
 		}
 		e->cur_page = p;
-		if (skip_zero(s, b, p)) {
+		enum page_kind kind = page_kind(s, b, p);
+		if (kind == PAGE_SKIPPED) {
+			skip_zero(s, b, p);
 			e->cur_page = p + 1;
 			continue;
 		}
@@ -218,10 +259,21 @@ bool lmt__source_next_chunk(struct lmt_session *s, struct chunk *c)
 		uint64_t limit = (p / per_chunk + 1) * per_chunk;
 		if (limit > b->npages)
 			limit = b->npages;
+		if (limit - p > UINT32_MAX)
+			limit = p + UINT32_MAX; /* a zero run's count of pages */
 		uint64_t end = p + 1;
-		while (end < limit && lmt__bitmap_test(b->dirty, end) && !skip_zero(s, b, end))
+		while (end < limit && lmt__bitmap_test(b->dirty, end)) {
+			enum page_kind next = page_kind(s, b, end);
+			if (next == PAGE_SKIPPED && kind == PAGE_DATA)
+				skip_zero(s, b, end);
+			if (next != kind)
+				break;
 			end++;
-		*c = (struct chunk){.block = e->cur_block, .page = p, .npages = end - p};
+		}
+		*c = (struct chunk){.block = e->cur_block,
+		                    .page = p,
+		                    .npages = end - p,
+		                    .zero = kind == PAGE_ZERO_RUN};
 		return true;
 	}
 	return false;
@@ -311,10 +363,21 @@ int lmt__source_harvest(struct lmt_session *s, uint64_t timeout_ns)
 
 int lmt__source_wait_some(struct lmt_session *s, uint64_t deadline)
 {
+	/* What waits may be a zero run still to go, or its answer. */
+	int rc = lmt__source_zero_flush(s);
+	if (rc)
+		return rc;
 	uint64_t now = lmt__now();
 	uint64_t slice = WAIT_SLICE_NS;
 	if (deadline != NO_DEADLINE)
 		slice = deadline > now ? (deadline - now < slice ? deadline - now : slice) : 0;
+	if (!s->source->inflight_bytes && lmt__source_zero_busy(s->source)) {
+		/* Nothing on the channels: only the destination's answer. */
+		lmt__ctrl_wait(s, now + slice);
+		if (lmt__is_cancelled(s))
+			return lmt__fail(s, LMT_ECANCELED, "migration cancelled");
+		return take_answers(s, lmt__now());
+	}
 	int n = lmt__source_harvest(s, slice);
 	return n < 0 ? n : lmt__source_service(s);
 }
@@ -412,9 +475,11 @@ static int await_keys(struct lmt_session *s, uint64_t deadline)
 			                 (unsigned long long)(s->idle_timeout_ns / 1000000));
 		}
 		struct lmt_msg_header h;
-		int rc = lmt__ctrl_expect(s, LMT_MSG_REG_REPLY, due, &h);
-		if (rc)
+		int rc = lmt__ctrl_recv(s, &h, due);
+		if (rc || (rc = take_answer(s, &h)) < 0)
 			return rc;
+		if (!rc)
+			continue; /* a ZERO_ACK */
 		e->keys_asked = false;
 		if ((rc = lmt__source_import_keys(s, h.length)))
 			return rc;
@@ -532,6 +597,8 @@ int lmt__source_try_post(struct lmt_session *s, struct chunk *c, uint64_t deadli
 	struct lmt_block *b = &s->blocks[c->block];
 	if (!clear_of_inflight(b, c))
 		return 0;
+	if (c->zero)
+		return lmt__source_zero_post(s, c);
 	uint32_t ch = pick_channel(s, c);
 	if (ch == UINT32_MAX || e->nfree == 0)
 		return 0;

@@ -103,7 +103,7 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 "\"channel_bytes\":[%s],\"resume_ms\":%.3f,\"faults\":%llu,"
 	                 "\"fault_p50_ms\":%.3f,\"fault_p99_ms\":%.3f,\"fault_max_ms\":%.3f,"
 	                 "\"background_pages\":%llu,\"postcopy_pages\":%llu,"
-	                 "\"postcopy_requested\":%llu}",
+	                 "\"postcopy_requested\":%llu,\"zero_run_bytes\":%llu}",
 	                 lmt_status_name(st->status), ms(st->setup_ns), ms(st->total_ns),
 	                 ms(st->downtime_ns), expected, (unsigned long long)st->ram_bytes,
 	                 (unsigned long long)st->bytes_sent, (unsigned long long)st->bytes_received,
@@ -117,6 +117,7 @@ int lmt_stats_json(const struct lmt_stats *st, char *buf, size_t size)
 	                 ms(st->fault_p50_ns), ms(st->fault_p99_ns), ms(st->fault_max_ns),
 	                 (unsigned long long)st->background_pages,
 	                 (unsigned long long)st->postcopy_pages,
-	                 (unsigned long long)st->postcopy_requested);
+	                 (unsigned long long)st->postcopy_requested,
+	                 (unsigned long long)st->zero_run_bytes);
 	return n < 0 ? -LMT_EIO : n;
 }

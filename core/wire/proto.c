@@ -344,6 +344,24 @@ int lmt__enc_pc_done(struct lmt_buf *b, const struct lmt_msg_pc_done *m)
 	return finish(b);
 }
 
+int lmt__enc_zero(struct lmt_buf *b, const struct lmt_msg_zero *m)
+{
+	if (m->count == 0 || m->count > LMT_PROTO_MAX_ZERO_RUNS)
+		return -LMT_EOVERFLOW;
+	begin(b, LMT_MSG_ZERO);
+	put_u32(b, m->count);
+	for (uint32_t i = 0; i < m->count; i++)
+		put_run(b, &m->runs[i]);
+	return finish(b);
+}
+
+int lmt__enc_zero_ack(struct lmt_buf *b, uint64_t applied)
+{
+	begin(b, LMT_MSG_ZERO_ACK);
+	put_u64(b, applied);
+	return finish(b);
+}
+
 int lmt__enc_empty(struct lmt_buf *b, uint16_t type)
 {
 	begin(b, type);
@@ -475,6 +493,8 @@ static const char *const msg_names[] = {
         [LMT_MSG_SLOTS_FREE] = "SLOTS_FREE",
         [LMT_MSG_POSTCOPY_DONE] = "POSTCOPY_DONE",
         [LMT_MSG_DIGESTS] = "DIGESTS",
+        [LMT_MSG_ZERO] = "ZERO",
+        [LMT_MSG_ZERO_ACK] = "ZERO_ACK",
 };
 
 const char *lmt__msg_name(uint16_t type)
@@ -809,5 +829,23 @@ int lmt__dec_pc_done(const uint8_t *p, size_t len, struct lmt_msg_pc_done *m,
 {
 	struct reader r = reader(p, len, LMT_MSG_POSTCOPY_DONE, err);
 	m->pages = get_u64(&r, "truncated page count");
+	return done(&r);
+}
+
+int lmt__dec_zero(const uint8_t *p, size_t len, struct lmt_msg_zero *m, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_ZERO, err);
+	get_count(&r, &m->count, LMT_PROTO_MAX_ZERO_RUNS, "too many zero runs");
+	if (!r.rc && m->count == 0)
+		return bad(&r, "no zero run");
+	for (uint32_t i = 0; i < m->count && !r.rc; i++)
+		get_run(&r, &m->runs[i]);
+	return done(&r);
+}
+
+int lmt__dec_zero_ack(const uint8_t *p, size_t len, uint64_t *applied, struct lmt_error *err)
+{
+	struct reader r = reader(p, len, LMT_MSG_ZERO_ACK, err);
+	*applied = get_u64(&r, "truncated count");
 	return done(&r);
 }

@@ -11,7 +11,7 @@
 #include <lmt/lmt.h>
 
 #define LMT_PROTO_MAGIC 0x50544d4cu /* the bytes "LMTP" read as little-endian */
-#define LMT_PROTO_VERSION 3u
+#define LMT_PROTO_VERSION 4u
 #define LMT_PROTO_HEADER_SIZE 8u
 #define LMT_PROTO_MAX_PAYLOAD (2u << 20)
 #define LMT_PROTO_MAX_OPTIONS 64u
@@ -67,7 +67,12 @@ enum lmt_msg_type {
 	 * block's stripe digests, as the source holds them at the pause; the
 	 * destination checks all of its RAM against them at COMPLETE */
 	LMT_MSG_DIGESTS = 26,
-	LMT_MSG_TYPE_MAX = 26,
+	/* S->D: runs of pages that are all zero on the source now, which the
+	 * destination makes zero (passes after the bulk one); D->S: how many
+	 * ZERO messages it has applied, one answer each */
+	LMT_MSG_ZERO = 27,
+	LMT_MSG_ZERO_ACK = 28,
+	LMT_MSG_TYPE_MAX = 28,
 };
 
 struct lmt_msg_header {
@@ -250,6 +255,17 @@ struct lmt_msg_pc_done { /* POSTCOPY_DONE */
 	uint64_t pages; /* pages sent after the switch, zero ones included */
 };
 
+/* ZERO: runs of pages the destination makes all zero. Each run is a
+ * struct lmt_msg_page; which block, pages and window exist is the
+ * engine's to check. On the wire a run is 16 bytes, a message 12 more. */
+#define LMT_PROTO_MAX_ZERO_RUNS 1024u
+#define LMT_PROTO_ZERO_RUN_SIZE 16u
+#define LMT_PROTO_ZERO_OVERHEAD (LMT_PROTO_HEADER_SIZE + 4u)
+struct lmt_msg_zero {
+	uint32_t count; /* 1 to LMT_PROTO_MAX_ZERO_RUNS */
+	struct lmt_msg_page runs[LMT_PROTO_MAX_ZERO_RUNS];
+};
+
 /* A growable output buffer; `failed` latches an allocation or size error. */
 struct lmt_buf {
 	uint8_t *data;
@@ -282,6 +298,9 @@ int lmt__enc_page_req(struct lmt_buf *b, const struct lmt_msg_page_req *m);
 int lmt__enc_pages(struct lmt_buf *b, const struct lmt_msg_pages *m);
 int lmt__enc_slots(struct lmt_buf *b, const struct lmt_msg_slots *m);
 int lmt__enc_pc_done(struct lmt_buf *b, const struct lmt_msg_pc_done *m);
+int lmt__enc_zero(struct lmt_buf *b, const struct lmt_msg_zero *m);
+/* ZERO_ACK: the ZERO messages applied since setup. */
+int lmt__enc_zero_ack(struct lmt_buf *b, uint64_t applied);
 
 /* Decode the fixed header; rejects unknown types, non-zero flags and
  * lengths above LMT_PROTO_MAX_PAYLOAD. */
@@ -325,6 +344,9 @@ int lmt__dec_pages(const uint8_t *p, size_t len, struct lmt_msg_pages *m, struct
 int lmt__dec_slots(const uint8_t *p, size_t len, struct lmt_msg_slots *m, struct lmt_error *err);
 int lmt__dec_pc_done(const uint8_t *p, size_t len, struct lmt_msg_pc_done *m,
                      struct lmt_error *err);
+/* At least one run, each of at least one page that does not wrap. */
+int lmt__dec_zero(const uint8_t *p, size_t len, struct lmt_msg_zero *m, struct lmt_error *err);
+int lmt__dec_zero_ack(const uint8_t *p, size_t len, uint64_t *applied, struct lmt_error *err);
 
 const char *lmt__msg_name(uint16_t type);
 

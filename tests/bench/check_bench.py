@@ -20,7 +20,8 @@ GUEST = ["--plugin", "tcp", "--ram", "16M", "--dirty-rate", "32M", "--working-se
          "--timeout", "60s"]
 
 FIGURES = ["setup_ms", "total_ms", "downtime_ms", "throughput_gbps", "throughput_gibps",
-           "memcpy_percent", "yardstick_percent", "bytes_sent", "zero_pages", "pass_count",
+           "memcpy_percent", "yardstick_percent", "bytes_sent", "zero_pages", "zero_run_bytes",
+           "pass_count",
            "prefault_ms"]
 ROW_KEYS = ["kind", "row", "label", "plugin", "plugin_options", "config", "options", "status",
             "repeat", "verified_runs", "ram_bytes", "dirty_rate_bps", "working_set_bytes",
@@ -31,7 +32,8 @@ ROW_KEYS += [f + s for s in ("", "_min", "_max") for f in FIGURES]
 RUN_KEYS = ["kind", "run", "verified", "error", "zero_pages_made", "dirtied_bytes", "passes",
             "stats"] + FIGURES
 PASS_KEYS = ["pass", "final", "start_ms", "duration_ms", "bytes", "dirtied_bytes",
-             "dirty_rate_bps", "bandwidth_bps", "expected_downtime_ms", "interrupted"]
+             "dirty_rate_bps", "bandwidth_bps", "expected_downtime_ms", "interrupted",
+             "zero_pages"]
 FLAGS = ["--plugins", "--plugin", "--options", "--sweep", "--repeat", "--yardsticks", "--ram",
          "--dirty-rate",
          "--working-set", "--zero-fraction", "--seed", "--no-prefault", "--no-thp", "--json", "--csv",
@@ -209,6 +211,8 @@ def check_passes(run, label):
                   f"{label} pass {i}: {k}={p[k]!r}")
     check(sum(p["bytes"] for p in passes) == run["bytes_sent"],
           f"{label}: the passes' bytes do not add up to bytes_sent")
+    check(sum(p["zero_pages"] for p in passes) == run["zero_pages"],
+          f"{label}: the passes' zero pages do not add up to zero_pages")
 
 
 def case_json_rows():

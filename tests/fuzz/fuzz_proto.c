@@ -1,6 +1,7 @@
 /* libFuzzer harness: the control-message decoders. The first byte picks
  * the decoder; the rest is its input (a header for type 0). Postcopy's
- * messages (19-25) are also encoded again once decoded: the bytes must be
+ * messages (19-25) and the zero runs' (27, 28) are also encoded again
+ * once decoded: the bytes must be
  * the input's, so that nothing a decoder accepts means two things, and
  * what a decoder hands on must keep the rules it promises. */
 #include <stdint.h>
@@ -23,6 +24,27 @@ static void run_ok(const struct lmt_msg_page *g)
 {
 	if (g->npages == 0 || g->page > UINT64_MAX - g->npages)
 		abort();
+}
+
+/* ZERO and ZERO_ACK: what decodes encodes again to the same bytes, and
+ * a ZERO has 1 to LMT_PROTO_MAX_ZERO_RUNS runs that do not wrap. */
+static void zero_runs(uint8_t pick, const uint8_t *p, size_t n)
+{
+	static struct lmt_msg_zero zero;
+	struct lmt_buf b = {0};
+	struct lmt_error err;
+	uint64_t applied;
+	if (pick == LMT_MSG_ZERO_ACK) {
+		if (!lmt__dec_zero_ack(p, n, &applied, &err))
+			same_bytes(lmt__enc_zero_ack(&b, applied), &b, p, n);
+	} else if (!lmt__dec_zero(p, n, &zero, &err)) {
+		if (zero.count == 0 || zero.count > LMT_PROTO_MAX_ZERO_RUNS)
+			abort();
+		for (uint32_t i = 0; i < zero.count; i++)
+			run_ok(&zero.runs[i]);
+		same_bytes(lmt__enc_zero(&b, &zero), &b, p, n);
+	}
+	lmt__buf_free(&b);
 }
 
 static void postcopy(uint8_t pick, const uint8_t *p, size_t n)
@@ -182,6 +204,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case LMT_MSG_SLOTS_FREE:
 	case LMT_MSG_POSTCOPY_DONE:
 		postcopy(pick, p, n);
+		break;
+	case LMT_MSG_ZERO:
+	case LMT_MSG_ZERO_ACK:
+		zero_runs(pick, p, n);
 		break;
 	default:
 		lmt__dec_empty(p, n, pick, &err);

@@ -473,6 +473,8 @@ struct fake {
 	struct lmt_buf out;
 	uint8_t *payload;
 	struct lmt_msg_hello *hello;
+	struct lmt_msg_zero *zero;
+	uint64_t zero_acked; /* ZERO messages answered */
 };
 
 static void fake_send(struct fake *f, const uint8_t *p, size_t len)
@@ -652,6 +654,27 @@ static void seen_postcopy(struct fake *f, uint16_t type, uint32_t len)
 
 /* One message from the source within `deadline`: its type, or 0. PINGs
  * are answered on the way. */
+/* ZERO: every run inside its block and all zero in the source's RAM
+ * (which never changes here); answered at once, as a destination does. */
+static void seen_zero(struct fake *f, uint32_t length)
+{
+	struct lmt_error err;
+	if (lmt__dec_zero(f->payload, length, f->zero, &err))
+		fail("the source sent a ZERO that does not decode: %s", err.message);
+	for (uint32_t i = 0; i < f->zero->count; i++) {
+		const struct lmt_msg_page *r = &f->zero->runs[i];
+		if (r->block >= NBLOCKS || r->page + r->npages > block_len[r->block] / PAGE)
+			fail("ZERO: pages %llu+%u of block %u are not the guest's",
+			     (unsigned long long)r->page, r->npages, r->block);
+		for (uint64_t k = r->page * PAGE; k < (r->page + r->npages) * PAGE; k++)
+			if (ram[r->block][k])
+				fail("ZERO: page %llu of block %u is not zero",
+				     (unsigned long long)(k / PAGE), r->block);
+	}
+	lmt__enc_zero_ack(&f->out, ++f->zero_acked);
+	send_out(f);
+}
+
 static uint16_t fake_recv(struct fake *f, uint64_t deadline)
 {
 	while (!f->gone) {
@@ -681,6 +704,8 @@ static uint16_t fake_recv(struct fake *f, uint64_t deadline)
 		if (h.type == LMT_MSG_REG_REQ &&
 		    lmt__dec_regs(f->payload, h.length, LMT_MSG_REG_REQ, f->last_req, &err))
 			f->last_req->count = 0;
+		if (h.type == LMT_MSG_ZERO)
+			seen_zero(f, h.length);
 		seen_postcopy(f, h.type, h.length);
 		return h.type;
 	}
@@ -1128,7 +1153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f->payload = malloc(LMT_PROTO_MAX_PAYLOAD);
 	f->hello = malloc(sizeof(*f->hello));
 	f->last_req = calloc(1, sizeof(*f->last_req));
-	if (!f->payload || !f->hello || !f->last_req)
+	f->zero = malloc(sizeof(*f->zero));
+	if (!f->payload || !f->hello || !f->last_req || !f->zero)
 		abort();
 
 	int fds[2];
@@ -1233,6 +1259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(f->payload);
 	free(f->hello);
 	free(f->last_req);
+	free(f->zero);
 	free(f);
 
 	fuzz_input_end(t0, INPUT_LIMIT_NS);

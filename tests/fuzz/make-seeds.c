@@ -128,6 +128,19 @@ static void proto_and_destination(void)
 	stream.len += b.len;
 	free(dg);
 
+	/* Zero runs after the registration of the first two windows: one
+	 * in each, and the destination's answer. */
+	struct lmt_msg_zero *z = calloc(1, sizeof(*z));
+	z->count = 2;
+	z->runs[0] = (struct lmt_msg_page){.block = 0, .page = 1, .npages = 3};
+	z->runs[1] = (struct lmt_msg_page){.block = 0, .page = 16, .npages = 16};
+	lmt__enc_zero(&b, z);
+	save_msg("zero", &b);
+	memcpy(stream.data + stream.len, b.data, b.len);
+	stream.len += b.len;
+	lmt__enc_zero_ack(&b, 1);
+	save_msg("zero-ack", &b);
+
 	struct lmt_msg_complete *c = calloc(1, sizeof(*c));
 	c->passes = 2;
 	c->state_length = sizeof(state);
@@ -162,6 +175,16 @@ static void proto_and_destination(void)
 	save("destination", "active-session", 3, stream.data, stream.len);
 	save("destination", "active-pin-all", 3 | 4, stream.data + 0, 0);
 	save("destination", "fresh", 0, NULL, 0);
+	/* Zero runs on their own: with pin-all (the whole block registered),
+	 * and without (no window registered: refused). */
+	lmt__enc_zero(&b, z);
+	save("destination", "zero-pin-all", 3 | 4, b.data, b.len);
+	save("destination", "zero-unregistered", 3, b.data, b.len);
+	z->count = 1;
+	z->runs[0] = (struct lmt_msg_page){.block = 0, .page = 60, .npages = 8};
+	lmt__enc_zero(&b, z);
+	save("destination", "zero-past-the-block", 3 | 4, b.data, b.len);
+	free(z);
 	free(stream.data);
 	lmt__buf_free(&b);
 }

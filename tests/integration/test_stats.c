@@ -163,7 +163,9 @@ static void check_estimate(struct watch *w, const struct lmt_stats *st)
 static void check_bytes(struct watch *w, const struct lmt_stats *st)
 {
 	if (w->role != LMT_ROLE_SOURCE) {
-		if (st->remaining_bytes || st->writes || st->normal_pages || st->zero_pages)
+		/* zero_pages is both sides': on a destination, the pages zero
+		 * runs made zero. */
+		if (st->remaining_bytes || st->writes || st->normal_pages)
 			broken(w, "a source's figure on a destination");
 		return;
 	}

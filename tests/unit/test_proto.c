@@ -299,6 +299,69 @@ static void test_digests_round_trip_and_refuse_none_or_too_many(void **state)
 	free(out);
 }
 
+static void test_zero_runs_round_trip_and_refuse_none_too_many_or_wrapping(void **state)
+{
+	struct lmt_msg_zero *in = calloc(1, sizeof(*in));
+	struct lmt_msg_zero *out = malloc(sizeof(*out));
+	in->count = 2;
+	in->runs[0] = (struct lmt_msg_page){.block = 1, .page = 1ull << 40, .npages = 3};
+	in->runs[1] = (struct lmt_msg_page){.block = 0, .page = 0, .npages = UINT32_MAX};
+	assert_int_equal(lmt__enc_zero(&buf, in), 0);
+	assert_int_equal(buf.len, LMT_PROTO_ZERO_OVERHEAD + 2 * LMT_PROTO_ZERO_RUN_SIZE);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_ZERO, &len);
+	assert_int_equal(lmt__dec_zero(p, len, out, &err), 0);
+	assert_int_equal(out->count, 2);
+	assert_int_equal(out->runs[0].block, 1);
+	assert_int_equal(out->runs[0].page, 1ull << 40);
+	assert_int_equal(out->runs[0].npages, 3);
+	assert_int_equal(out->runs[1].npages, UINT32_MAX);
+	assert_int_equal(lmt__dec_zero(p, len - 1, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO message: truncated page count");
+	/* The count as written on the wire: 0, and one over the limit. */
+	uint8_t raw[4 + 16] = {0};
+	assert_int_equal(lmt__dec_zero(raw, 4, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO message: no zero run");
+	raw[0] = 1;
+	raw[1] = 4; /* 1025 */
+	assert_int_equal(lmt__dec_zero(raw, 4, out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO message: too many zero runs");
+	/* A run of no pages, and one that wraps past 2^64. */
+	raw[1] = 0; /* one run: block 0, page 0, 0 pages */
+	assert_int_equal(lmt__dec_zero(raw, sizeof(raw), out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO message: an empty or wrapping run of pages");
+	memset(raw + 8, 0xff, 8); /* page 2^64 - 1 */
+	raw[16] = 2;
+	assert_int_equal(lmt__dec_zero(raw, sizeof(raw), out, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO message: an empty or wrapping run of pages");
+	in->count = 0;
+	assert_int_equal(lmt__enc_zero(&buf, in), -LMT_EOVERFLOW);
+	in->count = LMT_PROTO_MAX_ZERO_RUNS + 1;
+	assert_int_equal(lmt__enc_zero(&buf, in), -LMT_EOVERFLOW);
+	in->count = LMT_PROTO_MAX_ZERO_RUNS; /* the largest fits a payload */
+	assert_int_equal(lmt__enc_zero(&buf, in), 0);
+	free(in);
+	free(out);
+}
+
+static void test_zero_ack_round_trips_the_count(void **state)
+{
+	assert_int_equal(lmt__enc_zero_ack(&buf, 1ull << 35), 0);
+	size_t len;
+	const uint8_t *p = payload(LMT_MSG_ZERO_ACK, &len);
+	assert_int_equal(len, 8);
+	uint64_t applied = 0;
+	assert_int_equal(lmt__dec_zero_ack(p, len, &applied, &err), 0);
+	assert_int_equal(applied, 1ull << 35);
+	assert_int_equal(lmt__dec_zero_ack(p, len - 1, &applied, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO_ACK message: truncated count");
+	uint8_t longer[9] = {0};
+	assert_int_equal(lmt__dec_zero_ack(longer, sizeof(longer), &applied, &err), -LMT_EPROTO);
+	assert_string_equal(err.message, "ZERO_ACK message: trailing bytes");
+	assert_string_equal(lmt__msg_name(LMT_MSG_ZERO), "ZERO");
+	assert_string_equal(lmt__msg_name(LMT_MSG_ZERO_ACK), "ZERO_ACK");
+}
+
 static void test_fd_flags_round_trip_and_refuse_a_flag_other_than_0_or_1(void **state)
 {
 	struct lmt_msg_fd_flags in = {.count = 3, .flags = {1, 0, 1}}, out;
@@ -439,6 +502,9 @@ int main(void)
 	                test_fd_flags_round_trip_and_refuse_a_flag_other_than_0_or_1, teardown),
 	        cmocka_unit_test_teardown(
 	                test_fd_handover_round_trips_and_refuses_blocks_out_of_order, teardown),
+	        cmocka_unit_test_teardown(
+	                test_zero_runs_round_trip_and_refuse_none_too_many_or_wrapping, teardown),
+	        cmocka_unit_test_teardown(test_zero_ack_round_trips_the_count, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,8 @@ static const struct {
         [BENCH_YARDSTICK_PERCENT] = {"yardstick_percent", "of own bench", "(%)", 12, 1, 1, false},
         [BENCH_BYTES_SENT] = {"bytes_sent", "sent", "(MiB)", 8, 1, 1 / MIB, true},
         [BENCH_ZERO_PAGES] = {"zero_pages", "zero", "(pages)", 8, 0, 1, true},
+        [BENCH_ZERO_RUN_BYTES] = {"zero_run_bytes", "zero runs", "(KiB)", 9, 1, 1 / 1024.0,
+                                  true},
         [BENCH_PASS_COUNT] = {"pass_count", "passes", "(count)", 7, 0, 1, true},
         [BENCH_PREFAULT_MS] = {"prefault_ms", "prefault", "(ms)", 8, 1, 1, false},
         [BENCH_MAX_ITERATE_MS] = {"max_iterate_ms", "max iter", "(ms)", 8, 1, 1, false},
@@ -130,6 +132,7 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	        yardstick_gbps > 0 ? 100.0 * v[BENCH_GBPS] / yardstick_gbps : NAN;
 	v[BENCH_BYTES_SENT] = (double)s->bytes_sent;
 	v[BENCH_ZERO_PAGES] = (double)s->zero_pages;
+	v[BENCH_ZERO_RUN_BYTES] = (double)s->zero_run_bytes;
 	v[BENCH_PASS_COUNT] = (double)s->passes;
 	v[BENCH_PREFAULT_MS] = r->prefaulted ? (double)r->prefault_ns / 1e6 : NAN;
 	v[BENCH_MAX_ITERATE_MS] = r->max_iterate_ns ? (double)r->max_iterate_ns / 1e6 : NAN;
@@ -170,9 +173,11 @@ void bench_figures_of(const struct bench_result *r, double memcpy_gibps, double 
 	v[BENCH_QEMU_TRANSFERRED] = qemu ? (double)r->qemu->transferred : NAN;
 	v[BENCH_QEMU_MULTIFD_BYTES] = qemu ? (double)r->qemu->multifd_bytes : NAN;
 	v[BENCH_QEMU_WIRE_BYTES] = qemu && r->qemu->wire_known ? (double)r->qemu->wire_bytes : NAN;
-	/* lmt's passes and throttle have no like in QEMU's figures. */
+	/* lmt's passes, zero runs and throttle have no like in QEMU's
+	 * figures. */
 	if (r->qemu_ran) {
 		v[BENCH_PASS_COUNT] = NAN;
+		v[BENCH_ZERO_RUN_BYTES] = NAN;
 		v[BENCH_THROTTLE_PERCENT] = NAN;
 	}
 }
@@ -467,8 +472,9 @@ static void json_passes(FILE *f, const struct bench_result *r)
 		json_value(f,
 		           p->expected_downtime_known ? (double)p->expected_downtime_ns / 1e6 : NAN,
 		           false);
-		fprintf(f, ",\"interrupted\":%s,\"throttle_percent\":%u",
-		        p->interrupted ? "true" : "false", (unsigned)p->throttle_percent);
+		fprintf(f, ",\"interrupted\":%s,\"throttle_percent\":%u,\"zero_pages\":%llu",
+		        p->interrupted ? "true" : "false", (unsigned)p->throttle_percent,
+		        (unsigned long long)p->zero_pages);
 		fprintf(f, "}");
 	}
 	fprintf(f, "]");

@@ -471,9 +471,13 @@ struct lmt_stats {
 	uint64_t downtime_ns; /* complete start to acknowledgement */
 	uint64_t expected_downtime_ns;
 	uint64_t ram_bytes;  /* sum of block lengths */
-	uint64_t bytes_sent; /* payload bytes written over channels */
+	uint64_t bytes_sent; /* payload bytes written over channels (zero runs not counted) */
 	uint64_t remaining_bytes;
-	uint64_t zero_pages;   /* skipped as all-zero in the bulk pass */
+	/* Source: pages that were all zero when the walk reached them and
+	 * went as no data: skipped (the bulk pass), sent as zero runs (later
+	 * passes), or postcopy's zero entries. Destination: pages zero runs
+	 * made zero. */
+	uint64_t zero_pages;
 	uint64_t normal_pages; /* pages written */
 	uint64_t writes;       /* writes posted */
 	uint64_t passes;
@@ -515,6 +519,9 @@ struct lmt_stats {
 	 * latencies above count the guest's faults after the switch. */
 	uint64_t postcopy_pages;
 	uint64_t postcopy_requested;
+	/* Bytes of the zero runs' messages on the control connection (ZERO),
+	 * sent (source) or received (destination); not in bytes_sent. */
+	uint64_t zero_run_bytes;
 };
 
 /* A snapshot; callable from any thread, while running and after. */
@@ -536,6 +543,9 @@ struct lmt_pass_stats {
 	int interrupted;
 	int expected_downtime_known; /* as in struct lmt_stats */
 	uint32_t throttle_percent;   /* auto-converge's throttle during the pass */
+	/* Pages all zero when the walk reached them: skipped or sent as zero
+	 * runs, not as data (struct lmt_stats's zero_pages). */
+	uint64_t zero_pages;
 };
 
 /* The passes so far: copies up to `max` into `out` (may be NULL with max
