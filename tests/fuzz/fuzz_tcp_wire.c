@@ -392,11 +392,17 @@ static void fuzz_receiver(struct cursor *in)
 	if (!crc && !x.hello_first)
 		fail("the endpoint accepted a connection that did not open with its hello");
 	pthread_join(peer, NULL);
-	pl->ops.ep_close(ep);
 	int error_code;
 	check_records(&p, &x, &error_code);
+	/* Before ep_close: once every failed endpoint is closed, progress no
+	 * longer repeats the failure (docs/writing-a-plugin.md, "Reopening a
+	 * channel"). */
+	/* The channel's thread records the failure it answered with ERROR or
+	 * a close: progress waits for it (and returns at once once it is). */
+	bool failure_due = !crc && (error_code || (p.eof && !x.bye));
 	struct lmt_completion comps[4];
-	int prc = pl->ops.progress(side.inst, comps, 4, 0);
+	int prc = pl->ops.progress(side.inst, comps, 4, failure_due ? 2000000000ull : 0);
+	pl->ops.ep_close(ep);
 	if (prc > 0)
 		fail("the destination's progress reported %d completions", prc);
 	if (prc < 0 && (ph_host_last_error(&side.host, why, sizeof(why)) == 0 || !why[0]))
